@@ -1,0 +1,185 @@
+"""Thunder: a source-to-source compiler for PyTorch.
+
+``thunder.jit`` traces a function or module into a readable straight-line Python program (a
+trace), transforms it, lets executors claim its operations, and runs the result.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from thunder import extend  # noqa: F401  (registers the built-in executors)
+from thunder import torch as torch_language  # noqa: F401
+from thunder.compiler import CacheOption, CompileData, CompileStats, build_compile_data, make_compiled
+from thunder.core import devices, dtypes  # noqa: F401
+from thunder.core.proxies import TensorProxy  # noqa: F401
+from thunder.core.trace import TraceCtx
+from thunder.executors.registry import get_always_executors, get_default_executors  # noqa: F401
+from thunder.module import ThunderModule
+from thunder.tracing.errors import DataDependentControlFlowError, TracingError  # noqa: F401
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "jit",
+    "functional",
+    "compile_data",
+    "compile_stats",
+    "last_traces",
+    "last_backward_traces",
+    "last_prologue_traces",
+    "cache_option",
+    "cache_hits",
+    "cache_misses",
+    "list_transforms",
+    "last_interpreted_instructions",
+    "last_interpreter_log",
+    "last_compile_options",
+    "ThunderModule",
+    "TensorProxy",
+    "get_default_executors",
+    "get_always_executors",
+]
+
+
+def jit(
+    fn: Callable | torch.nn.Module,
+    /,
+    *,
+    langctx: Any = None,
+    executors: Sequence | None = None,
+    cache: str | CacheOption = "constant values",
+    transforms: Sequence[Callable[[TraceCtx], TraceCtx]] | None = None,
+    disable_torch_autograd: bool = False,
+    **compile_options,
+) -> Callable | ThunderModule:
+    """Just-in-time compile a callable (function or model).
+
+    Args:
+        fn: a function, or a ``torch.nn.Module`` (then a ``ThunderModule`` sharing its state is returned).
+        langctx: accepted for compatibility; the torch language is the only one.
+        executors: executors (or their names) in priority order; defaults to
+            ``thunder.get_default_executors()``. The torch and python executors are always appended.
+        cache: ``"constant values"`` (specialise on shapes, dtypes, devices, requires_grad, Python
+            values, module training flags, grad mode and autocast state), ``"same input"`` (no
+            input checks: every call must look like the first) or ``"no caching"`` (trace every call).
+        transforms: functions from trace to trace, applied after tracing.
+        disable_torch_autograd: build no backward, even when inputs require grad.
+        **compile_options: options read by executors and transforms (see ``last_compile_options``).
+
+    Returns:
+        A callable with the signature of ``fn``.
+    """
+    if isinstance(fn, (ThunderModule,)):
+        fn = fn._model
+    if langctx not in (None, "torch"):
+        raise ValueError(f"langctx={langctx!r}: only the torch language is supported")
+    cd = build_compile_data(
+        fn,
+        executors=executors,
+        cache=cache,
+        transforms=transforms,
+        disable_torch_autograd=disable_torch_autograd,
+        compile_options=compile_options,
+    )
+    compiled = make_compiled(cd)
+    if cd.module is not None:
+        tm = ThunderModule(cd.module, compiled)
+        tm._lc_cd = cd
+        return tm
+    functools.update_wrapper(compiled, fn)
+    compiled._lc_cd = cd
+    return compiled
+
+
+from thunder import functional  # noqa: E402
+
+
+def compile_data(fn) -> CompileData:
+    """Obtains the compilation data from a JITed function."""
+    cd = getattr(fn, "_lc_cd", None)
+    if cd is None:
+        raise TypeError(f"{fn!r} is not a function or module compiled with thunder.jit")
+    return cd
+
+
+def compile_stats(fn) -> CompileStats:
+    """Obtains the compilation statistics from a JITed function."""
+    return compile_data(fn).stats
+
+
+def _require_run(fn, value, what: str):
+    if value is None:
+        raise RuntimeError(f"{what} are only available after the jitted function has been called")
+    return value
+
+
+def last_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of computation traces that have been produced for the last run of the function."""
+    return _require_run(fn, compile_stats(fn).last_traces, "traces")
+
+
+def last_backward_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of backward traces that have been produced for the last run of the function."""
+    return _require_run(fn, compile_stats(fn).last_backward_traces, "backward traces")
+
+
+def last_prologue_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of prologue traces that have been produced for the last run of the function."""
+    return _require_run(fn, compile_stats(fn).last_prologue_traces, "prologue traces")
+
+
+def cache_option(fn) -> CacheOption:
+    """Returns the cache options set when JITting the function."""
+    return compile_data(fn).cache_option
+
+
+def cache_hits(fn) -> int:
+    """Returns the number of cache hits we found when running the function."""
+    return compile_stats(fn).cache_hits
+
+
+def cache_misses(fn) -> int:
+    """Returns the number of cache misses we found when running the function."""
+    return compile_stats(fn).cache_misses
+
+
+def list_transforms(fn) -> list:
+    """Returns the list of (explicit) transforms applied to the JITed function."""
+    return list(compile_data(fn).transforms)
+
+
+def last_interpreter_log(fn) -> list[dict]:
+    """What ran while tracing on the last cache miss: one record per intercepted call.
+
+    Each record has the called function (``fn``), the symbol it became (``symbol``; ``"fallback"``
+    for an operation run opaquely by PyTorch), the innermost calling line outside thunder
+    (``file``, ``line``) and the user's line (``user_file``, ``user_line``).
+    """
+    return _require_run(fn, compile_stats(fn).last_interpreter_log, "the interpreter log")
+
+
+def last_interpreted_instructions(fn) -> list[str]:
+    """The calls intercepted while tracing the user program (on the last cache miss), one line each."""
+    return [f"{r['fn']} -> {r['symbol']}  ({r['file']}:{r['line']})" for r in last_interpreter_log(fn)]
+
+
+def last_compile_options(fn, /) -> None:
+    """Prints how compiled options were used (or not)."""
+    cd = compile_data(fn)
+    used = sorted(set(cd.compile_options) & cd.used_compile_options)
+    unused = sorted(set(cd.compile_options) - cd.used_compile_options)
+    print("Used compile options:")
+    for name in used:
+        print(f"  {name} = {cd.compile_options[name]!r}")
+    if not used:
+        print("  (none)")
+    print("Unused compile options:")
+    for name in unused:
+        print(f"  {name} = {cd.compile_options[name]!r}")
+    if not unused:
+        print("  (none)")

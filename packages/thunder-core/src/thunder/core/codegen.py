@@ -1,0 +1,216 @@
+"""The one printer from traces to Python source, and the one compiler from a trace to a callable."""
+
+from __future__ import annotations
+
+import linecache
+import math
+import os
+from itertools import count
+
+import torch
+
+from thunder.core import devices, dtypes
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx
+
+__all__ = ["bsym_lines", "trace_to_python", "compile_trace"]
+
+_INDENT = "  "
+
+
+class _Printer:
+    """Prints values; objects with no literal form become named constants of the trace."""
+
+    def __init__(self, trace: TraceCtx | None):
+        self.trace = trace
+        self.torch_mode = False  # print thunder dtypes and devices as their torch counterparts
+
+    def value(self, x) -> str:
+        if isinstance(x, Proxy):
+            return x.name
+        t = type(x)
+        if x is None or t is bool or t is int or t is str:
+            return repr(x)
+        if t is float:
+            if math.isfinite(x):
+                return repr(x)
+            return f"float('{x}')"
+        if t is tuple:
+            if len(x) == 1:
+                return f"({self.value(x[0])},)"
+            return "(" + ", ".join(self.value(y) for y in x) + ")"
+        if t is list:
+            return "[" + ", ".join(self.value(y) for y in x) + "]"
+        if t is dict:
+            return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
+        if isinstance(x, torch.dtype):
+            return str(x)
+        if isinstance(x, dtypes.dtype):
+            return str(x.torch_dtype) if self.torch_mode else repr(x)
+        if isinstance(x, torch.device):
+            return f'torch.device("{x}")'
+        if isinstance(x, devices.Device):
+            return f'torch.device("{x}")' if self.torch_mode else repr(x)
+        if isinstance(x, slice):
+            return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
+        if x is Ellipsis:
+            return "..."
+        if isinstance(x, torch.memory_format):
+            return str(x)
+        if isinstance(x, torch.Size):
+            return self.value(tuple(x))
+        if isinstance(x, complex):
+            return repr(x)
+        if isinstance(x, (int, float)):  # subclasses such as numpy scalars or IntEnum
+            return self.value(int(x) if isinstance(x, int) else float(x))
+        if self.trace is None:
+            return f"<{type(x).__name__}>"
+        return self.trace.add_constant(x)
+
+    def outputs(self, x) -> str:
+        """The left-hand side for an output structure; non-proxy leaves print as ``_``."""
+        if isinstance(x, Proxy):
+            return x.name
+        if isinstance(x, (tuple, list)):
+            inner = ", ".join(self.outputs(y) for y in x)
+            return f"({inner},)" if len(x) == 1 else f"({inner})"
+        return "_"
+
+
+def _type_comment(out) -> str:
+    if isinstance(out, TensorProxy):
+        return f'  # {out.name}: "{out.type_string()}"'
+    if isinstance(out, NumberProxy):
+        return f'  # {out.name}: "{out.type_string()}"'
+    return ""
+
+
+def _call_string(bsym: BoundSymbol, printer: _Printer) -> str:
+    printer.torch_mode = "torch_args" in bsym.sym.tags
+    try:
+        args = [printer.value(a) for a in bsym.args]
+        args.extend(f"{k}={printer.value(v)}" for k, v in bsym.kwargs.items())
+    finally:
+        printer.torch_mode = False
+    return f"{bsym.sym.print_name}({', '.join(args)})"
+
+
+def _has_output(out) -> bool:
+    if out is None:
+        return False
+    if isinstance(out, (tuple, list)) and not out:
+        return False
+    return True
+
+
+def bsym_lines(bsym: BoundSymbol, indent: int = 1, printer: _Printer | None = None, comment: bool = False):
+    """The lines printing ``bsym``; with ``comment`` they are comments (a decomposition)."""
+    printer = printer or _Printer(None)
+    pad = _INDENT * indent
+    if bsym.sym.python_printer is not None and not comment:
+        return [pad + line for line in bsym.sym.python_printer(bsym, printer)]
+    call = _call_string(bsym, printer)
+    out = bsym.output
+    if _has_output(out):
+        line = f"{printer.outputs(out)} = {call}{_type_comment(out)}"
+    else:
+        line = call
+    return [f"{pad}# {line}" if comment else pad + line]
+
+
+def _source_comment(source) -> str | None:
+    filename, lineno = source
+    text = linecache.getline(filename, lineno).strip()
+    parts = filename.replace(os.sep, "/").split("/")
+    short = "/".join(parts[-2:])
+    return f"# {short}:{lineno}: {text}" if text else f"# {short}:{lineno}"
+
+
+def _emit_bsym(bsym: BoundSymbol, lines: list, indent: int, printer: _Printer, include_decomposition: bool):
+    lines.extend(bsym_lines(bsym, indent, printer))
+    if include_decomposition and bsym.sym.python_printer is None:
+        _emit_subsymbols(bsym, lines, indent + 1, printer)
+
+
+def _emit_subsymbols(bsym: BoundSymbol, lines: list, indent: int, printer: _Printer):
+    for sub in bsym.subsymbols:
+        lines.extend(bsym_lines(sub, indent, printer, comment=True))
+        _emit_subsymbols(sub, lines, indent + 1, printer)
+
+
+def _imports(trace: TraceCtx) -> list[str]:
+    seen = dict.fromkeys(["import torch"])
+    for line in trace.extra_imports:
+        seen[line] = None
+    for bsym in trace.bound_symbols:
+        for line in bsym.sym.imports:
+            seen[line] = None
+    return list(seen)
+
+
+def _signature(trace: TraceCtx, printer: _Printer) -> str:
+    params = []
+    for a in trace.args:
+        params.append(a if isinstance(a, str) else a.name)
+    if trace.kwargs:
+        if "*" not in " ".join(params) and not any(p.startswith("*") for p in params):
+            params.append("*")
+        for k, v in trace.kwargs.items():
+            params.append(k if v is None else f"{k}={printer.value(v)}")
+    return ", ".join(params)
+
+
+def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> str:
+    printer = _Printer(trace)
+    body: list[str] = []
+    for a in list(trace.args) + [v for v in trace.kwargs.values() if isinstance(v, Proxy)]:
+        if isinstance(a, TensorProxy):
+            body.append(f'{_INDENT}# {a.name}: "{a.type_string()}"')
+    last_source = None
+    for bsym in trace.bound_symbols:
+        src = bsym.source
+        if src is not None and src != last_source:
+            comment = _source_comment(src)
+            if comment:
+                body.append(_INDENT + comment)
+        last_source = src if src is not None else last_source
+        _emit_bsym(bsym, body, 1, printer, include_decomposition)
+    if not trace.bound_symbols:
+        body.append(_INDENT + "pass")
+    header = []
+    if trace.provenance is not None:
+        header.append(repr(trace.provenance))
+    header.extend(_imports(trace))
+    header.append("")
+    header.extend(trace.decorators)
+    header.append(f"def {trace.fn_name}({_signature(trace, printer)}):")
+    return "\n".join(header + body) + "\n"
+
+
+_compiled_counter = count()
+
+
+def _namespace(trace: TraceCtx) -> dict:
+    import thunder.core.devices as devices_mod
+    import thunder.core.dtypes as dtypes_mod
+
+    ns = {"torch": torch, "Tensor": torch.Tensor, "dtypes": dtypes_mod, "devices": devices_mod}
+    for bsym in trace.bound_symbols:
+        ctx = bsym.sym.call_ctx
+        if ctx:
+            ns.update(ctx)
+    ns.update(trace.constants)
+    return ns
+
+
+def compile_trace(trace: TraceCtx):
+    """Compiles ``trace`` to a Python function (its source is registered so tracebacks show it)."""
+    src = trace.python(include_decomposition=False)
+    ns = _namespace(trace)
+    filename = f"thunder.{trace.fn_name}_{next(_compiled_counter)}"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), ns)
+    fn = ns[trace.fn_name]
+    fn.__thunder_trace__ = trace
+    return fn

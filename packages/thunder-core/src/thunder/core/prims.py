@@ -1,0 +1,507 @@
+"""Primitive operations: a name, an id and a meta function each.
+
+Prims do no broadcasting and no type promotion (the core language does); their meta functions
+check their inputs and compute output metadata. Executors implement prims; grad rules are
+registered on them from outside (``thunder.transforms``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from numbers import Number
+
+from thunder.core import devices, dtypes
+from thunder.core.checks import canonicalize_dim, canonicalize_dims, check, check_valid_shape
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Symbol
+
+__all__ = ["make_prim", "OpTags", "all_prims"]
+
+
+class OpTags(str, Enum):
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    SHAPE_OP = "shape_op"
+    RANDOM = "random"
+    MATMUL = "matmul"
+    IN_PLACE = "in_place"
+    DONT_DCE = "dont_dce"
+
+
+all_prims: dict[str, Symbol] = {}
+
+
+def make_prim(name: str, meta, *, tags=()) -> Symbol:
+    """Creates and registers the primitive ``prims.<name>``."""
+    sym = Symbol(
+        name,
+        meta,
+        id=f"prims.{name}",
+        is_prim=True,
+        print_name=f"prims.{name}",
+        imports=("import thunder.core.prims as prims",),
+        tags=tags,
+    )
+    all_prims[name] = sym
+    globals()[name] = sym
+    return sym
+
+
+def _tensors(*args):
+    return [a for a in args if isinstance(a, TensorProxy)]
+
+
+def _check_same(tensors, what: str) -> None:
+    if len(tensors) < 2:
+        return
+    first = tensors[0]
+    for t in tensors[1:]:
+        check(t.shape == first.shape, lambda: f"{what}: expected the same shape, got {first.shape} and {t.shape}")
+        check(t.device is first.device, lambda: f"{what}: expected one device, got {first.device} and {t.device}")
+        check(t.dtype is first.dtype, lambda: f"{what}: expected one dtype, got {first.dtype} and {t.dtype}")
+
+
+# ---------------------------------------------------------------- elementwise
+
+
+def _unary_meta(output_dtype=None):
+    def meta(a):
+        check(isinstance(a, (TensorProxy, Number)), lambda: f"expected a tensor or number, got {type(a).__name__}")
+        if not isinstance(a, TensorProxy):
+            raise TypeError("elementwise prims on Python numbers are folded by the core language")
+        return TensorProxy(like=a, dtype=output_dtype)
+
+    return meta
+
+
+_unary_float = (
+    "abs neg exp exp2 expm1 log log1p log2 log10 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+    "sqrt rsqrt reciprocal erf erfc erfinv lgamma digamma sign floor ceil round trunc bitwise_not"
+).split()
+_unary_bool = "isfinite isnan isinf signbit".split()
+
+for _n in _unary_float:
+    make_prim(_n, _unary_meta(), tags=(OpTags.ELEMENTWISE,))
+for _n in _unary_bool:
+    make_prim(_n, _unary_meta(dtypes.bool8), tags=(OpTags.ELEMENTWISE,))
+
+
+def _binary_meta(output_dtype=None):
+    def meta(a, b):
+        tensors = _tensors(a, b)
+        check(bool(tensors), "elementwise binary prims need at least one tensor", TypeError)
+        _check_same(tensors, "elementwise binary prim")
+        return TensorProxy(like=tensors[0], dtype=output_dtype)
+
+    return meta
+
+
+_binary_same = (
+    "add sub mul div pow maximum minimum fmod remainder atan2 bitwise_and bitwise_or bitwise_xor "
+    "shift_left shift_right_arithmetic copysign nextafter floor_divide"
+).split()
+_binary_bool = "eq ne lt le gt ge".split()
+for _n in _binary_same:
+    make_prim(_n, _binary_meta(), tags=(OpTags.ELEMENTWISE,))
+for _n in _binary_bool:
+    make_prim(_n, _binary_meta(dtypes.bool8), tags=(OpTags.ELEMENTWISE,))
+
+
+def _where_meta(pred, a, b):
+    tensors = _tensors(pred, a, b)
+    check(bool(tensors), "where needs at least one tensor", TypeError)
+    shapes = {t.shape for t in tensors}
+    check(len(shapes) == 1, lambda: f"where: expected one shape, got {sorted(shapes)}")
+    if isinstance(pred, TensorProxy):
+        check(pred.dtype is dtypes.bool8, lambda: f"where: the condition must be bool, got {pred.dtype}")
+    values = _tensors(a, b)
+    if len(values) == 2:
+        check(a.dtype is b.dtype, lambda: f"where: expected one dtype, got {a.dtype} and {b.dtype}")
+    like = values[0] if values else tensors[0]
+    dtype = like.dtype if values else dtypes.to_dtype(type(a))
+    return TensorProxy(like=tensors[0], dtype=dtype)
+
+
+make_prim("where", _where_meta, tags=(OpTags.ELEMENTWISE,))
+
+
+def _convert_element_type_meta(a, dtype):
+    dtype = dtypes.to_dtype(dtype)
+    return TensorProxy(like=a, dtype=dtype)
+
+
+make_prim("convert_element_type", _convert_element_type_meta, tags=(OpTags.ELEMENTWISE,))
+
+
+# ---------------------------------------------------------------- shape
+
+
+def _broadcast_in_dim_meta(a, shape, broadcast_dimensions):
+    shape = tuple(shape)
+    check_valid_shape(shape)
+    check(
+        len(broadcast_dimensions) == a.ndim,
+        lambda: f"broadcast_in_dim: {a.ndim} dims of the input but {len(broadcast_dimensions)} broadcast dimensions",
+    )
+    for i, d in enumerate(broadcast_dimensions):
+        check(
+            a.shape[i] == shape[d] or a.shape[i] == 1,
+            lambda: f"broadcast_in_dim: cannot broadcast dim {i} of size {a.shape[i]} to size {shape[d]}",
+        )
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("broadcast_in_dim", _broadcast_in_dim_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _reshape_meta(a, shape):
+    shape = tuple(shape)
+    check_valid_shape(shape)
+    n = 1
+    for s in shape:
+        n *= s
+    check(n == a.numel(), lambda: f"shape '{list(shape)}' is invalid for input of size {a.numel()}")
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("reshape", _reshape_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _transpose_meta(a, permutation):
+    check(
+        sorted(permutation) == list(range(a.ndim)),
+        lambda: f"transpose: {tuple(permutation)} is not a permutation of the {a.ndim} dims",
+    )
+    return TensorProxy(like=a, shape=[a.shape[p] for p in permutation])
+
+
+make_prim("transpose", _transpose_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _slice_meta(a, start_indices, end_indices, strides=None):
+    strides = strides if strides is not None else [1] * a.ndim
+    check(
+        len(start_indices) == len(end_indices) == len(strides) == a.ndim,
+        "slice: start, end and strides need one entry per dim",
+    )
+    shape = []
+    for s, e, st, n in zip(start_indices, end_indices, strides, a.shape):
+        check(0 <= s <= e <= n, lambda: f"slice: bad bounds [{s}, {e}) for a dim of size {n}")
+        check(st >= 1, lambda: f"slice: stride {st} must be positive")
+        shape.append((e - s + st - 1) // st)
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("slice", _slice_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _squeeze_meta(a, dims):
+    dims = canonicalize_dims(a.ndim, dims)
+    for d in dims:
+        check(a.shape[d] == 1, lambda: f"squeeze: dim {d} has size {a.shape[d]}, not 1")
+    return TensorProxy(like=a, shape=[s for i, s in enumerate(a.shape) if i not in dims])
+
+
+make_prim("squeeze", _squeeze_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _cat_meta(tensors, dim):
+    check(len(tensors) > 0, "torch.cat(): expected a non-empty list of Tensors", RuntimeError)
+    first = tensors[0]
+    dim = canonicalize_dim(first.ndim, dim)
+    total = 0
+    for i_t, t in enumerate(tensors):
+        check(t.ndim == first.ndim, lambda: f"cat: tensors must have the same number of dims, got {t.ndim}")
+        check(t.dtype is first.dtype and t.device is first.device, "cat: tensors must share dtype and device")
+        for i, (x, y) in enumerate(zip(t.shape, first.shape)):
+            check(
+                i == dim or x == y,
+                lambda: (
+                    f"Sizes of tensors must match except in dimension {dim}. Expected size {y} but got "
+                    f"size {x} for tensor number {i_t} in the list."
+                ),
+            )
+        total += t.shape[dim]
+    shape = list(first.shape)
+    shape[dim] = total
+    return TensorProxy(like=first, shape=shape)
+
+
+make_prim("cat", _cat_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _pad_meta(a, padding_value, padding_config):
+    check(len(padding_config) == a.ndim, "pad: one (low, high, interior) triple per dim")
+    shape = []
+    for n, (lo, hi, interior) in zip(a.shape, padding_config):
+        check(interior >= 0, "pad: interior padding must be non-negative")
+        size = n + lo + hi + max(n - 1, 0) * interior
+        check(size >= 0, lambda: f"pad: the padded size {size} is negative")
+        shape.append(size)
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("pad", _pad_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _flip_meta(a, dims):
+    canonicalize_dims(a.ndim, dims)
+    return TensorProxy(like=a)
+
+
+make_prim("flip", _flip_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _stride_order_meta(a, order):
+    return TensorProxy(like=a)
+
+
+make_prim("stride_order", _stride_order_meta, tags=(OpTags.SHAPE_OP,))
+make_prim("clone", lambda a: TensorProxy(like=a))
+
+
+def _take_meta(a, index, dim):
+    dim = canonicalize_dim(a.ndim, dim)
+    check(dtypes.is_integer_dtype(index.dtype), "take: the index must be an integer tensor", TypeError)
+    check(index.ndim <= 1, "take: index_select's index must be 0-d or 1-d", IndexError)
+    shape = list(a.shape)
+    if a.ndim:
+        shape[dim] = index.numel()
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("take", _take_meta)
+
+
+def _take_along_axis_meta(a, index, dim):
+    dim = canonicalize_dim(a.ndim, dim)
+    check(index.ndim == a.ndim, "gather: index and input must have the same number of dims", RuntimeError)
+    check(dtypes.is_integer_dtype(index.dtype), "gather(): Expected dtype int64 for index", RuntimeError)
+    return TensorProxy(like=a, shape=index.shape)
+
+
+make_prim("take_along_axis", _take_along_axis_meta)
+
+
+def _scatter_add_meta(a, index, value, dim):
+    canonicalize_dim(a.ndim, dim)
+    return TensorProxy(like=a)
+
+
+make_prim("scatter_add", _scatter_add_meta)
+
+
+def _index_put_meta(a, indices, values, accumulate):
+    return TensorProxy(like=a)
+
+
+make_prim("index_put", _index_put_meta)
+
+# ---------------------------------------------------------------- reductions
+
+
+def _reduction_meta(output_dtype=None):
+    def meta(a, dims):
+        dims = canonicalize_dims(a.ndim, dims)
+        shape = [s for i, s in enumerate(a.shape) if i not in dims]
+        return TensorProxy(like=a, shape=shape, dtype=output_dtype)
+
+    return meta
+
+
+for _n in ("sum", "prod", "amax", "amin"):
+    make_prim(_n, _reduction_meta(), tags=(OpTags.REDUCTION,))
+
+
+def _var_meta(a, dims, *, correction):
+    dims = canonicalize_dims(a.ndim, dims)
+    shape = [s for i, s in enumerate(a.shape) if i not in dims]
+    return TensorProxy(like=a, shape=shape, dtype=dtypes.corresponding_real_dtype(a.dtype))
+
+
+make_prim("var", _var_meta, tags=(OpTags.REDUCTION,))
+
+
+def _arg_reduction_meta(a, dim):
+    if dim is None:
+        return TensorProxy(like=a, shape=(), dtype=dtypes.int64)
+    dim = canonicalize_dim(a.ndim, dim)
+    shape = [s for i, s in enumerate(a.shape) if i != dim]
+    return TensorProxy(like=a, shape=shape, dtype=dtypes.int64)
+
+
+make_prim("argmax", _arg_reduction_meta, tags=(OpTags.REDUCTION,))
+make_prim("argmin", _arg_reduction_meta, tags=(OpTags.REDUCTION,))
+
+
+def _cumsum_meta(a, dim):
+    canonicalize_dim(a.ndim, dim)
+    return TensorProxy(like=a)
+
+
+make_prim("cumsum", _cumsum_meta)
+
+
+def _topk_meta(a, k, dim, largest, sorted):
+    dim = canonicalize_dim(a.ndim, dim)
+    n = a.shape[dim] if a.ndim else 1
+    check(0 <= k <= n, "selected index k out of range", RuntimeError)
+    shape = list(a.shape)
+    if a.ndim:
+        shape[dim] = k
+    return TensorProxy(like=a, shape=shape), TensorProxy(like=a, shape=shape, dtype=dtypes.int64)
+
+
+make_prim("topk", _topk_meta)
+
+
+def _sort_meta(a, dim, descending, stable):
+    canonicalize_dim(a.ndim, dim)
+    return TensorProxy(like=a), TensorProxy(like=a, dtype=dtypes.int64)
+
+
+make_prim("sort", _sort_meta)
+
+# ---------------------------------------------------------------- factories
+
+
+def _full_meta(shape, fill_value, *, device, dtype):
+    check_valid_shape(shape)
+    return TensorProxy(shape=shape, device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+
+
+make_prim("full", _full_meta)
+
+
+def _iota_meta(length, *, start, step, device, dtype):
+    check(length >= 0, "iota: negative length")
+    return TensorProxy(shape=(length,), device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+
+
+make_prim("iota", _iota_meta)
+
+
+def _uniform_meta(shape, minval, maxval, *, device, dtype):
+    check_valid_shape(shape)
+    return TensorProxy(shape=shape, device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+
+
+make_prim("uniform", _uniform_meta, tags=(OpTags.RANDOM,))
+make_prim(
+    "randn", lambda shape, *, device, dtype: _full_meta(shape, 0, device=device, dtype=dtype), tags=(OpTags.RANDOM,)
+)
+
+
+def _device_put_meta(a, device):
+    return TensorProxy(like=a, device=devices.to_device(device))
+
+
+make_prim("device_put", _device_put_meta)
+
+# ---------------------------------------------------------------- linear algebra and friends
+
+
+def _matmul_meta(a, b):
+    check(a.ndim >= 1 and b.ndim >= 1, "both arguments to matmul need to be at least 1D", RuntimeError)
+    check(a.dtype is b.dtype, lambda: f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}")
+    check(a.device is b.device, lambda: f"matmul: tensors on different devices {a.device} and {b.device}")
+    if a.ndim == 1 and b.ndim == 1:
+        check(a.shape[0] == b.shape[0], lambda: f"inconsistent tensor size, {a.shape[0]} vs {b.shape[0]}")
+        return TensorProxy(like=a, shape=())
+    a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+    b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+    check(
+        a_shape[-1] == b_shape[-2],
+        lambda: (
+            f"mat1 and mat2 shapes cannot be multiplied ({a_shape[-2]}x{a_shape[-1]} and {b_shape[-2]}x{b_shape[-1]})"
+        ),
+    )
+    batch = _broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    shape = list(batch) + [a_shape[-2], b_shape[-1]]
+    if a.ndim == 1:
+        shape.pop(-2)
+    if b.ndim == 1:
+        shape.pop(-1)
+    return TensorProxy(like=a, shape=shape)
+
+
+def _broadcast_shapes(*shapes):
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, n in enumerate(s):
+            j = ndim - len(s) + i
+            check(
+                out[j] == n or out[j] == 1 or n == 1,
+                lambda: f"shapes {[tuple(x) for x in shapes]} cannot be broadcast together",
+            )
+            if n != 1:
+                out[j] = n
+    return tuple(out)
+
+
+make_prim("matmul", _matmul_meta, tags=(OpTags.MATMUL,))
+
+
+def _linear_meta(a, w, bias):
+    check(a.dtype is w.dtype, lambda: f"linear: input and weight dtypes differ ({a.dtype} and {w.dtype})")
+    check(w.ndim in (1, 2), lambda: f"linear: weight must be 1-D or 2-D, got {w.ndim}-D")
+    check(
+        a.shape[-1] == w.shape[-1],
+        lambda: (
+            f"mat1 and mat2 shapes cannot be multiplied ({a.numel() // max(a.shape[-1], 1)}x{a.shape[-1]} "
+            f"and {w.shape[-1]}x{w.shape[0] if w.ndim == 2 else 1})"
+        ),
+    )
+    shape = a.shape[:-1] + ((w.shape[0],) if w.ndim == 2 else ())
+    if bias is not None:
+        check(bias.dtype is a.dtype, "linear: bias dtype differs from input dtype")
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("linear", _linear_meta, tags=(OpTags.MATMUL,))
+
+
+def _embedding_meta(
+    indices, weight, *, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False
+):
+    check(dtypes.is_integer_dtype(indices.dtype), "embedding: indices must be an integer tensor", RuntimeError)
+    check(weight.ndim == 2, "'weight' must be 2-D", RuntimeError)
+    return TensorProxy(like=weight, shape=indices.shape + (weight.shape[1],))
+
+
+make_prim("embedding", _embedding_meta)
+
+
+def _copy__meta(src, dst):
+    return TensorProxy(like=dst)
+
+
+make_prim("copy_", _copy__meta, tags=(OpTags.IN_PLACE, OpTags.DONT_DCE))
+
+
+# Python-level constructs that appear in traces
+def _return_printer(bsym, printer):
+    return [f"return {printer.value(bsym.args[0])}"]
+
+
+python_return = Symbol(
+    "python_return",
+    lambda value: value,
+    id="python_return",
+    is_prim=True,
+    python_printer=_return_printer,
+    tags=(OpTags.DONT_DCE,),
+)
+
+
+def _del_printer(bsym, printer):
+    return [f"del {', '.join(p.name for p in bsym.args)}"]
+
+
+python_del = Symbol("python_del", lambda *args: None, id="python_del", is_prim=True, python_printer=_del_printer)
+
+
+def as_shape(shape: Sequence) -> tuple[int, ...]:
+    return tuple(int(s) for s in shape)

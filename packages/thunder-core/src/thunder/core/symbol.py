@@ -1,0 +1,212 @@
+"""``Symbol`` (an operation) and ``BoundSymbol`` (one call of it recorded in a trace).
+
+Calling a symbol while a trace is current records a ``BoundSymbol``. A primitive's ``meta``
+computes output proxies from input proxies; a composite's ``meta`` is its implementation in
+terms of other symbols, and what it calls is recorded as the bound symbol's ``subsymbols``
+(its decomposition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from thunder.core.proxies import Proxy
+from thunder.core.trace import _current
+
+__all__ = ["Symbol", "BoundSymbol", "flat_proxies"]
+
+
+class Symbol:
+    """An operation that can be recorded into a trace.
+
+    ``print_name`` is how calls print (``ltorch.add``, ``torch.nn.functional.linear``); ``imports``
+    are the import lines the printed call needs; ``call_ctx`` maps names used by the printed call
+    to the Python objects that execute it. ``python_printer`` (optional) prints a call as custom
+    Python lines instead of a function call.
+    """
+
+    __slots__ = (
+        "name",
+        "meta",
+        "id",
+        "is_prim",
+        "print_name",
+        "imports",
+        "call_ctx",
+        "tags",
+        "executor",
+        "python_printer",
+        "method_name",
+        "_module",
+        "__dict__",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        meta: Callable | None,
+        *,
+        id: str | None = None,
+        is_prim: bool = False,
+        print_name: str | None = None,
+        imports: Sequence[str] = (),
+        call_ctx: dict[str, Any] | None = None,
+        tags: Sequence[str] = (),
+        executor=None,
+        python_printer: Callable | None = None,
+        method_name: str | None = None,
+    ):
+        self.name = name
+        self.meta = meta
+        self.id = id if id is not None else name
+        self.is_prim = is_prim
+        self.print_name = print_name if print_name is not None else name
+        self.imports = tuple(imports)
+        self.call_ctx = call_ctx
+        self.tags = tuple(tags)
+        self.executor = executor
+        self.python_printer = python_printer
+        self.method_name = method_name
+
+    def __repr__(self) -> str:
+        return f"[Symbol name={self.name}]"
+
+    def __call__(self, *args, **kwargs):
+        trace = _current[-1]
+        if trace is None:
+            raise RuntimeError(
+                f"{self.name} is a thunder symbol; it can only be called while thunder traces a program "
+                "(inside a function compiled with thunder.jit)"
+            )
+        hook = trace.user_call_hook
+        if hook is not None and len(trace.scopes) == 1:
+            return hook(self, args, kwargs)
+        return self.record(trace, args, kwargs)
+
+    def record(self, trace, args: tuple, kwargs: dict):
+        """Runs the meta function and appends the bound symbol to the trace's current scope."""
+        if self.is_prim:
+            out = self.meta(*args, **kwargs)
+            subsymbols = ()
+        else:
+            scopes = trace.scopes
+            scopes.append([])
+            try:
+                out = self.meta(*args, **kwargs)
+            finally:
+                subsymbols = scopes.pop()
+            if not subsymbols and _returns_an_input(out, args, kwargs):
+                return out
+        trace.scopes[-1].append(BoundSymbol(self, args, kwargs, out, subsymbols))
+        return out
+
+    def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
+        return BoundSymbol(self, args, kwargs, output, subsymbols)
+
+
+def _returns_an_input(out, args, kwargs) -> bool:
+    if not isinstance(out, Proxy):
+        return not flat_proxies(out)
+    for a in args:
+        if a is out:
+            return True
+    return any(v is out for v in kwargs.values())
+
+
+def flat_proxies(x, acc: list | None = None) -> list:
+    """The proxies inside ``x`` (nested tuples, lists and dicts), in order."""
+    if acc is None:
+        acc = []
+    if isinstance(x, Proxy):
+        acc.append(x)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            flat_proxies(y, acc)
+    elif isinstance(x, dict):
+        for y in x.values():
+            flat_proxies(y, acc)
+    elif isinstance(x, slice):
+        flat_proxies((x.start, x.stop, x.step), acc)
+    return acc
+
+
+def swap_proxies(x, mapping: dict[str, Proxy]):
+    """``x`` with each proxy whose name is in ``mapping`` replaced."""
+    if isinstance(x, Proxy):
+        return mapping.get(x.name, x)
+    if isinstance(x, tuple):
+        if type(x) is tuple:
+            return tuple(swap_proxies(y, mapping) for y in x)
+        return type(x)(*(swap_proxies(y, mapping) for y in x))
+    if isinstance(x, list):
+        return [swap_proxies(y, mapping) for y in x]
+    if isinstance(x, dict):
+        return {k: swap_proxies(v, mapping) for k, v in x.items()}
+    if isinstance(x, slice):
+        return slice(*(swap_proxies(y, mapping) for y in (x.start, x.stop, x.step)))
+    return x
+
+
+class BoundSymbol:
+    """A recorded call: ``output = sym(*args, **kwargs)``, with its decomposition in ``subsymbols``.
+
+    ``source`` is the user's ``(filename, lineno)`` that made the call, when known.
+    """
+
+    __slots__ = ("sym", "args", "kwargs", "output", "subsymbols", "source", "_flat_args", "_flat_outs", "header")
+
+    def __init__(self, sym: Symbol, args: tuple, kwargs: dict, output, subsymbols=(), source=None):
+        self.sym = sym
+        self.args = args
+        self.kwargs = kwargs
+        self.output = output
+        self.subsymbols = subsymbols
+        self.source = source
+        self._flat_args = None
+        self._flat_outs = None
+        self.header = None
+
+    @property
+    def flat_args(self) -> list:
+        fa = self._flat_args
+        if fa is None:
+            fa = flat_proxies(self.args)
+            if self.kwargs:
+                flat_proxies(self.kwargs, fa)
+            self._flat_args = fa
+        return fa
+
+    @property
+    def flat_outs(self) -> list:
+        fo = self._flat_outs
+        if fo is None:
+            fo = self._flat_outs = flat_proxies(self.output)
+        return fo
+
+    def from_bsym(self, **changes) -> BoundSymbol:
+        b = BoundSymbol(
+            changes.get("sym", self.sym),
+            changes.get("args", self.args),
+            changes.get("kwargs", self.kwargs),
+            changes.get("output", self.output),
+            changes.get("subsymbols", self.subsymbols),
+            changes.get("source", self.source),
+        )
+        b.header = changes.get("header", self.header)
+        return b
+
+    def swap_proxies(self, mapping: dict[str, Proxy]) -> BoundSymbol:
+        if not mapping:
+            return self
+        return self.from_bsym(
+            args=swap_proxies(self.args, mapping),
+            kwargs=swap_proxies(self.kwargs, mapping),
+            output=swap_proxies(self.output, mapping),
+            subsymbols=[s.swap_proxies(mapping) for s in self.subsymbols],
+        )
+
+    def __repr__(self) -> str:
+        from thunder.core.codegen import bsym_lines
+
+        return "\n".join(bsym_lines(self, indent=0))

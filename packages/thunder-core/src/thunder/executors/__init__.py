@@ -1,0 +1,1 @@
+"""Executors and the passes that hand a trace's operations to them."""

@@ -1,0 +1,153 @@
+"""Passes from a semantic trace to an executable one: claiming, dead-code elimination, delete-last-used."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from thunder.core import prims
+from thunder.core.prims import OpTags
+from thunder.core.proxies import Proxy
+from thunder.core.symbol import BoundSymbol, flat_proxies, swap_proxies
+from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
+from thunder.executors.base import Executor
+
+__all__ = ["claim_executors", "dce", "del_last_used", "NoExecutorError"]
+
+
+class NoExecutorError(RuntimeError):
+    pass
+
+
+def _is_python_construct(bsym: BoundSymbol) -> bool:
+    return bsym.sym.python_printer is not None
+
+
+def claim_executors(trace: TraceCtx, executors: Sequence[Executor]) -> TraceCtx:
+    """Hands each bound symbol to the first executor that takes it, else claims its decomposition."""
+    with timed_pass("Transform for execution") as t:
+        new = from_trace(trace)
+        with tracectx(new):
+            for bsym in trace.bound_symbols:
+                _claim(bsym, executors, new, new.bound_symbols)
+        return t.stamp(new)
+
+
+def _claim(bsym: BoundSymbol, executors, trace: TraceCtx, out: list) -> None:
+    sym = bsym.sym
+    if _is_python_construct(bsym):
+        out.append(bsym)
+        return
+    if sym.executor is not None and sym.executor in executors:
+        out.append(bsym)
+        return
+    for ex in executors:
+        impl = ex.implmap.get(sym.id)
+        if impl is None or (impl.symbol is None and impl.execution_transform is None):
+            continue
+        if impl.checker is not None and not impl.checker(*bsym.args, **bsym.kwargs):
+            continue
+        if impl.execution_transform is not None:
+            for new_bsym in _apply_execution_transform(impl.execution_transform, bsym, trace):
+                _claim(new_bsym, executors, trace, out)
+        elif impl.symbol is sym:
+            out.append(bsym)
+        else:
+            out.append(bsym.from_bsym(sym=impl.symbol, subsymbols=[bsym]))
+        return
+    if bsym.subsymbols:
+        for sub in bsym.subsymbols:
+            if sub.source is None:
+                sub = sub.from_bsym(source=bsym.source)
+            _claim(sub, executors, trace, out)
+        return
+    names = ", ".join(ex.name for ex in executors)
+    raise NoExecutorError(f"no executor among [{names}] can execute {sym.print_name}, and it has no decomposition")
+
+
+def _apply_execution_transform(transform, bsym: BoundSymbol, trace: TraceCtx) -> list[BoundSymbol]:
+    scope: list[BoundSymbol] = []
+    trace.scopes.append(scope)
+    try:
+        result = transform(*bsym.args, **bsym.kwargs)
+    finally:
+        trace.scopes.pop()
+    produced = flat_proxies(result)
+    expected = bsym.flat_outs
+    mapping = {}
+    for p, o in zip(produced, expected):
+        if p.name != o.name:
+            mapping[p.name] = o
+    out = []
+    for b in scope:
+        b = b.swap_proxies(mapping)
+        if b.source is None:
+            b.source = bsym.source
+        out.append(b)
+    return out
+
+
+def _keep(bsym: BoundSymbol) -> bool:
+    tags = bsym.sym.tags
+    return (
+        OpTags.DONT_DCE in tags
+        or OpTags.RANDOM in tags
+        or "random" in tags
+        or bsym.sym is prims.python_return
+        or any(OpTags.RANDOM in s.sym.tags or "random" in s.sym.tags for s in bsym.subsymbols)
+    )
+
+
+def _drop_unused_outputs(output, needed: set[str]):
+    if isinstance(output, Proxy):
+        return output if output.name in needed else None
+    if isinstance(output, tuple) and type(output) is tuple:
+        return tuple(_drop_unused_outputs(o, needed) for o in output)
+    if isinstance(output, list):
+        return [_drop_unused_outputs(o, needed) for o in output]
+    return output
+
+
+def dce(trace: TraceCtx) -> TraceCtx:
+    """Removes bound symbols none of whose outputs are used (keeping side effects and random ops)."""
+    with timed_pass("Dead Code Elimination") as t:
+        needed: set[str] = set()
+        kept: list[BoundSymbol] = []
+        for bsym in reversed(trace.bound_symbols):
+            outs = bsym.flat_outs
+            if _keep(bsym) or any(o.name in needed for o in outs):
+                if outs and any(o.name not in needed for o in outs):
+                    bsym = bsym.from_bsym(output=_drop_unused_outputs(bsym.output, needed))
+                needed.update(a.name for a in bsym.flat_args)
+                kept.append(bsym)
+        new = from_trace(trace)
+        new.bound_symbols = kept[::-1]
+        new.scopes = [new.bound_symbols]
+        return t.stamp(new)
+
+
+def del_last_used(trace: TraceCtx) -> TraceCtx:
+    """Inserts ``del`` after each value's last use, so memory is freed as early as in eager code."""
+    with timed_pass("Delete Last Used") as t:
+        seen: set[str] = set()
+        out: list[BoundSymbol] = []
+        for bsym in reversed(trace.bound_symbols):
+            if bsym.sym is prims.python_return:
+                seen.update(p.name for p in bsym.flat_args)
+                out.append(bsym)
+                continue
+            dead = []
+            for p in bsym.flat_args:
+                if p.name not in seen:
+                    seen.add(p.name)
+                    dead.append(p)
+            seen.update(p.name for p in bsym.flat_outs)
+            if dead:
+                out.append(prims.python_del.bind(*dead, output=None))
+            out.append(bsym)
+        new = from_trace(trace)
+        new.bound_symbols = out[::-1]
+        new.scopes = [new.bound_symbols]
+        return t.stamp(new)
+
+
+_ = swap_proxies

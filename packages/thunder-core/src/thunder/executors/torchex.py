@@ -1,0 +1,287 @@
+"""The torch executor: runs torch-language symbols and prims with PyTorch's own functions.
+
+Torch-language symbols map one-to-one onto the torch callable they model, so the final trace
+calls ``torch``/``Tensor`` functions directly. Prims take thunder metadata (dtypes, devices);
+their operators print and run with the torch equivalents.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core import devices, dtypes, prims
+from thunder.core.symbol import Symbol
+from thunder.executors.base import OperatorExecutor
+
+__all__ = ["ex", "no_autocast", "torch_op"]
+
+ex = OperatorExecutor("torch", version=torch.__version__)
+
+_TORCH_NAMESPACES = (
+    ("torch.nn.functional", F),
+    ("torch.special", torch.special),
+    ("torch.linalg", torch.linalg),
+    ("torch.fft", torch.fft),
+    ("torch", torch),
+)
+
+
+def torch_path(fn) -> tuple[str, str] | None:
+    """``(printed name, import line)`` for a torch callable, e.g. ``("Tensor.view", "from torch import Tensor")``."""
+    name = getattr(fn, "__name__", None)
+    if name is None:
+        # getset descriptor getters such as Tensor.T.__get__
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and getattr(owner, "__objclass__", None) is torch.Tensor:
+            return None
+        return None
+    for path, mod in _TORCH_NAMESPACES:
+        if getattr(mod, name, None) is fn:
+            return f"{path}.{name}", f"import {path}"
+    if getattr(torch.Tensor, name, None) is fn:
+        return f"Tensor.{name}", "from torch import Tensor"
+    return None
+
+
+def torch_op(name: str, fn=None, *, print_name: str | None = None, imports=(), torch_args: bool = False) -> Symbol:
+    """An operator of the torch executor; ``torch_args`` prints thunder dtypes/devices as torch ones."""
+    call_ctx = None if print_name is not None else {name: fn}
+    sym = Symbol(
+        name,
+        None,
+        id=f"torch::{name}",
+        is_prim=True,
+        print_name=print_name or name,
+        imports=imports,
+        call_ctx=call_ctx,
+        executor=ex,
+        tags=("torch_args",) if torch_args else (),
+    )
+    return sym
+
+
+def _canonical_torch_fn(sym):
+    """The first torch callable a symbol was declared with (declarations list the one matching its signature first)."""
+    fns = getattr(sym, "torch_fns", ())
+    return fns[0] if fns else None
+
+
+def register_ltorch(sym: Symbol, fn=None) -> None:
+    """Maps a torch-language symbol to the torch callable it models."""
+    fn = fn or _canonical_torch_fn(sym)
+    path = torch_path(fn) if fn is not None else None
+    if path is None:
+        return
+    print_name, imp = path
+    ex.register_implementation(sym, torch_op(sym.name, print_name=print_name, imports=(imp,)))
+
+
+def _register_all_ltorch():
+    import thunder.torch as ltorch
+    from thunder.torch.registry import symbols_by_name
+
+    for sym in symbols_by_name.values():
+        register_ltorch(sym)
+    for name, fn in (("full", torch.full), ("arange", torch.arange), ("randn", torch.randn), ("rand", torch.rand)):
+        register_ltorch(getattr(ltorch, name), fn)
+    ex.register_implementation(ltorch.batch_norm_functional, torch_op("batch_norm_functional", _batch_norm_functional))
+
+
+def _batch_norm_functional(a, running_mean, running_var, weight, bias, training, momentum, eps):
+    if training and running_mean is not None:
+        running_mean = running_mean.clone()
+        running_var = running_var.clone()
+    out = F.batch_norm(a, running_mean, running_var, weight, bias, training, momentum, eps)
+    if not training or running_mean is None:
+        return out, None, None
+    return out, running_mean, running_var
+
+
+# ---------------------------------------------------------------- prims
+
+
+def _prim_op(prim, torch_fn=None, *, impl=None, name=None):
+    if impl is not None:
+        op = torch_op(name or f"prim_{prim.name}", impl)
+    else:
+        print_name, imp = torch_path(torch_fn)
+        op = torch_op(prim.name, print_name=print_name, imports=(imp,), torch_args=True)
+    ex.register_implementation(prim, op)
+
+
+_same_name_elementwise = (
+    "abs neg exp exp2 expm1 log log1p log2 log10 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+    "sqrt rsqrt reciprocal erf erfc erfinv lgamma digamma sign floor ceil round trunc bitwise_not isfinite isnan "
+    "isinf signbit add sub mul pow maximum minimum fmod remainder atan2 bitwise_and bitwise_or bitwise_xor "
+    "copysign nextafter floor_divide eq ne lt le gt ge where"
+).split()
+
+for _n in _same_name_elementwise:
+    _prim_op(getattr(prims, _n), getattr(torch, _n))
+_prim_op(prims.div, torch.true_divide)
+_prim_op(prims.shift_left, torch.bitwise_left_shift)
+_prim_op(prims.shift_right_arithmetic, torch.bitwise_right_shift)
+_prim_op(prims.reshape, torch.reshape)
+_prim_op(prims.transpose, torch.permute)
+_prim_op(prims.cat, torch.cat)
+_prim_op(prims.flip, torch.flip)
+_prim_op(prims.clone, torch.clone)
+_prim_op(prims.matmul, torch.matmul)
+_prim_op(prims.linear, F.linear)
+_prim_op(prims.embedding, F.embedding)
+_prim_op(prims.full, torch.full)
+_prim_op(prims.randn, torch.randn)
+_prim_op(prims.cumsum, torch.cumsum)
+_prim_op(prims.argmax, torch.argmax)
+_prim_op(prims.argmin, torch.argmin)
+_prim_op(prims.topk, torch.topk)
+
+
+def convert_element_type(a, dtype):
+    return a.to(dtypes.to_torch_dtype(dtype))
+
+
+def broadcast_in_dim(a, shape, broadcast_dimensions):
+    view = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        view[d] = a.shape[i]
+    return a.reshape(view).expand(shape)
+
+
+def slice_prim(a, start_indices, end_indices, strides=None):
+    strides = strides or [1] * a.ndim
+    return a[tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
+
+
+def squeeze(a, dims):
+    return a.squeeze(tuple(dims)) if dims else a
+
+
+def pad(a, padding_value, padding_config):
+    if any(interior for _, _, interior in padding_config):
+        shape = [n + max(n - 1, 0) * i for n, (_, _, i) in zip(a.shape, padding_config)]
+        out = torch.full(shape, padding_value, dtype=a.dtype, device=a.device)
+        out[tuple(slice(None, None, i + 1) for _, _, i in padding_config)] = a
+        a = out
+    flat = []
+    for lo, hi, _ in reversed(padding_config):
+        flat += [lo, hi]
+    return F.pad(a, flat, value=padding_value)
+
+
+def stride_order(a, order):
+    return a.contiguous()
+
+
+def take(a, index, dim):
+    return torch.index_select(a, dim, index.reshape(-1)) if index.ndim == 0 else torch.index_select(a, dim, index)
+
+
+def take_along_axis(a, index, dim):
+    return torch.gather(a, dim, index)
+
+
+def scatter_add(a, index, value, dim):
+    return torch.scatter_add(a, dim, index, value)
+
+
+def index_put(a, indices, values, accumulate):
+    return torch.index_put(a, indices, values, accumulate)
+
+
+def _reduce(fn):
+    def impl(a, dims):
+        if not dims:
+            return a.clone()
+        return fn(a, tuple(dims))
+
+    impl.__name__ = fn.__name__
+    return impl
+
+
+def prod(a, dims):
+    for d in sorted(dims, reverse=True):
+        a = torch.prod(a, d)
+    return a
+
+
+def var(a, dims, *, correction):
+    return torch.var(a, tuple(dims), correction=correction)
+
+
+def sort(a, dim, descending, stable):
+    return tuple(torch.sort(a, dim=dim, descending=descending, stable=stable))
+
+
+def iota(length, *, start, step, device, dtype):
+    dtype, device = dtypes.to_torch_dtype(dtype), devices.to_torch_device(device)
+    return (
+        torch.arange(length, device=device, dtype=dtype) * step + start
+        if step != 1 or start != 0
+        else torch.arange(length, device=device, dtype=dtype)
+    )
+
+
+def uniform(shape, minval, maxval, *, device, dtype):
+    dtype, device = dtypes.to_torch_dtype(dtype), devices.to_torch_device(device)
+    if minval == 0.0 and maxval == 1.0:
+        return torch.rand(shape, device=device, dtype=dtype)
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval)
+
+
+def device_put(a, device):
+    return a.to(devices.to_torch_device(device))
+
+
+def copy_(src, dst):
+    with torch.no_grad():
+        return dst.copy_(src)
+
+
+for _prim, _impl in (
+    (prims.convert_element_type, convert_element_type),
+    (prims.broadcast_in_dim, broadcast_in_dim),
+    (prims.slice, slice_prim),
+    (prims.squeeze, squeeze),
+    (prims.pad, pad),
+    (prims.stride_order, stride_order),
+    (prims.take, take),
+    (prims.take_along_axis, take_along_axis),
+    (prims.scatter_add, scatter_add),
+    (prims.index_put, index_put),
+    (prims.sum, _reduce(torch.sum)),
+    (prims.amax, _reduce(torch.amax)),
+    (prims.amin, _reduce(torch.amin)),
+    (prims.prod, prod),
+    (prims.var, var),
+    (prims.sort, sort),
+    (prims.iota, iota),
+    (prims.uniform, uniform),
+    (prims.device_put, device_put),
+    (prims.copy_, copy_),
+):
+    _prim_op(_prim, impl=_impl, name=_impl.__name__ if _impl.__name__ != "impl" else f"prim_{_prim.name}")
+
+
+@contextmanager
+def _no_autocast_ctx():
+    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        yield
+
+
+def no_autocast(fn):
+    """Decorator: runs ``fn`` with autocast disabled (traces apply autocast's casts themselves)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _no_autocast_ctx():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+_register_all_ltorch()

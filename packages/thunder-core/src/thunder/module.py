@@ -1,0 +1,84 @@
+"""``ThunderModule``: what ``thunder.jit(module)`` returns. It shares the original module's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+__all__ = ["ThunderModule"]
+
+
+class ThunderModule(torch.nn.Module):
+    """A wrapper ``nn.Module`` subclass.
+
+    This wrapper is returned by ``thunder.jit``; you would typically not instantiate it manually.
+    Parameters, buffers and submodules are the original module's (the same tensor objects), under
+    their original names.
+    """
+
+    def __init__(self, model: torch.nn.Module, compiled_model_call: Callable):
+        super().__init__()
+        self._model = model
+        self._forward_fn = compiled_model_call
+        self._no_sync = False
+
+    def forward(self, *args, **kwargs):
+        return self._forward_fn(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks:
+            return super().__call__(*args, **kwargs)
+        return self._forward_fn(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            model = self._modules.get("_model")
+            if model is None:
+                raise
+            return getattr(model, name)
+
+    def get_parameter(self, target: str) -> torch.nn.Parameter:
+        """Return the parameter given by ``target`` (the original module's name for it)."""
+        return self._model.get_parameter(target)
+
+    def get_buffer(self, target: str) -> torch.Tensor:
+        """Return the buffer given by ``target`` (the original module's name for it)."""
+        return self._model.get_buffer(target)
+
+    def get_submodule(self, target: str) -> torch.nn.Module:
+        """Return the submodule given by ``target``; ``""`` is the original module."""
+        return self._model.get_submodule(target)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Iterator:
+        """Yield ``(name, parameter)`` pairs of the original module."""
+        yield from self._model.named_parameters(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Iterator:
+        """Yield ``(name, buffer)`` pairs of the original module."""
+        yield from self._model.named_buffers(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
+    def state_dict(self, *args, **kwargs):
+        """The original module's ``state_dict`` (same keys as without thunder)."""
+        return self._model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Loads into the original module; with ``assign=True`` the next call re-reads the new tensors."""
+        return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @contextmanager
+    def no_sync(self):
+        """Context manager to disable gradient synchronization in data parallel mode.
+
+        Without a data-parallel transform it has no effect.
+        """
+        previous = self._no_sync
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = previous

@@ -1,0 +1,418 @@
+"""Elementwise torch operations: math, comparisons, bitwise and logical ops, activations."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from numbers import Number
+
+import torch
+import torch.nn.functional as F
+
+from thunder import clang
+from thunder.clang import TypePromotionKind as TPK
+from thunder.core import dtypes, prims
+from thunder.core.checks import check
+from thunder.core.proxies import TensorProxy
+from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
+
+T = torch.Tensor
+
+
+def _inplace(torch_fn, sym):
+    register_torch_alias(torch_fn, InplaceOp(sym))
+
+
+def _unary(name, prim, kind=TPK.DEFAULT, python_fn=None, extra=()):
+    torch_fn = getattr(torch, name, None)
+    fns = [f for f in (torch_fn, getattr(T, name, None), *extra) if f is not None]
+
+    def impl(a):
+        return clang.elementwise_unary(a, prim, kind, python_fn)
+
+    impl.__name__ = name
+    sym = torchsymbol(*fns, method_name=name)(impl)
+    if hasattr(T, name + "_"):
+        _inplace(getattr(T, name + "_"), sym)
+    return sym
+
+
+abs = _unary("abs", prims.abs, TPK.COMPLEX_TO_FLOAT, python_fn=lambda x: x.__abs__(), extra=(T.__abs__,))
+neg = _unary("neg", prims.neg, python_fn=lambda x: -x, extra=(T.__neg__, torch.negative))
+exp = _unary("exp", prims.exp, TPK.INT_TO_FLOAT, math.exp)
+exp2 = _unary("exp2", prims.exp2, TPK.INT_TO_FLOAT)
+expm1 = _unary("expm1", prims.expm1, TPK.INT_TO_FLOAT, math.expm1)
+log = _unary("log", prims.log, TPK.INT_TO_FLOAT, math.log)
+log1p = _unary("log1p", prims.log1p, TPK.INT_TO_FLOAT, math.log1p)
+log2 = _unary("log2", prims.log2, TPK.INT_TO_FLOAT, math.log2)
+log10 = _unary("log10", prims.log10, TPK.INT_TO_FLOAT, math.log10)
+sin = _unary("sin", prims.sin, TPK.INT_TO_FLOAT, math.sin)
+cos = _unary("cos", prims.cos, TPK.INT_TO_FLOAT, math.cos)
+tan = _unary("tan", prims.tan, TPK.INT_TO_FLOAT, math.tan)
+asin = _unary("asin", prims.asin, TPK.INT_TO_FLOAT, math.asin)
+acos = _unary("acos", prims.acos, TPK.INT_TO_FLOAT, math.acos)
+atan = _unary("atan", prims.atan, TPK.INT_TO_FLOAT, math.atan)
+sinh = _unary("sinh", prims.sinh, TPK.INT_TO_FLOAT, math.sinh)
+cosh = _unary("cosh", prims.cosh, TPK.INT_TO_FLOAT, math.cosh)
+tanh = _unary("tanh", prims.tanh, TPK.INT_TO_FLOAT, math.tanh)
+asinh = _unary("asinh", prims.asinh, TPK.INT_TO_FLOAT, math.asinh)
+acosh = _unary("acosh", prims.acosh, TPK.INT_TO_FLOAT, math.acosh)
+atanh = _unary("atanh", prims.atanh, TPK.INT_TO_FLOAT, math.atanh)
+sqrt = _unary("sqrt", prims.sqrt, TPK.INT_TO_FLOAT, math.sqrt)
+rsqrt = _unary("rsqrt", prims.rsqrt, TPK.INT_TO_FLOAT, lambda x: 1 / math.sqrt(x))
+reciprocal = _unary("reciprocal", prims.reciprocal, TPK.INT_TO_FLOAT, lambda x: 1 / x)
+erf = _unary("erf", prims.erf, TPK.INT_TO_FLOAT, math.erf)
+erfc = _unary("erfc", prims.erfc, TPK.INT_TO_FLOAT, math.erfc)
+erfinv = _unary("erfinv", prims.erfinv, TPK.INT_TO_FLOAT)
+lgamma = _unary("lgamma", prims.lgamma, TPK.INT_TO_FLOAT, math.lgamma)
+digamma = _unary("digamma", prims.digamma, TPK.INT_TO_FLOAT)
+sign = _unary("sign", prims.sign)
+floor = _unary("floor", prims.floor, python_fn=math.floor)
+ceil = _unary("ceil", prims.ceil, python_fn=math.ceil)
+trunc = _unary("trunc", prims.trunc, python_fn=math.trunc)
+isfinite = _unary("isfinite", prims.isfinite, TPK.ALWAYS_BOOL, math.isfinite)
+isnan = _unary("isnan", prims.isnan, TPK.ALWAYS_BOOL, math.isnan)
+isinf = _unary("isinf", prims.isinf, TPK.ALWAYS_BOOL, math.isinf)
+signbit = _unary("signbit", prims.signbit, TPK.ALWAYS_BOOL)
+
+
+@torchsymbol(torch.round, T.round, method_name="round")
+def round(a, decimals: int = 0):
+    check(decimals == 0, "round with decimals is not supported yet", NotImplementedError)
+    return clang.elementwise_unary(a, prims.round, python_fn=builtins.round)
+
+
+@torchsymbol(torch.bitwise_not, T.bitwise_not, T.__invert__, method_name="bitwise_not")
+def bitwise_not(a):
+    check(dtypes.is_integer_dtype(a.dtype), "bitwise_not is only defined for integer and bool tensors", TypeError)
+    if a.dtype is dtypes.bool8:
+        return prims.eq(a, False)
+    return prims.bitwise_not(a)
+
+
+@torchsymbol(torch.logical_not, T.logical_not, method_name="logical_not")
+def logical_not(a):
+    if a.dtype is dtypes.bool8:
+        return prims.eq(a, False)
+    return prims.eq(a, clang.maybe_convert_to_dtype(0, a.dtype))
+
+
+@torchsymbol(torch.sigmoid, T.sigmoid, F.sigmoid, torch.special.expit, method_name="sigmoid")
+def sigmoid(a):
+    comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
+    a = clang.maybe_convert_to_dtype(a, comp)
+    out = prims.reciprocal(prims.add(prims.exp(prims.neg(a)), 1.0))
+    return clang.maybe_convert_to_dtype(out, res)
+
+
+_inplace(T.sigmoid_, sigmoid)
+
+
+# ---------------------------------------------------------------- binary
+
+
+def _binary(name, prim, kind=TPK.DEFAULT, python_fn=None, torch_fns=(), method=True, reflected=None):
+    def impl(a, b):
+        return clang.elementwise_binary(a, b, prim, kind, python_fn)
+
+    impl.__name__ = name
+    sym = torchsymbol(*torch_fns, method_name=name if method else None)(impl)
+    if reflected is not None:
+        register_torch_alias(reflected, lambda a, b: sym(b, a))
+    return sym
+
+
+@torchsymbol(torch.add, T.add, T.__add__, method_name="add")
+def add(a, b, *, alpha=1, out=None):
+    check(out is None, "out= is not supported", NotImplementedError)
+    if alpha != 1:
+        b = clang.mul(b, alpha)
+    return clang.add(a, b)
+
+
+register_torch_alias(T.__radd__, lambda a, b: add(b, a))
+register_torch_alias(T.add_, InplaceOp(add))
+register_torch_alias(T.__iadd__, InplaceOp(add))
+
+
+@torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, method_name="sub")
+def sub(a, b, *, alpha=1, out=None):
+    check(out is None, "out= is not supported", NotImplementedError)
+    if alpha != 1:
+        b = clang.mul(b, alpha)
+    return clang.sub(a, b)
+
+
+register_torch_alias(T.__rsub__, lambda a, b: sub(b, a))
+register_torch_alias(T.sub_, InplaceOp(sub))
+register_torch_alias(T.__isub__, InplaceOp(sub))
+
+mul = _binary(
+    "mul",
+    prims.mul,
+    python_fn=lambda x, y: x * y,
+    torch_fns=(torch.mul, T.mul, T.__mul__, torch.multiply),
+    reflected=T.__rmul__,
+)
+register_torch_alias(T.mul_, InplaceOp(mul))
+register_torch_alias(T.__imul__, InplaceOp(mul))
+
+true_divide = _binary(
+    "true_divide",
+    prims.div,
+    TPK.INT_TO_FLOAT,
+    lambda x, y: x / y,
+    (torch.true_divide, T.__truediv__, T.true_divide),
+    reflected=T.__rtruediv__,
+)
+
+
+@torchsymbol(torch.div, T.div, torch.divide, method_name="div")
+def div(a, b, *, rounding_mode=None, out=None):
+    check(out is None, "out= is not supported", NotImplementedError)
+    if rounding_mode is None:
+        return true_divide(a, b)
+    if rounding_mode == "trunc":
+        return trunc(true_divide(a, b)) if _is_float(a, b) else clang.elementwise_binary(a, b, prims.div)
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+
+
+def _is_float(a, b):
+    return dtypes.is_inexact_dtype(clang.result_dtype(a, b))
+
+
+register_torch_alias(T.div_, InplaceOp(div))
+register_torch_alias(T.__itruediv__, InplaceOp(true_divide))
+
+floor_divide = _binary(
+    "floor_divide",
+    prims.floor_divide,
+    python_fn=lambda x, y: x // y,
+    torch_fns=(torch.floor_divide, T.floor_divide, T.__floordiv__),
+    reflected=T.__rfloordiv__,
+)
+remainder = _binary(
+    "remainder",
+    prims.remainder,
+    python_fn=lambda x, y: x % y,
+    torch_fns=(torch.remainder, T.remainder, T.__mod__),
+    reflected=T.__rmod__,
+)
+fmod = _binary("fmod", prims.fmod, python_fn=math.fmod, torch_fns=(torch.fmod, T.fmod))
+atan2 = _binary("atan2", prims.atan2, TPK.INT_TO_FLOAT, math.atan2, (torch.atan2, T.atan2))
+maximum = _binary("maximum", prims.maximum, TPK.NO_OPMATH, max, (torch.maximum, T.maximum))
+minimum = _binary("minimum", prims.minimum, TPK.NO_OPMATH, min, (torch.minimum, T.minimum))
+copysign = _binary("copysign", prims.copysign, TPK.INT_TO_FLOAT, math.copysign, (torch.copysign, T.copysign))
+eq = _binary("eq", prims.eq, TPK.ALWAYS_BOOL, lambda x, y: x == y, (torch.eq, T.eq, T.__eq__))
+ne = _binary("ne", prims.ne, TPK.ALWAYS_BOOL, lambda x, y: x != y, (torch.ne, T.ne, T.__ne__, torch.not_equal))
+lt = _binary("lt", prims.lt, TPK.ALWAYS_BOOL, lambda x, y: x < y, (torch.lt, T.lt, T.__lt__, torch.less))
+le = _binary("le", prims.le, TPK.ALWAYS_BOOL, lambda x, y: x <= y, (torch.le, T.le, T.__le__, torch.less_equal))
+gt = _binary("gt", prims.gt, TPK.ALWAYS_BOOL, lambda x, y: x > y, (torch.gt, T.gt, T.__gt__, torch.greater))
+ge = _binary("ge", prims.ge, TPK.ALWAYS_BOOL, lambda x, y: x >= y, (torch.ge, T.ge, T.__ge__, torch.greater_equal))
+
+
+def _bitwise(name, prim, pyfn, fns, reflected):
+    def impl(a, b):
+        for x in (a, b):
+            if isinstance(x, TensorProxy):
+                check(
+                    dtypes.is_integer_dtype(x.dtype), f"{name} is only defined for integer and bool tensors", TypeError
+                )
+        return clang.elementwise_binary(a, b, prim, TPK.NO_OPMATH, pyfn)
+
+    impl.__name__ = name
+    sym = torchsymbol(*fns, method_name=name)(impl)
+    register_torch_alias(reflected, lambda a, b: sym(b, a))
+    return sym
+
+
+bitwise_and = _bitwise(
+    "bitwise_and", prims.bitwise_and, lambda x, y: x & y, (torch.bitwise_and, T.bitwise_and, T.__and__), T.__rand__
+)
+bitwise_or = _bitwise(
+    "bitwise_or", prims.bitwise_or, lambda x, y: x | y, (torch.bitwise_or, T.bitwise_or, T.__or__), T.__ror__
+)
+bitwise_xor = _bitwise(
+    "bitwise_xor", prims.bitwise_xor, lambda x, y: x ^ y, (torch.bitwise_xor, T.bitwise_xor, T.__xor__), T.__rxor__
+)
+register_torch_alias(T.__iand__, InplaceOp(bitwise_and))
+register_torch_alias(T.__ior__, InplaceOp(bitwise_or))
+
+
+def _to_bool(a):
+    if isinstance(a, TensorProxy):
+        return a if a.dtype is dtypes.bool8 else prims.ne(a, clang.maybe_convert_to_dtype(0, a.dtype))
+    return bool(a)
+
+
+@torchsymbol(torch.logical_and, T.logical_and, method_name="logical_and")
+def logical_and(a, b):
+    a, b = clang.maybe_broadcast(_to_bool(a), _to_bool(b))
+    return prims.bitwise_and(a, b)
+
+
+@torchsymbol(torch.logical_or, T.logical_or, method_name="logical_or")
+def logical_or(a, b):
+    a, b = clang.maybe_broadcast(_to_bool(a), _to_bool(b))
+    return prims.bitwise_or(a, b)
+
+
+@torchsymbol(torch.logical_xor, T.logical_xor, method_name="logical_xor")
+def logical_xor(a, b):
+    a, b = clang.maybe_broadcast(_to_bool(a), _to_bool(b))
+    return prims.bitwise_xor(a, b)
+
+
+@torchsymbol(torch.pow, T.pow, T.__pow__, method_name="pow")
+def pow(a, b):
+    if isinstance(a, TensorProxy) and not isinstance(b, TensorProxy) and b == 2:
+        comp, res = clang.elementwise_type_promotion(a, b, kind=TPK.DEFAULT)
+        ac = clang.maybe_convert_to_dtype(a, comp)
+        return clang.maybe_convert_to_dtype(prims.mul(ac, ac), res)
+    return clang.elementwise_binary(a, b, prims.pow, python_fn=lambda x, y: x**y)
+
+
+register_torch_alias(T.__rpow__, lambda a, b: pow(b, a))
+register_torch_alias(T.pow_, InplaceOp(pow))
+
+
+@torchsymbol(torch.where, T.where, method_name="where")
+def where(condition, input=None, other=None):
+    check(
+        input is not None and other is not None,
+        "where(condition) with one argument is not supported",
+        NotImplementedError,
+    )
+    return clang.where(condition, input, other)
+
+
+@torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method_name="clamp")
+def clamp(a, min=None, max=None):
+    check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
+    # NaN-propagating, as torch.clamp
+    if min is not None:
+        a = clang.where(lt(a, min), min, a)
+    if max is not None:
+        a = clang.where(gt(a, max), max, a)
+    return a
+
+
+register_torch_alias(T.clamp_, InplaceOp(clamp))
+
+
+@torchsymbol(torch.masked_fill, T.masked_fill, method_name="masked_fill")
+def masked_fill(a, mask, value):
+    check(
+        mask.dtype is dtypes.bool8,
+        lambda: f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype.torch_dtype}",
+    )
+    if isinstance(value, TensorProxy):
+        check(value.ndim == 0, "masked_fill only supports a 0-dimensional value tensor")
+        value = clang.maybe_convert_to_dtype(value, a.dtype)
+    else:
+        value = clang.maybe_convert_to_dtype(value, a.dtype)
+    return clang.where(mask, value, a)
+
+
+register_torch_alias(T.masked_fill_, InplaceOp(masked_fill))
+
+
+@torchsymbol(torch.lerp, T.lerp, method_name="lerp")
+def lerp(start, end, weight):
+    return add(start, mul(weight, sub(end, start)))
+
+
+# ---------------------------------------------------------------- activations
+
+
+@torchsymbol(torch.relu, T.relu, F.relu, method_name="relu")
+def relu(a, inplace: bool = False):
+    return clang.where(gt(a, 0), a, clang.maybe_convert_to_dtype(0, a.dtype))
+
+
+_inplace(T.relu_, relu)
+register_torch_alias(torch.relu_, InplaceOp(relu))
+
+
+@torchsymbol(F.relu6)
+def relu6(a, inplace: bool = False):
+    return clamp(a, 0, 6)
+
+
+@torchsymbol(F.silu)
+def silu(a, inplace: bool = False):
+    comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
+    ac = clang.maybe_convert_to_dtype(a, comp)
+    out = prims.mul(ac, prims.reciprocal(prims.add(prims.exp(prims.neg(ac)), 1.0)))
+    return clang.maybe_convert_to_dtype(out, res)
+
+
+@torchsymbol(F.gelu)
+def gelu(a, approximate: str = "none"):
+    comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
+    x = clang.maybe_convert_to_dtype(a, comp)
+    if approximate == "none":
+        out = prims.mul(prims.mul(x, 0.5), prims.add(prims.erf(prims.mul(x, 1 / math.sqrt(2))), 1.0))
+    elif approximate == "tanh":
+        inner = prims.mul(prims.add(x, prims.mul(prims.mul(prims.mul(x, x), x), 0.044715)), math.sqrt(2 / math.pi))
+        out = prims.mul(prims.mul(x, 0.5), prims.add(prims.tanh(inner), 1.0))
+    else:
+        raise RuntimeError("approximate argument must be either none or tanh.")
+    return clang.maybe_convert_to_dtype(out, res)
+
+
+@torchsymbol(F.softplus)
+def softplus(a, beta: float = 1.0, threshold: float = 20.0):
+    scaled = mul(a, beta)
+    return where(gt(scaled, threshold), a, true_divide(log1p(exp(scaled)), beta))
+
+
+@torchsymbol(F.leaky_relu)
+def leaky_relu(a, negative_slope: float = 0.01, inplace: bool = False):
+    return where(gt(a, 0), a, mul(a, negative_slope))
+
+
+@torchsymbol(F.elu)
+def elu(a, alpha: float = 1.0, inplace: bool = False):
+    return where(gt(a, 0), a, mul(expm1(a), alpha))
+
+
+@torchsymbol(F.hardsigmoid)
+def hardsigmoid(a, inplace: bool = False):
+    return true_divide(relu6(add(a, 3)), 6)
+
+
+@torchsymbol(F.hardswish)
+def hardswish(a, inplace: bool = False):
+    check(
+        dtypes.is_float_dtype(a.dtype),
+        lambda: f"hardswish only supports floating point dtypes, got {a.dtype}",
+        ValueError,
+    )
+    return true_divide(mul(a, relu6(add(a, 3))), 6)
+
+
+@torchsymbol(F.mish)
+def mish(a, inplace: bool = False):
+    return mul(a, tanh(softplus(a)))
+
+
+@torchsymbol(F.logsigmoid)
+def logsigmoid(a):
+    return neg(softplus(neg(a)))
+
+
+@torchsymbol(F.tanh)
+def nn_tanh(a):
+    return tanh(a)
+
+
+@torchsymbol(F.tanhshrink)
+def tanhshrink(a):
+    return sub(a, tanh(a))
+
+
+def is_number(x) -> bool:
+    return isinstance(x, Number)

@@ -1,0 +1,177 @@
+"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, var/std, logsumexp, any/all, cumsum, topk, sort."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunder import clang
+from thunder.clang import TypePromotionKind as TPK
+from thunder.core import dtypes, prims
+from thunder.core.checks import canonicalize_dim, check
+from thunder.torch.registry import register_torch_alias, torchsymbol
+
+T = torch.Tensor
+
+
+@torchsymbol(torch.sum, T.sum, method_name="sum", tags=("reduction",))
+def sum(a, dim=None, keepdim: bool = False, *, dtype=None):
+    return clang.sum(a, dim, keepdim, dtype)
+
+
+@torchsymbol(torch.mean, T.mean, method_name="mean", tags=("reduction",))
+def mean(a, dim=None, keepdim: bool = False, *, dtype=None):
+    return clang.mean(a, dim, keepdim, dtype)
+
+
+@torchsymbol(torch.prod, T.prod, method_name="prod", tags=("reduction",))
+def prod(a, dim=None, keepdim: bool = False, *, dtype=None):
+    return clang.reduction(a, prims.prod, dim, keepdim, dtype, TPK.BOOL_TO_LONG)
+
+
+@torchsymbol(torch.amax, T.amax, method_name="amax", tags=("reduction",))
+def amax(a, dim=(), keepdim: bool = False):
+    return clang.amax(a, dim, keepdim)
+
+
+@torchsymbol(torch.amin, T.amin, method_name="amin", tags=("reduction",))
+def amin(a, dim=(), keepdim: bool = False):
+    return clang.amin(a, dim, keepdim)
+
+
+def _with_indices(a, dim, keepdim, reduce, arg):
+    values = reduce(a, dim, keepdim)
+    indices = arg(a, dim, keepdim)
+    return values, indices
+
+
+@torchsymbol(torch.argmax, T.argmax, method_name="argmax", tags=("reduction",))
+def argmax(a, dim=None, keepdim: bool = False):
+    return _arg(prims.argmax, a, dim, keepdim)
+
+
+@torchsymbol(torch.argmin, T.argmin, method_name="argmin", tags=("reduction",))
+def argmin(a, dim=None, keepdim: bool = False):
+    return _arg(prims.argmin, a, dim, keepdim)
+
+
+def _arg(prim, a, dim, keepdim):
+    if dim is None:
+        out = prim(clang.reshape(a, (a.numel(),)), 0) if a.ndim != 1 else prim(a, 0)
+        if keepdim:
+            out = clang.reshape(out, (1,) * a.ndim)
+        return out
+    dim = canonicalize_dim(a.ndim, dim)
+    if a.ndim == 0:
+        return prims.full((), 0, device=a.device, dtype=dtypes.int64)
+    out = prim(a, dim)
+    if keepdim:
+        out = clang.unsqueeze(out, dim)
+    return out
+
+
+@torchsymbol(torch.max, T.max, method_name="max", tags=("reduction",))
+def max(a, dim=None, keepdim: bool = False):
+    if dim is None:
+        return clang.amax(a)
+    if not isinstance(dim, int):
+        return clang.elementwise_binary(a, dim, prims.maximum, TPK.NO_OPMATH)
+    return torch.return_types.max((clang.amax(a, dim, keepdim), _arg(prims.argmax, a, dim, keepdim)))
+
+
+@torchsymbol(torch.min, T.min, method_name="min", tags=("reduction",))
+def min(a, dim=None, keepdim: bool = False):
+    if dim is None:
+        return clang.amin(a)
+    if not isinstance(dim, int):
+        return clang.elementwise_binary(a, dim, prims.minimum, TPK.NO_OPMATH)
+    return torch.return_types.min((clang.amin(a, dim, keepdim), _arg(prims.argmin, a, dim, keepdim)))
+
+
+def _correction(unbiased, correction):
+    if correction is None:
+        return 1 if unbiased is None or unbiased else 0
+    return correction
+
+
+@torchsymbol(torch.var, T.var, method_name="var", tags=("reduction",))
+def var(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    return clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
+
+
+@torchsymbol(torch.std, T.std, method_name="std", tags=("reduction",))
+def std(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    v = clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
+    return clang.elementwise_unary(v, prims.sqrt)
+
+
+@torchsymbol(torch.var_mean, tags=("reduction",))
+def var_mean(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    v = clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
+    return v, clang.mean(a, dim, keepdim)
+
+
+@torchsymbol(torch.std_mean, tags=("reduction",))
+def std_mean(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
+    return clang.elementwise_unary(v, prims.sqrt), m
+
+
+@torchsymbol(torch.logsumexp, T.logsumexp, method_name="logsumexp", tags=("reduction",))
+def logsumexp(a, dim, keepdim: bool = False):
+    comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
+    x = clang.maybe_convert_to_dtype(a, comp)
+    m = clang.amax(x, dim, True)
+    m = clang.where(prims.isinf(m), clang.maybe_convert_to_dtype(0, comp), m)
+    s = clang.sum(clang.elementwise_unary(clang.sub(x, m), prims.exp), dim, True)
+    out = clang.add(clang.elementwise_unary(s, prims.log), m)
+    if not keepdim:
+        out = clang.squeeze(out, clang._reduction_dims(a, dim))
+    return clang.maybe_convert_to_dtype(out, res)
+
+
+def _to_bool(a):
+    return a if a.dtype is dtypes.bool8 else prims.ne(a, clang.maybe_convert_to_dtype(0, a.dtype))
+
+
+@torchsymbol(torch.any, T.any, method_name="any", tags=("reduction",))
+def any(a, dim=None, keepdim: bool = False):
+    b = clang.maybe_convert_to_dtype(_to_bool(a), dtypes.int32)
+    out = prims.gt(clang.amax(b, dim, keepdim) if b.ndim else b, 0)
+    return out
+
+
+@torchsymbol(torch.all, T.all, method_name="all", tags=("reduction",))
+def all(a, dim=None, keepdim: bool = False):
+    b = clang.maybe_convert_to_dtype(_to_bool(a), dtypes.int32)
+    return prims.gt(clang.amin(b, dim, keepdim) if b.ndim else b, 0)
+
+
+@torchsymbol(torch.cumsum, T.cumsum, method_name="cumsum")
+def cumsum(a, dim: int, *, dtype=None):
+    if dtype is None:
+        dtype = dtypes.int64 if dtypes.is_integer_dtype(a.dtype) else a.dtype
+    a = clang.maybe_convert_to_dtype(a, dtype)
+    return prims.cumsum(a, canonicalize_dim(a.ndim, dim)) if a.ndim else a
+
+
+@torchsymbol(torch.topk, T.topk, method_name="topk")
+def topk(a, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    return torch.return_types.topk(prims.topk(a, k, canonicalize_dim(a.ndim, dim), largest, sorted))
+
+
+@torchsymbol(torch.sort, T.sort, method_name="sort")
+def sort(a, dim: int = -1, descending: bool = False, stable: bool = False):
+    return torch.return_types.sort(prims.sort(a, canonicalize_dim(a.ndim, dim), descending, stable))
+
+
+@torchsymbol(torch.norm, T.norm, torch.linalg.vector_norm, method_name="norm")
+def norm(a, p=2, dim=None, keepdim: bool = False, dtype=None):
+    check(p == 2 or p == "fro", "only the 2-norm is supported", NotImplementedError)
+    x = clang.maybe_convert_to_dtype(a, dtype) if dtype is not None else a
+    return clang.elementwise_unary(clang.sum(clang.mul(x, x), dim, keepdim), prims.sqrt)
+
+
+register_torch_alias(T.__len__, lambda a: a.shape[0])
+_ = math

@@ -1,0 +1,57 @@
+"""Errors the tracer raises about the user's program, each naming the user's source line."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+_THUNDER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(__import__("torch").__file__)) + os.sep
+
+
+class DataDependentControlFlowError(RuntimeError):
+    """Python needed the value of a tensor while thunder traced the program."""
+
+
+class TracingError(RuntimeError):
+    """The program could not be traced."""
+
+
+def user_frame(start_depth: int = 2):
+    """The innermost frame outside thunder and torch (the user's code), or None."""
+    f = sys._getframe(start_depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (fn.startswith(_THUNDER_DIR) or fn.startswith(_TORCH_DIR)):
+            return f
+        f = f.f_back
+    return None
+
+
+def innermost_frame(start_depth: int = 2):
+    """The innermost frame outside thunder (may be inside torch, e.g. ``nn.Linear.forward``)."""
+    f = sys._getframe(start_depth)
+    while f is not None and f.f_code.co_filename.startswith(_THUNDER_DIR):
+        f = f.f_back
+    return f
+
+
+def describe_location(frame) -> str:
+    if frame is None:
+        return "an unknown location"
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    text = linecache.getline(filename, lineno).strip()
+    where = f'File "{filename}", line {lineno}, in {frame.f_code.co_name}'
+    return f"{where}\n    {text}" if text else where
+
+
+def data_dependent_error(what: str, frame) -> DataDependentControlFlowError:
+    return DataDependentControlFlowError(
+        f"thunder.jit cannot {what}: the value only exists when the program runs, but thunder traces the "
+        f"program once with stand-in tensors and specialises on everything Python sees.\n"
+        f"  {describe_location(frame)}\n"
+        "Compute the result with tensor operations instead (for example torch.where instead of an if on a tensor), "
+        "move this code out of the jitted function, or compile with thunder.dynamo.thunderfx, which splits the "
+        "program at such points."
+    )

@@ -1,0 +1,539 @@
+"""The tracing front end: runs the user's Python on stand-in tensors and records torch-level calls.
+
+User code sees ``TracingTensor``s: real ``torch.Tensor`` subclasses (so ``isinstance``, ``.shape``,
+``.dtype``, ``.device`` behave) that hold a ``TensorProxy``. Every torch call, whether through a
+tensor argument or a factory function under the tracing ``TorchFunctionMode``, reaches
+``Tracer.handle``, which maps it to a torch-language symbol (or an opaque fallback run by
+PyTorch) and records it into the trace.
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from thunder.core import devices, dtypes
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.symbol import Symbol
+from thunder.core.trace import TraceCtx
+from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
+
+__all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
+
+T = torch.Tensor
+_current_tracer: list = [None]
+
+
+class TracingTensor(torch.Tensor):
+    """A tensor-like stand-in seen by user code while tracing; ``_thunder_proxy`` is its current value."""
+
+    @staticmethod
+    def __new__(cls, proxy: TensorProxy):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls,
+            proxy.shape,
+            dtype=proxy.dtype.torch_dtype,
+            device=proxy.device._torch_device,
+            requires_grad=proxy.requires_grad,
+        )
+        t._thunder_proxy = proxy
+        return t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        tracer = _current_tracer[-1]
+        if tracer is None:
+            raise TracingError(
+                "a thunder stand-in tensor escaped the traced function (stored in a global or an attribute?) "
+                f"and was used with {getattr(func, '__name__', func)} after tracing ended"
+            )
+        return tracer.handle(func, args, kwargs or {})
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise TracingError(f"internal error: {func} reached PyTorch's dispatcher with a thunder stand-in tensor")
+
+    def __repr__(self, *, tensor_contents=None):
+        p = self._thunder_proxy
+        return f'TracingTensor({p.name}: "{p.type_string()}")'
+
+
+class _TracingMode(TorchFunctionMode):
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.tracer.handle(func, args, kwargs or {})
+
+
+def unwrap(x):
+    """TracingTensors inside ``x`` (tuples, lists, dicts) replaced by their proxies."""
+    t = type(x)
+    if t is TracingTensor:
+        return x._thunder_proxy
+    if t is tuple or t is list:
+        if not x:
+            return x
+        return t(unwrap(y) for y in x)
+    if t is dict:
+        return {k: unwrap(v) for k, v in x.items()}
+    if isinstance(x, TracingTensor):
+        return x._thunder_proxy
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return t(*(unwrap(y) for y in x))
+    if isinstance(x, slice):
+        return slice(unwrap(x.start), unwrap(x.stop), unwrap(x.step))
+    return x
+
+
+def wrap(x):
+    """Proxies inside ``x`` replaced by TracingTensors (what user code sees)."""
+    if isinstance(x, TensorProxy):
+        return TracingTensor(x)
+    t = type(x)
+    if t is tuple or t is list:
+        return t(wrap(y) for y in x)
+    if t is dict:
+        return {k: wrap(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        if hasattr(t, "n_fields"):  # torch.return_types structseq
+            return t(tuple(wrap(y) for y in x))
+        if hasattr(x, "_fields"):
+            return t(*(wrap(y) for y in x))
+    if isinstance(x, Proxy):
+        return x.value if hasattr(x, "value") else x
+    return x
+
+
+# metadata queries are answered from the wrapper itself (its sizes, dtype and device are the proxy's)
+_METADATA_NAMES = (
+    "shape dtype device requires_grad ndim is_cuda is_cpu is_meta layout is_sparse is_quantized is_nested "
+    "is_mkldnn itemsize nbytes is_leaf names"
+).split()
+_METADATA_METHODS = (
+    "size dim ndimension numel nelement is_floating_point is_complex is_signed element_size get_device "
+    "is_contiguous stride storage_offset __len__ __hash__ __format__ dim_order"
+).split()
+_METADATA = {getattr(T, n).__get__ for n in _METADATA_NAMES if hasattr(T, n)} | {
+    getattr(T, n) for n in _METADATA_METHODS if hasattr(T, n)
+}
+_NONE_ATTRIBUTES = {T.grad_fn.__get__, T.grad.__get__, T._base.__get__}
+
+_DATA_DEPENDENT = {
+    T.__bool__: "convert a tensor to a Python bool (an `if`, `while`, `and`/`or` or `assert` on a tensor)",
+    T.item: "read a tensor's value with .item()",
+    T.tolist: "read a tensor's values with .tolist()",
+    T.__int__: "convert a tensor to a Python int",
+    T.__float__: "convert a tensor to a Python float",
+    T.__index__: "use a tensor as a Python index",
+    T.__complex__: "convert a tensor to a Python complex",
+    T.numpy: "convert a tensor to NumPy",
+    T.__array__: "convert a tensor to NumPy",
+    T.__contains__: "test membership in a tensor (`x in t`)",
+    T.data_ptr: "read a tensor's data pointer",
+    T.untyped_storage: "access a tensor's storage",
+}
+
+_AUTOCAST_LOWER_PRECISION = {
+    torch.nn.functional.linear,
+    torch.matmul,
+    T.matmul,
+    T.__matmul__,
+    torch.mm,
+    T.mm,
+    torch.bmm,
+    T.bmm,
+    torch.addmm,
+    torch.baddbmm,
+    torch.nn.functional.scaled_dot_product_attention,
+    torch.nn.functional.conv1d,
+    torch.nn.functional.conv2d,
+    torch.nn.functional.conv3d,
+}
+
+
+class Tracer:
+    """Records the user's torch calls into ``trace``."""
+
+    def __init__(self, trace: TraceCtx, *, record_log: bool = True):
+        self.trace = trace
+        self.in_symbol = False
+        self.log: list[dict[str, Any]] = [] if record_log else None
+        self.constants: dict[int, TensorProxy] = {}
+        self._pending_name = None
+        self._store_names: dict[tuple[int, int], str | None] = {}
+        self.input_names: set[str] = set()
+        trace.user_call_hook = self.symbol_called
+
+    # ---------------------------------------------------------------- entry points
+    def handle(self, func, args, kwargs):
+        if func in _METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        if func in _NONE_ATTRIBUTES:
+            return None
+        what = _DATA_DEPENDENT.get(func)
+        if what is not None:
+            raise data_dependent_error(what, user_frame(2))
+        if func is T.__iter__:
+            return iter(self.handle(T.unbind, (args[0], 0), {}))
+        if func is T.__repr__ or func is T.__str__:
+            return TracingTensor.__repr__(args[0])
+        if func is T.requires_grad_:
+            return args[0]
+        mapped = torch_to_thunder.get(func)
+        return self.record_call(func, mapped, args, kwargs)
+
+    def symbol_called(self, sym: Symbol, args, kwargs):
+        """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""
+        if self.in_symbol:
+            return sym.record(self.trace, args, kwargs)
+        return self.record_call(sym, sym, args, kwargs)
+
+    # ---------------------------------------------------------------- recording
+    def record_call(self, func, mapped, args, kwargs):
+        trace = self.trace
+        start = len(trace.bound_symbols)
+        uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
+        if mapped is not None and func in _AUTOCAST_LOWER_PRECISION:
+            uargs, ukwargs = self._autocast(uargs, ukwargs)
+        if mapped is None:
+            sym = fallback_symbol(func)
+            mapped = torch_to_thunder.get(func, sym) if sym.inplace else sym
+        self.in_symbol = True
+        try:
+            if type(mapped) is InplaceOp:
+                out = self._inplace(func, mapped, args, uargs, ukwargs)
+            else:
+                try:
+                    out = mapped(*uargs, **ukwargs)
+                except NotImplementedError:
+                    del trace.bound_symbols[start:]
+                    out = self._fallback(func, uargs, ukwargs)
+        except (TracingError, RecursionError):
+            raise
+        except Exception as e:
+            frame = user_frame(2)
+            if frame is not None and hasattr(e, "add_note") and not getattr(e, "_thunder_noted", False):
+                from thunder.tracing.errors import describe_location
+
+                e.add_note(f"(raised while thunder traced {_func_name(func)} at {describe_location(frame)})")
+                e._thunder_noted = True
+            raise
+        finally:
+            self.in_symbol = False
+        frame = user_frame(2)
+        if frame is not None:
+            src = (frame.f_code.co_filename, frame.f_lineno)
+            bsyms = trace.bound_symbols
+            for i in range(start, len(bsyms)):
+                bsyms[i].source = src
+            self._name_from_store(frame, out, start)
+        if self.log is not None:
+            inner = innermost_frame(2)
+            self.log.append(
+                {
+                    "kind": "call",
+                    "fn": _func_name(func),
+                    "symbol": mapped.name
+                    if isinstance(mapped, Symbol)
+                    else ("fallback" if mapped is None else "adapter"),
+                    "file": inner.f_code.co_filename if inner else None,
+                    "line": inner.f_lineno if inner else None,
+                    "user_file": frame.f_code.co_filename if frame else None,
+                    "user_line": frame.f_lineno if frame else None,
+                }
+            )
+        if type(mapped) is InplaceOp and mapped.returns_self:
+            return args[mapped.arg_index]
+        wrapped = wrap(out)
+        if isinstance(mapped, Symbol) and "view" in mapped.tags:
+            _mark_views(wrapped)
+        return wrapped
+
+    def _unwrap_inputs(self, x):
+        t = type(x)
+        if t is TracingTensor:
+            return x._thunder_proxy
+        if t is tuple or t is list:
+            return t(self._unwrap_inputs(y) for y in x)
+        if t is dict:
+            return {k: self._unwrap_inputs(v) for k, v in x.items()}
+        if isinstance(x, torch.Tensor):
+            if isinstance(x, TracingTensor):
+                return x._thunder_proxy
+            return self._constant_tensor(x)
+        return unwrap(x)
+
+    def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
+        """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
+        p = self.constants.get(id(t))
+        if p is None:
+            name = self.trace.add_constant(t, "_tensor_constant")
+            p = TensorProxy(name, shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
+            self.constants[id(t)] = p
+        return p
+
+    def _autocast(self, args, kwargs):
+        tensors = [a for a in args if isinstance(a, TensorProxy)]
+        if not tensors:
+            return args, kwargs
+        device_type = tensors[0].device.devicetype.value
+        if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
+            return args, kwargs
+        target = torch.get_autocast_dtype(device_type)
+        from thunder.torch import to as ltorch_to
+
+        def cast(x):
+            if isinstance(x, TensorProxy) and dtypes.is_float_dtype(x.dtype) and x.dtype.torch_dtype != target:
+                return ltorch_to(x, target)
+            return x
+
+        return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+
+    def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs):
+        result = op.fn(*uargs, **ukwargs)
+        if op.mutated_args is None:
+            targets, values, out = (op.arg_index,), (result,), None
+        else:
+            out, *values = result
+            targets = op.mutated_args
+        for i, value in zip(targets, values):
+            if value is None:
+                continue
+            wrapper = args[i] if i < len(args) else None
+            if not isinstance(wrapper, TracingTensor):
+                raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
+            self._rebind(func, wrapper, value)
+        return out
+
+    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy) -> None:
+        old = wrapper._thunder_proxy
+        if value.shape != old.shape:
+            raise NotImplementedError(
+                f"{_func_name(func)} changes the shape of a tensor in place ({list(old.shape)} -> {list(value.shape)}); "
+                "use the out-of-place form"
+            )
+        if value.dtype is not old.dtype:
+            if not _can_cast(value.dtype, old.dtype):
+                raise RuntimeError(
+                    f"result type {_dtype_title(value.dtype)} can't be cast to the desired output type {_dtype_title(old.dtype)}"
+                )
+            from thunder.torch import to as ltorch_to
+
+            value = ltorch_to(value, old.dtype.torch_dtype)
+        if getattr(wrapper, "_thunder_is_view", False):
+            raise NotImplementedError(
+                f"{_func_name(func)} updates a view of another tensor in place; thunder does not support in-place "
+                "updates through views yet"
+            )
+        wrapper._thunder_proxy = value
+
+    # ---------------------------------------------------------------- ops without a symbol
+    def _fallback(self, func, args, kwargs):
+        sym = fallback_symbol(func)
+        return sym(*args, **kwargs)
+
+    # ---------------------------------------------------------------- names from the user's variables
+    def _name_from_store(self, frame, out, start: int) -> None:
+        key = (id(frame.f_code), frame.f_lasti)
+        pending = self._pending_name
+        if pending is not None and pending[0] != key:
+            self._apply_name(pending[1], pending[2])
+            self._pending_name = None
+        if not isinstance(out, TensorProxy) or len(self.trace.bound_symbols) <= start:
+            return
+        if out.name in self.input_names:
+            return
+        name = self._store_names.get(key, False)
+        if name is False:
+            name = _stored_name(frame.f_code, frame.f_lasti)
+            self._store_names[key] = name
+        if name is not None:
+            self._pending_name = (key, out, name)
+
+    def _apply_name(self, proxy: TensorProxy, name: str) -> None:
+        names = self.trace.names
+        if name in names or not name.isidentifier() or name.startswith("_"):
+            return
+        names.discard(proxy.name)
+        names.add(name)
+        proxy.name = name
+
+    def finish(self) -> None:
+        if self._pending_name is not None:
+            self._apply_name(self._pending_name[1], self._pending_name[2])
+            self._pending_name = None
+
+
+def _mark_views(x) -> None:
+    if isinstance(x, TracingTensor):
+        x._thunder_is_view = True
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            _mark_views(y)
+
+
+def _can_cast(src: dtypes.dtype, dst: dtypes.dtype) -> bool:
+    return dtypes.kind_rank(src) <= dtypes.kind_rank(dst)
+
+
+def _dtype_title(d: dtypes.dtype) -> str:
+    return str(d.torch_dtype).replace("torch.", "").capitalize()
+
+
+@functools.lru_cache(maxsize=4096)
+def _instructions(code):
+    ins_list = list(dis.get_instructions(code))
+    return {ins.offset: i for i, ins in enumerate(ins_list)}, ins_list
+
+
+def _stored_name(code, lasti: int) -> str | None:
+    """The variable the instruction after ``lasti`` stores to (``x = f(...)``), if any."""
+    try:
+        index, ins = _instructions(code)
+    except Exception:
+        return None
+    i = index.get(lasti)
+    if i is None:
+        return None
+    for nxt in ins[i + 1 : i + 4]:
+        if nxt.opname in ("CACHE", "PRECALL", "EXTENDED_ARG", "NOP"):
+            continue
+        if nxt.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL"):
+            return nxt.argval
+        return None
+    return None
+
+
+def _func_name(func) -> str:
+    if isinstance(func, Symbol):
+        return func.name
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name is None:
+        owner = getattr(func, "__self__", None)
+        name = f"Tensor.{getattr(owner, '__name__', '?')}"
+    module = getattr(func, "__module__", None)
+    if module and module.startswith("torch") and not name.startswith("Tensor"):
+        return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._VariableFunctions', 'torch')}.{name}"
+    return name if name.startswith(("Tensor", "torch")) else f"torch.{name}"
+
+
+# ---------------------------------------------------------------- opaque fallback symbols
+
+_fallback_cache: dict[Any, Symbol] = {}
+
+
+def _to_meta(x):
+    if isinstance(x, TensorProxy):
+        return torch.empty(x.shape, dtype=x.dtype.torch_dtype, device="meta")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_meta(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _to_meta(v) for k, v in x.items()}
+    if isinstance(x, devices.Device):
+        return x._torch_device
+    return x
+
+
+def _result_device(args, kwargs):
+    from thunder.core.symbol import flat_proxies
+
+    for p in flat_proxies((args, kwargs)):
+        if isinstance(p, TensorProxy):
+            return p.device
+    d = kwargs.get("device")
+    if d is not None:
+        return devices.to_device(d)
+    return devices.to_device(torch.get_default_device())
+
+
+def _from_meta(x, device):
+    if isinstance(x, torch.Tensor):
+        return TensorProxy(shape=x.shape, dtype=x.dtype, device=device, requires_grad=False)
+    if isinstance(x, (tuple, list)):
+        return (
+            type(x)(_from_meta(y, device) for y in x)
+            if type(x) in (tuple, list)
+            else type(x)(tuple(_from_meta(y, device) for y in x))
+        )
+    return x
+
+
+def _is_inplace_name(name: str) -> bool:
+    return (
+        name.endswith("_")
+        and not name.endswith("__")
+        or name in ("__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+    )
+
+
+def fallback_symbol(func) -> Symbol:
+    """An opaque symbol for a torch callable with no torch-language symbol: metadata from the meta device."""
+    sym = _fallback_cache.get(func)
+    if sym is not None:
+        return sym
+    from thunder.executors.torchex import torch_path
+
+    path = torch_path(func)
+    raw_name = getattr(func, "__name__", None) or "op"
+    inplace = _is_inplace_name(raw_name)
+    if inplace:
+        base = (path[0] if path else raw_name).replace(".", "_").replace("__", "_").strip("_")
+        print_name, imports = f"functional_{base}", ()
+
+        def run(a, *args, **kwargs):
+            a = a.clone()
+            func(a, *args, **kwargs)
+            return a
+
+        call_ctx = {print_name: run}
+    elif path is not None:
+        print_name, imports, call_ctx = path[0], (path[1],), None
+    else:
+        print_name = "opaque_" + "".join(c if c.isalnum() else "_" for c in raw_name)
+        imports, call_ctx = (), {print_name: func}
+
+    def meta(*args, **kwargs):
+        margs, mkwargs = _to_meta(args), _to_meta(kwargs)
+        try:
+            with torch.no_grad():
+                if inplace:
+                    target = margs[0].clone()
+                    func(target, *margs[1:], **mkwargs)
+                    result = target
+                else:
+                    result = func(*margs, **mkwargs)
+        except Exception as e:
+            raise TracingError(
+                f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
+                f"output's shape ({type(e).__name__}: {e}). If its output shape depends on tensor values "
+                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it."
+            ) from e
+        return _from_meta(result, _result_device(args, kwargs))
+
+    sym = Symbol(
+        print_name,
+        meta,
+        id=f"opaque::{print_name}",
+        is_prim=True,
+        print_name=print_name,
+        imports=imports,
+        call_ctx=call_ctx,
+        tags=("opaque",),
+    )
+    sym.torch_fn = func
+    sym.inplace = inplace
+    from thunder.executors.torchex import ex as torch_ex
+
+    sym.executor = torch_ex
+    _fallback_cache[func] = sym
+    if inplace:
+        torch_to_thunder.setdefault(func, InplaceOp(sym))
+    return sym
