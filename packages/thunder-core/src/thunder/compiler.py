@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from thunder.core.trace import TraceCtx, TraceProvenance
+from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.tracing.program import trace_program
@@ -128,6 +129,10 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     t0 = time.perf_counter_ns()
     trace = claim_executors(trace, cd.executors)
     traces.append(trace)
+    for ex in cd.executors:
+        if isinstance(ex, FusionExecutor):
+            trace = ex.fusion_pass(trace)
+            traces.append(trace)
     trace = dce(trace)
     traces.append(trace)
     trace = del_last_used(trace)

@@ -86,15 +86,18 @@ def _apply_execution_transform(transform, bsym: BoundSymbol, trace: TraceCtx) ->
     return out
 
 
+_SIDE_EFFECT_TAGS = (OpTags.DONT_DCE, OpTags.RANDOM, OpTags.IN_PLACE, "random")
+
+
+def _has_side_effects(bsym: BoundSymbol) -> bool:
+    """In-place writes and random number draws (which advance the generator) must run even if unused."""
+    if any(tag in bsym.sym.tags for tag in _SIDE_EFFECT_TAGS):
+        return True
+    return any(_has_side_effects(sub) for sub in bsym.subsymbols)
+
+
 def _keep(bsym: BoundSymbol) -> bool:
-    tags = bsym.sym.tags
-    return (
-        OpTags.DONT_DCE in tags
-        or OpTags.RANDOM in tags
-        or "random" in tags
-        or bsym.sym is prims.python_return
-        or any(OpTags.RANDOM in s.sym.tags or "random" in s.sym.tags for s in bsym.subsymbols)
-    )
+    return bsym.sym is prims.python_return or _has_side_effects(bsym)
 
 
 def _drop_unused_outputs(output, needed: set[str]):

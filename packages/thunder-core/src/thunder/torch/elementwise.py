@@ -327,7 +327,7 @@ def lerp(start, end, weight):
 # ---------------------------------------------------------------- activations
 
 
-@torchsymbol(torch.relu, T.relu, F.relu, method_name="relu")
+@torchsymbol(F.relu, torch.relu, T.relu, method_name="relu")
 def relu(a, inplace: bool = False):
     return clang.where(gt(a, 0), a, clang.maybe_convert_to_dtype(0, a.dtype))
 

@@ -47,6 +47,14 @@ class TracedProgram:
     module_checks: list = field(default_factory=list)
 
 
+def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: set[str]) -> None:
+    """Module tensors the computation uses become prologue locals, checked with the arguments."""
+    for name, expr, proxy, example in inputs.state_reads:
+        if name in used:
+            prologue.emit(f"{name} = {expr}")
+            prologue.check_tensor(name, proxy, example)
+
+
 def _sanitize(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
@@ -57,7 +65,7 @@ class _InputBuilder:
         self.prologue = prologue
         self.tensors: list[_TensorInput] = []
         self.by_id: dict[int, TracingTensor] = {}
-        self.module_count = 0
+        self.state_reads: list = []  # (local name, expression, proxy, example) for module tensors
 
     # user arguments: returns what user code sees
     def argument(self, value, expr: str, name: str):
@@ -74,7 +82,7 @@ class _InputBuilder:
                 device=value.device,
                 requires_grad=value.requires_grad,
             )
-            pb.check_tensor(expr, proxy)
+            pb.check_tensor(expr, proxy, value)
             wrapper = TracingTensor(proxy)
             if isinstance(value, torch.nn.Parameter):
                 wrapper._is_param = True
@@ -120,8 +128,8 @@ class _InputBuilder:
                         if kind == "_parameters":
                             wrapper._is_param = True
                         self.by_id[id(t)] = wrapper
-                        expr = f"{m_expr}.{kind}[{key!r}]"
-                        self.tensors.append(_TensorInput(expr, proxy, wrapper, True, container, key, t))
+                        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
+                        self.state_reads.append((proxy.name, f"{m_expr}.{kind}[{key!r}]", proxy, t))
                     else:
                         self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
                     container[key] = wrapper
@@ -363,6 +371,7 @@ def trace_program(
         seen.add(ti.proxy.name)
         tensor_inputs.append(ti)
     trace.args = [ti.proxy for ti in tensor_inputs]
+    _emit_state_reads(prologue, inputs, {ti.proxy.name for ti in tensor_inputs})
     trace.scopes = [trace.bound_symbols]
     trace.user_call_hook = None
     requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs)

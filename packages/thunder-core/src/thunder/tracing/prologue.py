@@ -37,6 +37,22 @@ else:  # pragma: no cover - older torch
         return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
 
 
+def _make_tensor_guard(tensors):
+    """Dynamo's C++ tensor check (dtype, device, sizes, requires_grad, type) when this torch has it."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:  # pragma: no cover - torch without dynamo
+        return None
+    try:
+        return TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[[None] * t.ndim for t in tensors],
+        )
+    except Exception:  # pragma: no cover - a changed private API: fall back to generated checks
+        return None
+
+
 def _lines_printer(bsym, printer):
     return list(bsym.args[0])
 
@@ -51,6 +67,7 @@ class PrologueBuilder:
     trace: TraceCtx = field(default_factory=lambda: TraceCtx("prologue"))
     checks: bool = True
     lines: list[str] = field(default_factory=list)
+    guarded: list = field(default_factory=list)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -66,9 +83,26 @@ class PrologueBuilder:
         if self.checks:
             self.lines.append(f"if {condition}: return MISS")
 
-    def check_tensor(self, expr: str, proxy: TensorProxy) -> None:
+    def check_tensor(self, expr: str, proxy: TensorProxy, example: torch.Tensor | None = None) -> None:
+        """Checks the tensor at ``expr`` has ``proxy``'s metadata (one C++ guard for all, when available)."""
         if not self.checks:
             return
+        self.guarded.append((expr, proxy, example))
+
+    def _emit_tensor_checks(self) -> None:
+        if not self.guarded:
+            return
+        examples = [ex for _, _, ex in self.guarded]
+        guard = _make_tensor_guard(examples) if all(ex is not None for ex in examples) else None
+        if guard is not None:
+            name = self.constant(guard, "_tensor_guard")
+            exprs = ", ".join(expr for expr, _, _ in self.guarded)
+            self.lines.append(f"if not {name}.check({exprs}): return MISS")
+            return
+        for expr, proxy, _ in self.guarded:
+            self._check_tensor_python(expr, proxy)
+
+    def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:
         dtype = self.constant(proxy.dtype.torch_dtype, "_dtype")
         device = self.constant(proxy.device._torch_device, "_device")
         shape = tuple(proxy.shape)
@@ -134,6 +168,7 @@ class PrologueBuilder:
             ):
                 params.append("/")
         trace.args = params
+        self._emit_tensor_checks()
         trace.constants["MISS"] = MISS
         trace.constants["computation"] = computation
         trace.extra_imports = ["from torch import Tensor"]

@@ -1,0 +1,1 @@
+"""Helpers shipped for the tutorials (``thunder.tests.litgpt_model``)."""
