@@ -21,6 +21,7 @@ from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS
+from thunder.transforms.split import make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
 
@@ -127,20 +128,23 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         traces.append(trace)
 
     t0 = time.perf_counter_ns()
-    trace = claim_executors(trace, cd.executors)
-    traces.append(trace)
-    for ex in cd.executors:
-        if isinstance(ex, FusionExecutor):
-            trace = ex.fusion_pass(trace)
-            traces.append(trace)
-    trace = dce(trace)
-    traces.append(trace)
-    trace = del_last_used(trace)
-    traces.append(trace)
-    times["executors"] = time.perf_counter_ns() - t0
-
-    t0 = time.perf_counter_ns()
-    computation = trace.python_callable()
+    backward_traces: list[TraceCtx] = []
+    if program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd:
+        requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad}
+        fb = split_forward_backward(trace, requires_grad, cd.executors)
+        traces.append(fb.forward)
+        traces.extend(_executable_traces(fb.forward, cd.executors))
+        backward_traces = [fb.backward, *_executable_traces(fb.backward, cd.executors)]
+        times["executors"] = time.perf_counter_ns() - t0
+        t0 = time.perf_counter_ns()
+        computation = make_autograd_callable(traces[-1].python_callable(), backward_traces[-1].python_callable(), fb)
+    else:
+        traces.extend(_executable_traces(trace, cd.executors))
+        if cd.disable_torch_autograd:
+            traces[-1].decorators.append("@torch.no_grad()")
+        times["executors"] = time.perf_counter_ns() - t0
+        t0 = time.perf_counter_ns()
+        computation = traces[-1].python_callable()
     if program.rebuild_output is not None:
         computation = _with_rebuild(computation, program.rebuild_output)
     call = f"computation({', '.join(ti.expr for ti in program.tensor_inputs)})"
@@ -158,7 +162,18 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     stats.last_stage_times_ns = times
     stats.last_compile_time_ns = time.perf_counter_ns() - start
     stats.last_trace_host_start, stats.last_trace_host_stop = start, time.perf_counter_ns()
-    return CacheEntry(prologue, prologue_trace, computation, traces, [], program.log or [])
+    return CacheEntry(prologue, prologue_trace, computation, traces, backward_traces, program.log or [])
+
+
+def _executable_traces(trace: TraceCtx, executors) -> list[TraceCtx]:
+    """Claiming, fusion, dead-code elimination and delete-last-used: the traces each pass makes."""
+    out = [claim_executors(trace, executors)]
+    for ex in executors:
+        if isinstance(ex, FusionExecutor):
+            out.append(ex.fusion_pass(out[-1]))
+    out.append(dce(out[-1]))
+    out.append(del_last_used(out[-1]))
+    return out
 
 
 def _short(qualname: str) -> str:
@@ -169,7 +184,6 @@ def _with_rebuild(computation, rebuild):
     def computation_with_output_structure(*args):
         return rebuild(computation(*args))
 
-    computation_with_output_structure.__thunder_trace__ = computation.__thunder_trace__
     return computation_with_output_structure
 
 

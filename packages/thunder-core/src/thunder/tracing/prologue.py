@@ -92,14 +92,24 @@ class PrologueBuilder:
     def _emit_tensor_checks(self) -> None:
         if not self.guarded:
             return
-        examples = [ex for _, _, ex in self.guarded]
+        # the same tensor given twice is checked once, plus an identity check (aliasing is specialised on)
+        first_expr: dict[int, str] = {}
+        unique = []
+        for expr, proxy, example in self.guarded:
+            if example is not None and id(example) in first_expr:
+                self.lines.append(f"if {expr} is not {first_expr[id(example)]}: return MISS")
+                continue
+            if example is not None:
+                first_expr[id(example)] = expr
+            unique.append((expr, proxy, example))
+        examples = [ex for _, _, ex in unique]
         guard = _make_tensor_guard(examples) if all(ex is not None for ex in examples) else None
         if guard is not None:
             name = self.constant(guard, "_tensor_guard")
-            exprs = ", ".join(expr for expr, _, _ in self.guarded)
+            exprs = ", ".join(expr for expr, _, _ in unique)
             self.lines.append(f"if not {name}.check({exprs}): return MISS")
             return
-        for expr, proxy, _ in self.guarded:
+        for expr, proxy, _ in unique:
             self._check_tensor_python(expr, proxy)
 
     def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:

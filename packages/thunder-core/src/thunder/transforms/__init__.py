@@ -1,0 +1,1 @@
+"""Trace transforms: autodiff (grad rules, forward/backward split) and the user-facing functional transforms."""

@@ -1,0 +1,261 @@
+"""Reverse-mode autodiff over traces.
+
+Gradients are defined by *grad transforms*: functions with an operation's signature that call
+forward operations, ask for the incoming cotangent of an output with ``get_grad`` and give the
+inputs' gradients with ``put_grad``/``put_grads``. Thunder records a grad transform once and splits
+what it recorded: operations that depend on a cotangent go to the backward, the rest stay in the
+forward.
+
+Which grad transform differentiates a bound symbol, first match wins:
+1. an executor's ``register_implementation(..., grad_transform=f)`` whose checker accepts it;
+2. a rule registered for the symbol with :func:`register_grad` (every differentiable prim has one);
+3. its decomposition: the forward keeps the single operation, the backward recomputes the
+   decomposition's intermediates from the operation's inputs and differentiates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from thunder.core import dtypes
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+
+__all__ = ["get_grad", "put_grad", "put_grads", "register_grad", "Joint", "build_joint"]
+
+_grad_rules: dict[str, Callable] = {}
+
+
+def register_grad(sym: Symbol | str, rule: Callable | None = None):
+    """Registers ``rule`` (a grad transform with ``sym``'s signature) as the gradient of ``sym``."""
+    key = sym if isinstance(sym, str) else sym.id
+
+    def decorator(fn):
+        _grad_rules[key] = fn
+        return fn
+
+    return decorator(rule) if rule is not None else decorator
+
+
+def grad_rule_for(sym: Symbol) -> Callable | None:
+    return _grad_rules.get(sym.id)
+
+
+# ---------------------------------------------------------------- get_grad / put_grad
+
+
+class _GradRecording:
+    """What one grad transform asked for (cotangents) and gave (gradient contributions)."""
+
+    __slots__ = ("cotangents", "contributions")
+
+    def __init__(self):
+        self.cotangents: dict[str, TensorProxy] = {}
+        self.contributions: list[tuple[TensorProxy, TensorProxy]] = []
+
+
+_recording: list[_GradRecording] = []
+
+
+def get_grad(x: TensorProxy) -> TensorProxy:
+    """The cotangent (incoming gradient) of the forward value ``x``, inside a grad transform."""
+    if not _recording:
+        raise RuntimeError("get_grad can only be called inside a grad transform while thunder differentiates a program")
+    rec = _recording[-1]
+    c = rec.cotangents.get(x.name)
+    if c is None:
+        c = TensorProxy(like=x, requires_grad=False, prefix="g")
+        rec.cotangents[x.name] = c
+    return c
+
+
+def put_grad(x, grad) -> None:
+    """Gives ``grad`` as (a contribution to) the gradient of the forward value ``x``, inside a grad transform."""
+    if not _recording:
+        raise RuntimeError("put_grad can only be called inside a grad transform while thunder differentiates a program")
+    if isinstance(x, TensorProxy) and isinstance(grad, TensorProxy):
+        _recording[-1].contributions.append((x, grad))
+
+
+def put_grads(xs: Sequence, grads: Sequence) -> None:
+    """``put_grad`` for each pair of ``xs`` and ``grads`` (``None`` gradients and non-tensors are skipped)."""
+    for x, g in zip(xs, grads):
+        if g is not None:
+            put_grad(x, g)
+
+
+# ---------------------------------------------------------------- recording the joint program
+
+
+@dataclass
+class _Group:
+    """The backward of one grad transform call, or (``recompute``/``children``) of a decomposed operation."""
+
+    outputs: dict[str, TensorProxy]  # forward outputs whose cotangents it consumes, by name
+    backward: list[BoundSymbol] = field(default_factory=list)
+    cotangents: dict[str, TensorProxy] = field(default_factory=dict)
+    contributions: list = field(default_factory=list)
+    recompute: list[BoundSymbol] = field(default_factory=list)
+    children: list = field(default_factory=list)
+
+
+@dataclass
+class Joint:
+    """A differentiated program: its forward bound symbols and the groups its backward is built from."""
+
+    forward: list[BoundSymbol]
+    groups: list[_Group]
+
+
+def _is_differentiable(p) -> bool:
+    return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
+
+
+class _Differentiator:
+    def __init__(self, trace: TraceCtx, executors):
+        self.trace = trace
+        self.executors = executors
+        self.requires_grad: set[str] = set()
+
+    def run(self, bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], list[_Group]]:
+        forward: list[BoundSymbol] = []
+        groups: list[_Group] = []
+        for bsym in bsyms:
+            self.process(bsym, forward, groups)
+        return forward, groups
+
+    def _grad_transform(self, bsym: BoundSymbol):
+        for ex in self.executors:
+            impl = ex.implmap.get(bsym.sym.id)
+            if impl is not None and impl.grad_transform is not None:
+                if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
+                    return impl.grad_transform
+        return _grad_rules.get(bsym.sym.id)
+
+    def process(self, bsym: BoundSymbol, forward: list, groups: list) -> None:
+        rg = self.requires_grad
+        if bsym.sym.python_printer is not None or not any(a.name in rg for a in bsym.flat_args):
+            forward.append(bsym)
+            return
+        outs = [o for o in bsym.flat_outs if _is_differentiable(o)]
+        rule = self._grad_transform(bsym)
+        if rule is not None:
+            self._apply_rule(rule, bsym, forward, groups)
+        elif bsym.subsymbols:
+            # forward: the operation itself; backward: its decomposition, recomputed and differentiated
+            sub_forward, sub_groups = self.run(bsym.subsymbols)
+            out_names = {o.name for o in bsym.flat_outs}
+            recompute = [b for b in sub_forward if not any(o.name in out_names for o in b.flat_outs)]
+            forward.append(bsym)
+            groups.append(_Group({o.name: o for o in outs}, recompute=recompute, children=sub_groups))
+        elif not outs:
+            forward.append(bsym)
+            return
+        else:
+            raise NotImplementedError(
+                f"thunder has no gradient rule for {bsym.sym.print_name} and it has no decomposition; "
+                "register one with an executor's register_implementation(..., grad_transform=...)"
+            )
+        rg.update(o.name for o in outs)
+
+    def _apply_rule(self, rule, bsym: BoundSymbol, forward: list, groups: list) -> None:
+        trace = self.trace
+        scope: list[BoundSymbol] = []
+        rec = _GradRecording()
+        trace.scopes.append(scope)
+        _recording.append(rec)
+        try:
+            result = rule(*bsym.args, **bsym.kwargs)
+        finally:
+            _recording.pop()
+            trace.scopes.pop()
+        mapping = {}
+        for p, o in zip(flat_proxies(result), bsym.flat_outs):
+            if p.name != o.name:
+                mapping[p.name] = o
+        recorded = [b.swap_proxies(mapping) for b in scope]
+        cotangent_of = {mapping[n].name if n in mapping else n: c for n, c in rec.cotangents.items()}
+        contributions = [(x, mapping.get(g.name, g)) for x, g in rec.contributions]
+
+        backward_names = {c.name for c in cotangent_of.values()}
+        bwd = []
+        for b in recorded:
+            if any(a.name in backward_names for a in b.flat_args):
+                bwd.append(b)
+                backward_names.update(o.name for o in b.flat_outs)
+            else:
+                forward.append(b)
+        outs = {o.name: o for o in bsym.flat_outs if isinstance(o, TensorProxy)}
+        groups.append(_Group(outs, bwd, cotangent_of, contributions))
+
+
+def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[TraceCtx, Joint]:
+    """Differentiates ``trace`` (without its return) with respect to the inputs named in ``requires_grad``."""
+    work = from_trace(trace)
+    d = _Differentiator(work, executors)
+    d.requires_grad = set(requires_grad)
+    body = [b for b in trace.bound_symbols if b.sym.name != "python_return"]
+    with tracectx(work):
+        forward, groups = d.run(body)
+    return work, Joint(forward, groups)
+
+
+# ---------------------------------------------------------------- the backward program
+
+
+def emit_backward(work: TraceCtx, joint: Joint, seeds: dict[str, TensorProxy]) -> tuple[list[BoundSymbol], dict]:
+    """Backward bound symbols for ``joint`` given the cotangents ``seeds`` of some forward values.
+
+    Returns the bound symbols and the accumulated gradient of every forward value reached.
+    """
+    import thunder.torch as ltorch
+
+    acc: dict[str, TensorProxy] = dict(seeds)
+    out: list[BoundSymbol] = []
+
+    def emit(groups: list[_Group]) -> None:
+        for group in reversed(groups):
+            if not any(name in acc for name in group.outputs):
+                continue
+            if group.children or group.recompute:
+                out.extend(group.recompute)
+                emit(group.children)
+                continue
+            mapping = {}
+            for name, c in group.cotangents.items():
+                g = acc.get(name)
+                if g is None:
+                    fwd = group.outputs.get(name)
+                    g = _record(out, lambda fwd=fwd: ltorch.zeros_like(fwd))
+                mapping[c.name] = g
+            for b in group.backward:
+                out.append(b.swap_proxies(mapping))
+            for x, g in group.contributions:
+                g = mapping.get(g.name, g)
+                previous = acc.get(x.name)
+                if previous is None:
+                    acc[x.name] = g
+                else:
+                    acc[x.name] = _record(out, lambda a=previous, b=g: ltorch.add(a, b))
+
+    with tracectx(work):
+        emit(joint.groups)
+    return out, acc
+
+
+def _record(out: list, fn):
+    """Runs ``fn`` (which calls symbols) recording into ``out``."""
+    from thunder.core.trace import get_tracectx
+
+    trace = get_tracectx()
+    trace.scopes.append(out)
+    try:
+        return fn()
+    finally:
+        trace.scopes.pop()
+
+
+def is_float_proxy(p) -> bool:
+    return isinstance(p, Proxy) and _is_differentiable(p)

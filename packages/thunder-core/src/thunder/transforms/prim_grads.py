@@ -1,0 +1,461 @@
+"""Gradient rules (grad transforms) for the prims.
+
+Each rule computes the forward with the prim, reads the output's cotangent with ``get_grad`` and
+gives each tensor input its gradient with ``put_grad``. Backward computations use torch-language
+operations, so executors can claim them in backward traces as in forward ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import thunder.torch as ltorch
+from thunder.core import devices, dtypes, prims
+from thunder.core.proxies import TensorProxy
+from thunder.transforms.autodiff import get_grad, put_grad, register_grad
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, TensorProxy)
+
+
+def zeros_like(p: TensorProxy) -> TensorProxy:
+    return ltorch.full(p.shape, 0, device=devices.to_torch_device(p.device), dtype=p.dtype.torch_dtype)
+
+
+def sum_to_shape(g: TensorProxy, shape) -> TensorProxy:
+    """Sums ``g`` over the dims broadcasting added or expanded, back to ``shape``."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = list(range(lead))
+    keep = [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    if keep:
+        g = ltorch.sum(g, keep, keepdim=True)
+    if dims:
+        g = ltorch.sum(g, dims)
+    return ltorch.reshape(g, shape) if g.shape != shape else g
+
+
+# ---------------------------------------------------------------- elementwise unary
+
+
+def _unary(prim, derivative):
+    def rule(a):
+        out = prim(a)
+        g = get_grad(out)
+        put_grad(a, derivative(a, out, g))
+        return out
+
+    register_grad(prim, rule)
+
+
+M = ltorch.mul
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+_unary(prims.neg, lambda a, out, g: ltorch.neg(g))
+_unary(prims.abs, lambda a, out, g: M(g, ltorch.sign(a)))
+_unary(prims.exp, lambda a, out, g: M(g, out))
+_unary(prims.exp2, lambda a, out, g: M(g, M(out, _LN2)))
+_unary(prims.expm1, lambda a, out, g: M(g, ltorch.add(out, 1)))
+_unary(prims.log, lambda a, out, g: ltorch.true_divide(g, a))
+_unary(prims.log1p, lambda a, out, g: ltorch.true_divide(g, ltorch.add(a, 1)))
+_unary(prims.log2, lambda a, out, g: ltorch.true_divide(g, M(a, _LN2)))
+_unary(prims.log10, lambda a, out, g: ltorch.true_divide(g, M(a, _LN10)))
+_unary(prims.sin, lambda a, out, g: M(g, ltorch.cos(a)))
+_unary(prims.cos, lambda a, out, g: ltorch.neg(M(g, ltorch.sin(a))))
+_unary(prims.tan, lambda a, out, g: M(g, ltorch.add(M(out, out), 1)))
+_unary(prims.asin, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.sub(1, M(a, a)))))
+_unary(prims.acos, lambda a, out, g: ltorch.neg(ltorch.true_divide(g, ltorch.sqrt(ltorch.sub(1, M(a, a))))))
+_unary(prims.atan, lambda a, out, g: ltorch.true_divide(g, ltorch.add(M(a, a), 1)))
+_unary(prims.sinh, lambda a, out, g: M(g, ltorch.cosh(a)))
+_unary(prims.cosh, lambda a, out, g: M(g, ltorch.sinh(a)))
+_unary(prims.tanh, lambda a, out, g: M(g, ltorch.sub(1, M(out, out))))
+_unary(prims.asinh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.add(M(a, a), 1))))
+_unary(prims.acosh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.sub(M(a, a), 1))))
+_unary(prims.atanh, lambda a, out, g: ltorch.true_divide(g, ltorch.sub(1, M(a, a))))
+_unary(prims.sqrt, lambda a, out, g: ltorch.true_divide(M(g, 0.5), out))
+_unary(prims.rsqrt, lambda a, out, g: M(M(g, -0.5), M(M(out, out), out)))
+_unary(prims.reciprocal, lambda a, out, g: ltorch.neg(M(g, M(out, out))))
+_unary(prims.erf, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), 2 / math.sqrt(math.pi))))
+_unary(prims.erfc, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), -2 / math.sqrt(math.pi))))
+_unary(prims.erfinv, lambda a, out, g: M(g, M(ltorch.exp(M(out, out)), math.sqrt(math.pi) / 2)))
+_unary(prims.lgamma, lambda a, out, g: M(g, ltorch.digamma(a)))
+for _p in (prims.sign, prims.floor, prims.ceil, prims.round, prims.trunc):
+    _unary(_p, lambda a, out, g: zeros_like(a))
+
+
+# ---------------------------------------------------------------- elementwise binary
+
+
+def _binary(prim, grad_a, grad_b):
+    def rule(a, b):
+        out = prim(a, b)
+        g = get_grad(out)
+        if _is_tensor(a) and dtypes.is_inexact_dtype(a.dtype):
+            put_grad(a, grad_a(a, b, out, g))
+        if _is_tensor(b) and dtypes.is_inexact_dtype(b.dtype):
+            put_grad(b, grad_b(a, b, out, g))
+        return out
+
+    register_grad(prim, rule)
+
+
+_binary(prims.add, lambda a, b, out, g: g, lambda a, b, out, g: g)
+_binary(prims.sub, lambda a, b, out, g: g, lambda a, b, out, g: ltorch.neg(g))
+_binary(prims.mul, lambda a, b, out, g: M(b, g), lambda a, b, out, g: M(a, g))
+_binary(
+    prims.div,
+    lambda a, b, out, g: ltorch.true_divide(g, b),
+    lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, out), b)),
+)
+_binary(
+    prims.pow,
+    lambda a, b, out, g: M(g, M(b, ltorch.pow(a, ltorch.sub(b, 1)))),
+    lambda a, b, out, g: M(g, M(out, ltorch.log(a))),
+)
+
+
+def _max_min_grad(first: bool, cmp):
+    def grad(a, b, out, g):
+        x, y = (a, b) if first else (b, a)
+        half = M(g, 0.5)
+        return ltorch.where(cmp(x, y), g, ltorch.where(ltorch.eq(x, y), half, 0.0))
+
+    return grad
+
+
+_binary(prims.maximum, _max_min_grad(True, ltorch.gt), _max_min_grad(False, ltorch.gt))
+_binary(prims.minimum, _max_min_grad(True, ltorch.lt), _max_min_grad(False, ltorch.lt))
+_binary(
+    prims.fmod,
+    lambda a, b, out, g: g,
+    lambda a, b, out, g: ltorch.neg(M(g, ltorch.trunc(ltorch.true_divide(a, b)))),
+)
+_binary(
+    prims.remainder,
+    lambda a, b, out, g: g,
+    lambda a, b, out, g: ltorch.neg(M(g, ltorch.floor(ltorch.true_divide(a, b)))),
+)
+_binary(
+    prims.atan2,
+    lambda a, b, out, g: ltorch.true_divide(M(g, b), ltorch.add(M(a, a), M(b, b))),
+    lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, a), ltorch.add(M(a, a), M(b, b)))),
+)
+_binary(
+    prims.copysign,
+    lambda a, b, out, g: ltorch.where(ltorch.eq(a, 0), 0.0, M(g, ltorch.true_divide(out, a))),
+    lambda a, b, out, g: zeros_like(b),
+)
+_binary(prims.floor_divide, lambda a, b, out, g: zeros_like(a), lambda a, b, out, g: zeros_like(b))
+
+
+@register_grad(prims.where)
+def _where_grad(pred, a, b):
+    out = prims.where(pred, a, b)
+    g = get_grad(out)
+    if _is_tensor(a):
+        put_grad(a, sum_to_shape(ltorch.where(pred, g, 0.0), a.shape))
+    if _is_tensor(b):
+        put_grad(b, sum_to_shape(ltorch.where(pred, 0.0, g), b.shape))
+    return out
+
+
+@register_grad(prims.convert_element_type)
+def _convert_grad(a, dtype):
+    out = prims.convert_element_type(a, dtype)
+    if dtypes.is_inexact_dtype(a.dtype) and dtypes.is_inexact_dtype(out.dtype):
+        put_grad(a, ltorch.to(get_grad(out), a.dtype.torch_dtype))
+    return out
+
+
+@register_grad(prims.device_put)
+def _device_put_grad(a, device):
+    out = prims.device_put(a, device)
+    put_grad(a, ltorch.to(get_grad(out), devices.to_torch_device(a.device)))
+    return out
+
+
+for _p in (prims.clone, prims.stride_order):
+
+    def _identity_grad(a, *args, _p=_p):
+        out = _p(a, *args)
+        put_grad(a, get_grad(out))
+        return out
+
+    register_grad(_p, _identity_grad)
+
+
+# ---------------------------------------------------------------- shape
+
+
+@register_grad(prims.broadcast_in_dim)
+def _broadcast_in_dim_grad(a, shape, broadcast_dimensions):
+    out = prims.broadcast_in_dim(a, shape, broadcast_dimensions)
+    g = get_grad(out)
+    keep = [d for i, d in enumerate(broadcast_dimensions) if a.shape[i] == 1 and shape[d] != 1]
+    removed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
+    if keep:
+        g = ltorch.sum(g, keep, keepdim=True)
+    if removed:
+        g = ltorch.sum(g, removed)
+    put_grad(a, ltorch.reshape(g, a.shape))
+    return out
+
+
+@register_grad(prims.reshape)
+def _reshape_grad(a, shape):
+    out = prims.reshape(a, shape)
+    put_grad(a, ltorch.reshape(get_grad(out), a.shape))
+    return out
+
+
+@register_grad(prims.squeeze)
+def _squeeze_grad(a, dims):
+    out = prims.squeeze(a, dims)
+    put_grad(a, ltorch.reshape(get_grad(out), a.shape))
+    return out
+
+
+@register_grad(prims.transpose)
+def _transpose_grad(a, permutation):
+    out = prims.transpose(a, permutation)
+    inverse = [0] * len(permutation)
+    for i, p in enumerate(permutation):
+        inverse[p] = i
+    put_grad(a, ltorch.permute(get_grad(out), inverse))
+    return out
+
+
+@register_grad(prims.slice)
+def _slice_grad(a, start_indices, end_indices, strides=None):
+    out = prims.slice(a, start_indices, end_indices, strides)
+    g = get_grad(out)
+    strides = strides or [1] * a.ndim
+    config = []
+    for n, start, step, size in zip(a.shape, start_indices, strides, out.shape):
+        if size == 0:
+            config.append((0, n, 0))
+        else:
+            last = start + (size - 1) * step
+            config.append((start, n - 1 - last, step - 1))
+    put_grad(a, prims.pad(g, _zero(g), config))
+    return out
+
+
+def _zero(p: TensorProxy):
+    return {"bool": False, "int": 0, "float": 0.0, "complex": 0j}[p.dtype.kind]
+
+
+@register_grad(prims.pad)
+def _pad_grad(a, padding_value, padding_config):
+    out = prims.pad(a, padding_value, padding_config)
+    g = get_grad(out)
+    starts, stops, steps = [], [], []
+    for n, (lo, hi, interior) in zip(a.shape, padding_config):
+        if lo < 0 or hi < 0:
+            raise NotImplementedError("the gradient of pad with negative padding is not supported")
+        starts.append(lo)
+        stops.append(lo + max(n - 1, 0) * (interior + 1) + (1 if n else 0))
+        steps.append(interior + 1)
+    put_grad(a, prims.slice(g, starts, stops, steps))
+    if _is_tensor(padding_value):
+        put_grad(padding_value, ltorch.sub(ltorch.sum(g), ltorch.sum(prims.slice(g, starts, stops, steps))))
+    return out
+
+
+@register_grad(prims.cat)
+def _cat_grad(tensors, dim):
+    out = prims.cat(tensors, dim)
+    g = get_grad(out)
+    offset = 0
+    for t in tensors:
+        n = t.shape[dim]
+        put_grad(t, ltorch.narrow(g, dim, offset, n))
+        offset += n
+    return out
+
+
+@register_grad(prims.flip)
+def _flip_grad(a, dims):
+    out = prims.flip(a, dims)
+    put_grad(a, prims.flip(get_grad(out), dims))
+    return out
+
+
+def _expanded_index(index: TensorProxy, dim: int, like: TensorProxy) -> TensorProxy:
+    """A 1-D index along ``dim`` broadcast to ``like``'s shape (for scatter_add)."""
+    shape = [1] * like.ndim
+    shape[dim] = index.numel()
+    return ltorch.expand(ltorch.reshape(index, shape), like.shape)
+
+
+@register_grad(prims.take)
+def _take_grad(a, index, dim):
+    out = prims.take(a, index, dim)
+    g = get_grad(out)
+    put_grad(a, prims.scatter_add(zeros_like(a), _expanded_index(index, dim, g), g, dim))
+    return out
+
+
+@register_grad(prims.take_along_axis)
+def _take_along_axis_grad(a, index, dim):
+    out = prims.take_along_axis(a, index, dim)
+    g = get_grad(out)
+    put_grad(a, prims.scatter_add(zeros_like(a), index, g, dim))
+    return out
+
+
+@register_grad(prims.scatter_add)
+def _scatter_add_grad(a, index, value, dim):
+    out = prims.scatter_add(a, index, value, dim)
+    g = get_grad(out)
+    put_grad(a, g)
+    put_grad(value, prims.take_along_axis(g, index, dim))
+    return out
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _restore_reduced(g: TensorProxy, a: TensorProxy, dims) -> TensorProxy:
+    """``g`` (reduced over ``dims``) broadcast back to ``a``'s shape."""
+    kept = [d for d in range(a.ndim) if d not in dims]
+    return prims.broadcast_in_dim(g, a.shape, tuple(kept))
+
+
+@register_grad(prims.sum)
+def _sum_grad(a, dims):
+    out = prims.sum(a, dims)
+    put_grad(a, _restore_reduced(get_grad(out), a, dims))
+    return out
+
+
+@register_grad(prims.prod)
+def _prod_grad(a, dims):
+    out = prims.prod(a, dims)
+    g = get_grad(out)
+    put_grad(a, ltorch.true_divide(M(_restore_reduced(g, a, dims), _restore_reduced(out, a, dims)), a))
+    return out
+
+
+def _extremum_grad(prim):
+    def rule(a, dims):
+        out = prim(a, dims)
+        g = get_grad(out)
+        mask = ltorch.eq(a, _restore_reduced(out, a, dims))
+        count = ltorch.sum(mask, list(dims), keepdim=True) if dims else ltorch.to(mask, a.dtype.torch_dtype)
+        share = ltorch.true_divide(_restore_reduced(g, a, dims), count)
+        put_grad(a, ltorch.where(mask, share, 0.0))
+        return out
+
+    register_grad(prim, rule)
+
+
+_extremum_grad(prims.amax)
+_extremum_grad(prims.amin)
+
+
+@register_grad(prims.var)
+def _var_grad(a, dims, *, correction):
+    out = prims.var(a, dims, correction=correction)
+    g = get_grad(out)
+    n = 1
+    for d in dims:
+        n *= a.shape[d]
+    mean = _restore_reduced(ltorch.true_divide(prims.sum(a, dims), n), a, dims)
+    scale = 2.0 / max(n - correction, 1)
+    put_grad(a, M(M(_restore_reduced(g, a, dims), ltorch.sub(a, mean)), scale))
+    return out
+
+
+@register_grad(prims.cumsum)
+def _cumsum_grad(a, dim):
+    out = prims.cumsum(a, dim)
+    g = get_grad(out)
+    put_grad(a, prims.flip(prims.cumsum(prims.flip(g, (dim,)), dim), (dim,)))
+    return out
+
+
+@register_grad(prims.topk)
+def _topk_grad(a, k, dim, largest, sorted):
+    values, indices = prims.topk(a, k, dim, largest, sorted)
+    g = get_grad(values)
+    put_grad(a, prims.scatter_add(zeros_like(a), indices, g, dim))
+    return values, indices
+
+
+@register_grad(prims.sort)
+def _sort_grad(a, dim, descending, stable):
+    values, indices = prims.sort(a, dim, descending, stable)
+    g = get_grad(values)
+    put_grad(a, prims.scatter_add(zeros_like(a), indices, g, dim))
+    return values, indices
+
+
+# ---------------------------------------------------------------- linear algebra and embedding
+
+
+@register_grad(prims.matmul)
+def _matmul_grad(a, b):
+    out = prims.matmul(a, b)
+    g = get_grad(out)
+    if a.ndim == 1 and b.ndim == 1:
+        put_grad(a, M(g, b))
+        put_grad(b, M(g, a))
+        return out
+    a2 = ltorch.unsqueeze(a, 0) if a.ndim == 1 else a
+    b2 = ltorch.unsqueeze(b, -1) if b.ndim == 1 else b
+    g2 = g
+    if a.ndim == 1:
+        g2 = ltorch.unsqueeze(g2, -2)
+    if b.ndim == 1:
+        g2 = ltorch.unsqueeze(g2, -1)
+    ga = ltorch.matmul(g2, ltorch.transpose(b2, -1, -2))
+    gb = ltorch.matmul(ltorch.transpose(a2, -1, -2), g2)
+    put_grad(a, ltorch.reshape(sum_to_shape(ga, a2.shape), a.shape))
+    put_grad(b, ltorch.reshape(sum_to_shape(gb, b2.shape), b.shape))
+    return out
+
+
+@register_grad(prims.linear)
+def _linear_grad(a, w, bias):
+    out = prims.linear(a, w, bias)
+    g = get_grad(out)
+    if w.ndim != 2:
+        raise NotImplementedError("the gradient of linear with a 1-D weight is not supported")
+    put_grad(a, ltorch.matmul(g, w))
+    g2 = ltorch.reshape(g, (-1, g.shape[-1]))
+    a2 = ltorch.reshape(a, (-1, a.shape[-1]))
+    put_grad(w, ltorch.matmul(ltorch.t(g2), a2))
+    if bias is not None:
+        put_grad(bias, ltorch.sum(g2, 0))
+    return out
+
+
+@register_grad(prims.embedding)
+def _embedding_grad(
+    indices, weight, *, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False
+):
+    out = prims.embedding(
+        indices,
+        weight,
+        padding_idx=padding_idx,
+        max_norm=max_norm,
+        norm_type=norm_type,
+        scale_grad_by_freq=scale_grad_by_freq,
+        sparse=sparse,
+    )
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("the gradient of embedding with scale_grad_by_freq or sparse is not supported")
+    g = get_grad(out)
+    dim = weight.shape[1]
+    flat_idx = ltorch.reshape(indices, (-1,))
+    flat_g = ltorch.reshape(g, (-1, dim))
+    if padding_idx is not None:
+        pad = padding_idx if padding_idx >= 0 else padding_idx + weight.shape[0]
+        flat_g = ltorch.where(ltorch.unsqueeze(ltorch.eq(flat_idx, pad), 1), 0.0, flat_g)
+    index = ltorch.expand(ltorch.unsqueeze(flat_idx, 1), flat_g.shape)
+    put_grad(weight, prims.scatter_add(zeros_like(weight), index, flat_g, 0))
+    return out

@@ -1,0 +1,169 @@
+"""Splitting a differentiated program into a forward and a backward trace, run by ``ThunderFunction``.
+
+The forward returns the program's tensor outputs and what the backward needs (saved for
+backward); the backward takes those and the outputs' cotangents and returns the inputs' gradients.
+PyTorch autograd connects them: outputs carry a ``ThunderFunctionBackward`` grad_fn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from thunder.core import dtypes, prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
+from thunder.transforms import (
+    prim_grads,  # noqa: F401  (registers the prims' rules)
+    torch_grads,  # noqa: F401  (registers torch-language rules)
+)
+from thunder.transforms.autodiff import build_joint, emit_backward
+
+__all__ = ["ThunderFunction", "split_forward_backward", "unpack_sequence", "ForwardBackward"]
+
+
+def _unpack_printer(bsym, printer):
+    names = [p.name if isinstance(p, TensorProxy) else "_" for p in bsym.output]
+    if not names:
+        return []
+    lines = [f"{', '.join(names)}, = {bsym.args[0]}"]
+    if bsym.args[1]:
+        lines.append(f"{bsym.args[0]}.clear()")
+    return lines
+
+
+unpack_sequence = Symbol("unpack_sequence", None, id="unpack_sequence", is_prim=True, python_printer=_unpack_printer)
+
+
+@dataclass
+class ForwardBackward:
+    forward: TraceCtx
+    backward: TraceCtx
+    output_proxies: list[TensorProxy]  # the forward's flat outputs, in order
+    structure: object  # the program's output structure over those proxies
+
+
+def _differentiable(p) -> bool:
+    return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
+
+
+def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) -> ForwardBackward:
+    """The augmented forward and the backward of ``trace`` w.r.t. the inputs named in ``requires_grad``."""
+    with timed_pass("Forward-backward split") as t:
+        work, joint = build_joint(trace, requires_grad, executors)
+        structure = trace.bound_symbols[-1].args[0]
+        outputs = []
+        seen = set()
+        for p in flat_proxies(structure):
+            if isinstance(p, TensorProxy) and p.name not in seen:
+                seen.add(p.name)
+                outputs.append(p)
+
+        bw = from_trace(work)
+        bw.fn_name = "backward_fn"
+        with tracectx(bw):
+            cotangents = [TensorProxy(like=o, requires_grad=False, prefix="ct") for o in outputs]
+        seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o)}
+        backward, acc = emit_backward(work, joint, seeds)
+        bw.names |= work.names
+        grads = [
+            acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
+        ]
+        backward.append(prims.python_return.bind(grads, output=None))
+        backward = _dce(backward)
+
+        defined = {c.name for c in cotangents}
+        saved: list[TensorProxy] = []
+        saved_names: set[str] = set()
+        for b in backward:
+            for a in b.flat_args:
+                if a.name not in defined and a.name not in saved_names:
+                    saved_names.add(a.name)
+                    saved.append(a)
+            defined.update(o.name for o in b.flat_outs)
+
+        bw.args = ["saved_for_backward", "cotangents"]
+        bw.kwargs = {}
+        bw.bound_symbols = [
+            unpack_sequence.bind("saved_for_backward", True, output=tuple(saved)),
+            unpack_sequence.bind("cotangents", True, output=tuple(cotangents)),
+            *backward,
+        ]
+        bw.scopes = [bw.bound_symbols]
+
+        fw = from_trace(work)
+        fw.fn_name = "augmented_forward_fn"
+        fw.bound_symbols = list(joint.forward) + [prims.python_return.bind((tuple(outputs), tuple(saved)), output=None)]
+        fw.scopes = [fw.bound_symbols]
+        t.stamp(fw)
+        t.stamp(bw)
+        return ForwardBackward(fw, bw, outputs, structure)
+
+
+def _dce(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
+    from thunder.executors.passes import _keep  # the same side-effect rule as the DCE pass
+
+    needed: set[str] = set()
+    kept = []
+    for b in reversed(bsyms):
+        if _keep(b) or any(o.name in needed for o in b.flat_outs):
+            needed.update(a.name for a in b.flat_args)
+            kept.append(b)
+    return kept[::-1]
+
+
+class ThunderFunction(torch.autograd.Function):
+    """Runs a compiled forward; its backward runs the compiled backward trace."""
+
+    @staticmethod
+    def forward(ctx, forward_fn, backward_fn, non_differentiable, *inputs):
+        outputs, saved = forward_fn(*inputs)
+        ctx.backward_fn = backward_fn
+        ctx.save_for_backward(*saved)
+        if non_differentiable:
+            ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        if ctx.backward_fn is None:
+            raise RuntimeError(
+                "thunder's backward was already run for this graph: call .backward(retain_graph=True) the first time "
+                "to run it twice (double backward through thunder-compiled code is not supported)"
+            )
+        grads = ctx.backward_fn(list(ctx.saved_tensors), list(cotangents))
+        return (None, None, None, *grads)
+
+
+def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
+    """The computation callable for training: outputs carry ``ThunderFunctionBackward``."""
+    non_diff = tuple(i for i, p in enumerate(fb.output_proxies) if not _differentiable(p))
+    index = {p.name: i for i, p in enumerate(fb.output_proxies)}
+    structure = fb.structure
+    apply = ThunderFunction.apply
+
+    if isinstance(structure, TensorProxy):
+
+        def computation(*inputs):
+            return apply(forward_fn, backward_fn, non_diff, *inputs)[0]
+
+    else:
+
+        def computation(*inputs):
+            outs = apply(forward_fn, backward_fn, non_diff, *inputs)
+            return _rebuild(structure, outs, index)
+
+    return computation
+
+
+def _rebuild(x, outs, index):
+    if isinstance(x, TensorProxy):
+        return outs[index[x.name]]
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_rebuild(y, outs, index) for y in x)
+    if t is dict:
+        return {k: _rebuild(v, outs, index) for k, v in x.items()}
+    return x
