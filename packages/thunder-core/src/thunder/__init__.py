@@ -20,6 +20,7 @@ from thunder.core.proxies import TensorProxy  # noqa: F401
 from thunder.core.trace import TraceCtx
 from thunder.executors.registry import get_always_executors, get_default_executors  # noqa: F401
 from thunder.module import ThunderModule
+from thunder.plugins import discover  # noqa: F401  (plugins load on the first call, not on import)
 from thunder.tracing.errors import DataDependentControlFlowError, TracingError  # noqa: F401
 
 __version__ = "0.1.0"
@@ -43,6 +44,8 @@ __all__ = [
     "TensorProxy",
     "get_default_executors",
     "get_always_executors",
+    "discover",
+    "plugins",
 ]
 
 
@@ -96,7 +99,7 @@ def jit(
     return compiled
 
 
-from thunder import functional  # noqa: E402
+from thunder import functional, plugins  # noqa: E402, F401
 
 
 def compile_data(fn) -> CompileData:
@@ -183,3 +186,6 @@ def last_compile_options(fn, /) -> None:
         print(f"  {name} = {cd.compile_options[name]!r}")
     if not unused:
         print("  (none)")
+
+
+from thunder.examine import examine  # noqa: E402, F401

@@ -152,11 +152,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     prologue_trace = program.prologue.build(program.signature, call, program.fn_name, computation)
     _stamp(prologue_trace, "Prologue", pstart)
     prologue = prologue_trace.python_callable()
-    prologue.__code__ = (
-        prologue.__code__.replace(co_name=_short(program.fn_name), co_qualname=program.fn_name)
-        if hasattr(prologue.__code__, "co_qualname")
-        else prologue.__code__.replace(co_name=_short(program.fn_name))
-    )
+    prologue.__name__ = _short(program.fn_name)
+    prologue.__qualname__ = program.fn_name
     times["codegen"] = time.perf_counter_ns() - t0
 
     stats.last_stage_times_ns = times

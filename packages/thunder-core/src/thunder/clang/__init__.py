@@ -237,6 +237,13 @@ def where(pred, a, b):
     comp, res = elementwise_type_promotion(a, b, kind=TypePromotionKind.NO_OPMATH)
     pred, a, b = maybe_broadcast(pred, a, b)
     a, b = maybe_convert_to_dtype(a, res), maybe_convert_to_dtype(b, res)
+    if not isinstance(pred, TensorProxy):
+        # a condition known while tracing picks one side (broadcast to the other's shape)
+        chosen, other = (a, b) if pred else (b, a)
+        if isinstance(chosen, TensorProxy):
+            return chosen
+        check(isinstance(other, TensorProxy), "where needs at least one tensor", TypeError)
+        return full(other.shape, chosen, device=other.device, dtype=res)
     if isinstance(pred, TensorProxy) and pred.dtype is not dtypes.bool8:
         pred = prims.ne(pred, maybe_convert_to_dtype(0, pred.dtype))
     return prims.where(pred, a, b)
@@ -325,7 +332,7 @@ def slice_in_dim(a: TensorProxy, start: int, stop: int, step: int = 1, dim: int 
 
 
 def cat(tensors: Sequence[TensorProxy], dim: int) -> TensorProxy:
-    check(len(tensors) > 0, "torch.cat(): expected a non-empty list of Tensors")
+    check(len(tensors) > 0, "torch.cat(): expected a non-empty list of Tensors", ValueError)
     # torch skips legacy empty 1-D tensors
     nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or [tensors[0]]
     res = result_dtype(*nonempty)

@@ -276,7 +276,7 @@ make_prim("take", _take_meta)
 
 def _take_along_axis_meta(a, index, dim):
     dim = canonicalize_dim(a.ndim, dim)
-    check(index.ndim == a.ndim, "gather: index and input must have the same number of dims", RuntimeError)
+    check(index.ndim == a.ndim, "Index tensor must have the same number of dimensions as input tensor", RuntimeError)
     check(dtypes.is_integer_dtype(index.dtype), "gather(): Expected dtype int64 for index", RuntimeError)
     return TensorProxy(like=a, shape=index.shape)
 
@@ -290,6 +290,121 @@ def _scatter_add_meta(a, index, value, dim):
 
 
 make_prim("scatter_add", _scatter_add_meta)
+
+
+def _scatter_meta(a, index, src, dim):
+    dim = canonicalize_dim(a.ndim, dim)
+    check(dtypes.is_integer_dtype(index.dtype), "scatter(): Expected dtype int64 for index", RuntimeError)
+    check(
+        index.ndim == a.ndim or (index.ndim <= 1 and a.ndim <= 1),
+        "Index tensor must have the same number of dimensions as self tensor",
+        RuntimeError,
+    )
+    if isinstance(src, TensorProxy):
+        check(src.dtype is a.dtype, lambda: "scatter(): Expected self.dtype to be equal to src.dtype", RuntimeError)
+    return TensorProxy(like=a)
+
+
+make_prim("scatter", _scatter_meta)
+
+
+def _unfold_meta(a, dim, size, step):
+    dim = canonicalize_dim(a.ndim, dim)
+    max_size = 1 if a.ndim == 0 else a.shape[dim]
+    check(
+        size <= max_size,
+        lambda: f"maximum size for tensor at dimension {dim} is {max_size} but size is {size}",
+        RuntimeError,
+    )
+    check(size >= 0, lambda: f"size is {size} but must be >= 0", RuntimeError)
+    check(step > 0, lambda: f"step is {step} but must be > 0", RuntimeError)
+    shape = list(a.shape)
+    shape.append(size)
+    if a.ndim:
+        shape[dim] = (shape[dim] - size) // step + 1
+    return TensorProxy(like=a, shape=shape)
+
+
+make_prim("unfold", _unfold_meta, tags=(OpTags.SHAPE_OP,))
+
+
+def _convolution_meta(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n_spatial = weight.ndim - 2
+    check(
+        a.ndim == n_spatial + 2,
+        lambda: (
+            f"Expected {n_spatial + 1}D (unbatched) or {n_spatial + 2}D (batched) input to conv{n_spatial}d, "
+            f"but got input of size: {list(a.shape)}"
+        ),
+        RuntimeError,
+    )
+    check(a.dtype is weight.dtype, "Input type and weight type should be the same", RuntimeError)
+    check(
+        len(stride) == len(padding) == len(dilation) == n_spatial,
+        "convolution: stride, padding and dilation need one entry per spatial dim",
+    )
+    if not transposed:
+        check(
+            a.shape[1] == weight.shape[1] * groups,
+            lambda: (
+                f"Given groups={groups}, weight of size {list(weight.shape)}, expected input{list(a.shape)} to have "
+                f"{weight.shape[1] * groups} channels, but got {a.shape[1]} channels instead"
+            ),
+            RuntimeError,
+        )
+        out_channels = weight.shape[0]
+    else:
+        check(a.shape[1] == weight.shape[0], "convolution: input channels must match the weight's first dim")
+        out_channels = weight.shape[1] * groups
+    spatial = []
+    for i in range(n_spatial):
+        n, k = a.shape[i + 2], weight.shape[i + 2]
+        if transposed:
+            size = (n - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k - 1) + output_padding[i] + 1
+        else:
+            size = (n + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1
+        check(
+            size > 0,
+            lambda: f"Calculated output size: {size} is too small (input size {n}, kernel size {k} after dilation)",
+            RuntimeError,
+        )
+        spatial.append(size)
+    if bias is not None:
+        check(bias.ndim == 1 and bias.shape[0] == out_channels, "convolution: bias must be 1-D with out_channels")
+    return TensorProxy(like=a, shape=(a.shape[0], out_channels, *spatial))
+
+
+make_prim("convolution", _convolution_meta, tags=(OpTags.MATMUL,))
+
+
+def _randint_meta(low, high, shape, *, device, dtype):
+    check_valid_shape(shape)
+    check(low < high, lambda: f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return TensorProxy(shape=shape, device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+
+
+make_prim("randint", _randint_meta, tags=(OpTags.RANDOM,))
+
+
+def _bernoulli_meta(a):
+    return TensorProxy(like=a)
+
+
+make_prim("bernoulli", _bernoulli_meta, tags=(OpTags.RANDOM,))
+
+
+def _multinomial_meta(a, num_samples, replacement):
+    check(a.ndim in (1, 2), "prob_dist must be 1 or 2 dim", RuntimeError)
+    check(num_samples > 0, "cannot sample n_sample <= 0 samples", RuntimeError)
+    check(
+        replacement or num_samples <= a.shape[-1],
+        "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
+        RuntimeError,
+    )
+    return TensorProxy(like=a, shape=a.shape[:-1] + (num_samples,), dtype=dtypes.int64)
+
+
+make_prim("multinomial", _multinomial_meta, tags=(OpTags.RANDOM,))
 
 
 def _index_put_meta(a, indices, values, accumulate):

@@ -106,12 +106,16 @@ class Symbol:
 
 
 def _returns_an_input(out, args, kwargs) -> bool:
+    """Whether a composite returned one of its inputs unchanged (nothing to record)."""
     if not isinstance(out, Proxy):
         return not flat_proxies(out)
     for a in args:
         if a is out:
             return True
-    return any(v is out for v in kwargs.values())
+    inputs = flat_proxies(args)
+    if kwargs:
+        flat_proxies(kwargs, inputs)
+    return any(p is out for p in inputs)
 
 
 def flat_proxies(x, acc: list | None = None) -> list:
@@ -138,6 +142,8 @@ def swap_proxies(x, mapping: dict[str, Proxy]):
     if isinstance(x, tuple):
         if type(x) is tuple:
             return tuple(swap_proxies(y, mapping) for y in x)
+        if hasattr(type(x), "n_fields") or not hasattr(x, "_fields"):  # structseqs (torch.return_types), torch.Size
+            return type(x)(tuple(swap_proxies(y, mapping) for y in x))
         return type(x)(*(swap_proxies(y, mapping) for y in x))
     if isinstance(x, list):
         return [swap_proxies(y, mapping) for y in x]

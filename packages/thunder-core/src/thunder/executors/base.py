@@ -26,11 +26,15 @@ def _always(*args, **kwargs) -> bool:
 
 
 class Executor:
-    """Base class of executors. ``name`` identifies it in traces, registries and ``jit(executors=[...])``."""
+    """Base class of executors. ``name`` identifies it in traces, registries and ``jit(executors=[...])``.
 
-    def __init__(self, name: str, *, version: Any = None):
+    ``priority`` orders the executors ``thunder.discover()`` returns (higher first).
+    """
+
+    def __init__(self, name: str, *, version: Any = None, priority: int = 0):
         self.name = name
         self.version = version
+        self.priority = priority
         self.implmap: dict[str, ImplInfo] = {}
         # (module, attribute name, original function, symbol) for register_operator(replaces=...)
         self.replacements: list[tuple[Any, str, Callable, Symbol]] = []
@@ -39,8 +43,16 @@ class Executor:
         return f"thunder.extend.{type(self).__name__}('{self.name}')"
 
     def is_available(self) -> bool:
-        """Whether this executor can run on this machine (overridden by executors with runtime needs)."""
-        return True
+        """Whether this executor can run on this machine (``unavailable_reason()`` is ``None``)."""
+        return self.unavailable_reason() is None
+
+    def unavailable_reason(self) -> str | None:
+        """Why this executor cannot run on this machine (a missing runtime, no GPU), or ``None`` if it can.
+
+        Executors with runtime needs override this; ``thunder.discover()`` drops executors that
+        return a reason and ``thunder.plugins.report()`` prints it.
+        """
+        return None
 
     def get_impl(self, sym: Symbol) -> ImplInfo | None:
         return self.implmap.get(sym.id)
@@ -132,10 +144,40 @@ def _import_module_of(fn):
 
 
 class FusionExecutor(Executor):
-    """An executor that compiles regions of consecutive fusible bound symbols into single callables."""
+    """An executor that compiles regions of fusible bound symbols into single callables.
+
+    In the claiming pass a fusion executor claims the bound symbols ``can_fuse`` accepts (leaving
+    them as they are); its ``fusion_pass`` then groups them into regions with the shared
+    partitioner in :mod:`thunder.executors.fusion` and calls ``fuse_region`` on each, which
+    returns the callable that executes the region. A region prints in the trace as one call,
+    ``<region_name><n>(...)``, with its contents as comments.
+
+    Subclasses implement ``fuse_region`` and, optionally, ``can_fuse`` (by default: a symbol this
+    executor has an implementation for, or a composite whose whole decomposition it can fuse).
+    Regions with fewer than ``min_region_size`` bound symbols are handed back to the other
+    executors.
+    """
+
+    region_name: str = "fusion"
+    min_region_size: int = 1
 
     def can_fuse(self, bsym) -> bool:
-        return self.can_execute(bsym)
+        """Whether ``bsym`` can be part of one of this executor's regions."""
+        if self.can_execute(bsym):
+            return True
+        subs = bsym.subsymbols
+        return bool(subs) and all(self.can_fuse(s) for s in subs)
+
+    def fuse_region(self, region) -> Callable:
+        """Compiles ``region`` (a :class:`thunder.executors.fusion.Region`) into a callable.
+
+        The callable takes the region's inputs (``region.inputs``, in order) and returns its
+        outputs (``region.outputs``) as a tuple.
+        """
+        raise NotImplementedError(f"{self.name} does not implement fuse_region")
 
     def fusion_pass(self, trace):
-        raise NotImplementedError(f"{self.name} does not implement fusion_pass")
+        """Replaces the bound symbols this executor claimed by calls of fused regions."""
+        from thunder.executors.fusion import fusion_pass
+
+        return fusion_pass(trace, self)

@@ -9,9 +9,13 @@ from thunder.core.prims import OpTags
 from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
-from thunder.executors.base import Executor
+from thunder.executors.base import Executor, FusionExecutor
 
-__all__ = ["claim_executors", "dce", "del_last_used", "NoExecutorError"]
+__all__ = ["claim_executors", "claim_bound_symbols", "fusion_claims", "dce", "del_last_used", "NoExecutorError"]
+
+# trace.tags keys written by claim_executors and read by fusion passes
+FUSION_CLAIMS_TAG = "fusion_claims"
+EXECUTORS_TAG = "executors"
 
 
 class NoExecutorError(RuntimeError):
@@ -23,43 +27,81 @@ def _is_python_construct(bsym: BoundSymbol) -> bool:
 
 
 def claim_executors(trace: TraceCtx, executors: Sequence[Executor]) -> TraceCtx:
-    """Hands each bound symbol to the first executor that takes it, else claims its decomposition."""
+    """Hands each bound symbol to the first executor that takes it, else claims its decomposition.
+
+    An operator executor's claim replaces the bound symbol by a call of its operator (or by what
+    its execution transform records). A fusion executor's claim keeps the bound symbol as it is
+    and notes the claim in ``trace.tags["fusion_claims"]`` (see :func:`fusion_claims`); the
+    executor's fusion pass then groups its claims into regions.
+    """
     with timed_pass("Transform for execution") as t:
         new = from_trace(trace)
+        claims: dict[int, tuple[BoundSymbol, Executor]] = {}
         with tracectx(new):
             for bsym in trace.bound_symbols:
-                _claim(bsym, executors, new, new.bound_symbols)
+                _claim(bsym, executors, new, new.bound_symbols, claims)
+        new.tags[FUSION_CLAIMS_TAG] = claims
+        new.tags[EXECUTORS_TAG] = tuple(executors)
         return t.stamp(new)
 
 
-def _claim(bsym: BoundSymbol, executors, trace: TraceCtx, out: list) -> None:
+def claim_bound_symbols(bsyms: Sequence[BoundSymbol], executors: Sequence[Executor], trace: TraceCtx) -> list:
+    """Claims ``bsyms`` with ``executors`` (operator executors only) inside ``trace``; returns the claimed list.
+
+    Fusion passes use it to hand back regions too small to fuse, and to lower a region's bound
+    symbols to the torch executor's calls.
+    """
+    out: list[BoundSymbol] = []
+    executors = [ex for ex in executors if not isinstance(ex, FusionExecutor)]
+    with tracectx(trace):
+        for bsym in bsyms:
+            _claim(bsym, executors, trace, out, None)
+    return out
+
+
+def fusion_claims(trace: TraceCtx) -> dict[int, tuple[BoundSymbol, Executor]]:
+    """The bound symbols of ``trace`` claimed by fusion executors: ``{id(bsym): (bsym, executor)}``."""
+    return trace.tags.get(FUSION_CLAIMS_TAG, {})
+
+
+def _claim(bsym: BoundSymbol, executors, trace: TraceCtx, out: list, claims: dict | None) -> None:
     sym = bsym.sym
     if _is_python_construct(bsym):
         out.append(bsym)
         return
-    if sym.executor is not None and sym.executor in executors:
-        out.append(bsym)
-        return
     for ex in executors:
+        if isinstance(ex, FusionExecutor):
+            if claims is not None and ex.can_fuse(bsym):
+                claims[id(bsym)] = (bsym, ex)
+                out.append(bsym)
+                return
+            continue
         impl = ex.implmap.get(sym.id)
-        if impl is None or (impl.symbol is None and impl.execution_transform is None):
-            continue
-        if impl.checker is not None and not impl.checker(*bsym.args, **bsym.kwargs):
-            continue
-        if impl.execution_transform is not None:
-            for new_bsym in _apply_execution_transform(impl.execution_transform, bsym, trace):
-                _claim(new_bsym, executors, trace, out)
-        elif impl.symbol is sym:
+        if impl is not None and (impl.symbol is not None or impl.execution_transform is not None):
+            if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
+                if impl.execution_transform is not None:
+                    for new_bsym in _apply_execution_transform(impl.execution_transform, bsym, trace):
+                        _claim(new_bsym, executors, trace, out, claims)
+                elif impl.symbol is sym:
+                    out.append(bsym)
+                else:
+                    out.append(bsym.from_bsym(sym=impl.symbol, subsymbols=[bsym]))
+                return
+        if sym.executor is ex:
+            # the executor's own operator (its implementation, if any, declined above)
             out.append(bsym)
-        else:
-            out.append(bsym.from_bsym(sym=impl.symbol, subsymbols=[bsym]))
-        return
+            return
     if bsym.subsymbols:
         for sub in bsym.subsymbols:
             if sub.source is None:
                 sub = sub.from_bsym(source=bsym.source)
-            _claim(sub, executors, trace, out)
+            _claim(sub, executors, trace, out, claims)
         return
+    if sym.executor is not None and sym.executor not in executors:
+        raise NoExecutorError(
+            f"{sym.print_name} is an operator of the {sym.executor.name!r} executor, which is not in the executor "
+            f"list [{', '.join(ex.name for ex in executors)}]; add it to thunder.jit(executors=[...])"
+        )
     names = ", ".join(ex.name for ex in executors)
     raise NoExecutorError(f"no executor among [{names}] can execute {sym.print_name}, and it has no decomposition")
 
@@ -131,7 +173,7 @@ def dce(trace: TraceCtx) -> TraceCtx:
 def del_last_used(trace: TraceCtx) -> TraceCtx:
     """Inserts ``del`` after each value's last use, so memory is freed as early as in eager code."""
     with timed_pass("Delete Last Used") as t:
-        seen: set[str] = set()
+        seen: set[str] = set(trace.constants)  # constants are the compiled function's globals: never deleted
         out: list[BoundSymbol] = []
         for bsym in reversed(trace.bound_symbols):
             if bsym.sym is prims.python_return:

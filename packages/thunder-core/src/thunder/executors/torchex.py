@@ -38,6 +38,8 @@ def torch_path(fn) -> tuple[str, str] | None:
         if owner is not None and getattr(owner, "__objclass__", None) is torch.Tensor:
             return None
         return None
+    if isinstance(fn, torch._ops.OpOverloadPacket):
+        return f"torch.ops.{fn._qualified_op_name.replace('::', '.')}", "import torch"
     for path, mod in _TORCH_NAMESPACES:
         if getattr(mod, name, None) is fn:
             return f"{path}.{name}", f"import {path}"
@@ -85,9 +87,36 @@ def _register_all_ltorch():
 
     for sym in symbols_by_name.values():
         register_ltorch(sym)
-    for name, fn in (("full", torch.full), ("arange", torch.arange), ("randn", torch.randn), ("rand", torch.rand)):
+    for name, fn in (
+        ("full", torch.full),
+        ("arange", torch.arange),
+        ("randn", torch.randn),
+        ("rand", torch.rand),
+        ("linspace", torch.linspace),
+        ("eye", torch.eye),
+        ("tensor", torch.tensor),
+        ("randint", torch.randint),
+    ):
         register_ltorch(getattr(ltorch, name), fn)
+    ex.register_implementation(ltorch.normal, torch_op("normal_draws", _normal_draws))
+    ex.register_implementation(ltorch.setitem, torch_op("setitem", _setitem))
+    ex.register_implementation(ltorch.copy, torch_op("copy_to", _copy_to))
     ex.register_implementation(ltorch.batch_norm_functional, torch_op("batch_norm_functional", _batch_norm_functional))
+
+
+def _normal_draws(mean, std, shape, *, device, dtype):
+    # the draws of Tensor.normal_ on a tensor of this shape
+    return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
+
+
+def _setitem(a, key, value):
+    out = a.clone()
+    out[key] = value
+    return out
+
+
+def _copy_to(a, src, non_blocking=False):
+    return src.to(device=a.device, dtype=a.dtype).expand(a.shape)
 
 
 def _batch_norm_functional(a, running_mean, running_var, weight, bias, training, momentum, eps):
@@ -121,7 +150,21 @@ _same_name_elementwise = (
 
 for _n in _same_name_elementwise:
     _prim_op(getattr(prims, _n), getattr(torch, _n))
-_prim_op(prims.div, torch.true_divide)
+
+
+def div_prim(a, b):
+    # prims.div truncates on integers (C semantics) and is true division on floats
+    if _is_integral(a) and _is_integral(b):
+        return torch.div(a, b, rounding_mode="trunc")
+    return torch.true_divide(a, b)
+
+
+def _is_integral(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return not x.is_floating_point() and not x.is_complex()
+    return isinstance(x, int)
+
+
 _prim_op(prims.shift_left, torch.bitwise_left_shift)
 _prim_op(prims.shift_right_arithmetic, torch.bitwise_right_shift)
 _prim_op(prims.reshape, torch.reshape)
@@ -188,6 +231,30 @@ def scatter_add(a, index, value, dim):
     return torch.scatter_add(a, dim, index, value)
 
 
+def scatter(a, index, src, dim):
+    return torch.scatter(a, dim, index, src)
+
+
+def unfold(a, dim, size, step):
+    return a.unfold(dim, size, step)
+
+
+def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    return torch.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def randint(low, high, shape, *, device, dtype):
+    return torch.randint(low, high, shape, device=devices.to_torch_device(device), dtype=dtypes.to_torch_dtype(dtype))
+
+
+def bernoulli(a):
+    return torch.bernoulli(a)
+
+
+def multinomial(a, num_samples, replacement):
+    return torch.multinomial(a, num_samples, replacement)
+
+
 def index_put(a, indices, values, accumulate):
     return torch.index_put(a, indices, values, accumulate)
 
@@ -251,7 +318,14 @@ for _prim, _impl in (
     (prims.take, take),
     (prims.take_along_axis, take_along_axis),
     (prims.scatter_add, scatter_add),
+    (prims.div, div_prim),
     (prims.index_put, index_put),
+    (prims.scatter, scatter),
+    (prims.unfold, unfold),
+    (prims.convolution, convolution),
+    (prims.randint, randint),
+    (prims.bernoulli, bernoulli),
+    (prims.multinomial, multinomial),
     (prims.sum, _reduce(torch.sum)),
     (prims.amax, _reduce(torch.amax)),
     (prims.amin, _reduce(torch.amin)),

@@ -1,6 +1,6 @@
 """The public executor API: executor classes and the executor registry."""
 
-from thunder.executors import pythonex, torchex
+from thunder.executors import pythonex, sdpaex, torch_compile, torchex
 from thunder.executors.base import Executor, FusionExecutor, ImplInfo, OperatorExecutor
 from thunder.executors.registry import (
     add_always_executor,
@@ -33,3 +33,8 @@ for _ex in (torchex.ex, pythonex.ex):
     add_always_executor(_ex)
 add_default_executor(pythonex.ex, position=0)
 add_default_executor(torchex.ex, position=0)
+# sdpa: PyTorch's own fused attention kernels, no compile cost; first so it sees attention before torch
+add_default_executor(sdpaex.sdpa_ex, position=0)
+# torch_compile: registered (jit(executors=["torch_compile", ...])) but not default: Inductor compiles
+# each region on first call, which costs seconds on CPU (see docs/extending.md)
+register_executor(torch_compile.torch_compile_ex)

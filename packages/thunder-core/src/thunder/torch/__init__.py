@@ -5,6 +5,7 @@ callables (``torch.add``, ``Tensor.add``, ``Tensor.__add__``...) to them for the
 """
 
 from thunder.core.dtypes import to_dtype, to_torch_dtype  # noqa: F401
+from thunder.torch.backward import *  # noqa: F401,F403
 from thunder.torch.conversion import *  # noqa: F401,F403
 from thunder.torch.elementwise import *  # noqa: F401,F403
 from thunder.torch.factories import *  # noqa: F401,F403

@@ -306,7 +306,9 @@ register_torch_alias(T.clamp_, InplaceOp(clamp))
 def masked_fill(a, mask, value):
     check(
         mask.dtype is dtypes.bool8,
-        lambda: f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype.torch_dtype}",
+        lambda: (
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {str(mask.dtype.torch_dtype).replace('torch.', '')}"
+        ),
     )
     if isinstance(value, TensorProxy):
         check(value.ndim == 0, "masked_fill only supports a 0-dimensional value tensor")
@@ -321,6 +323,8 @@ register_torch_alias(T.masked_fill_, InplaceOp(masked_fill))
 
 @torchsymbol(torch.lerp, T.lerp, method_name="lerp")
 def lerp(start, end, weight):
+    shapes = [x.shape for x in (start, end, weight) if isinstance(x, TensorProxy)]
+    clang.compute_broadcast_shape(*shapes)
     return add(start, mul(weight, sub(end, start)))
 
 
@@ -416,3 +420,128 @@ def tanhshrink(a):
 
 def is_number(x) -> bool:
     return isinstance(x, Number)
+
+
+@torchsymbol(torch.addcmul, T.addcmul, method_name="addcmul")
+def addcmul(a, tensor1, tensor2, *, value=1):
+    return add(a, mul(mul(tensor1, tensor2), value) if value != 1 else mul(tensor1, tensor2))
+
+
+@torchsymbol(torch.addcdiv, T.addcdiv, method_name="addcdiv")
+def addcdiv(a, tensor1, tensor2, *, value=1):
+    q = true_divide(tensor1, tensor2)
+    return add(a, mul(q, value) if value != 1 else q)
+
+
+_inplace(T.addcmul_, addcmul)
+_inplace(T.addcdiv_, addcdiv)
+_inplace(T.lerp_, lerp)
+_inplace(T.clamp_min_, lambda a, m: clamp(a, m, None))
+_inplace(T.clamp_max_, lambda a, m: clamp(a, None, m))
+_inplace(T.__ixor__, bitwise_xor)
+_inplace(T.__imod__, remainder)
+_inplace(T.__ifloordiv__, floor_divide)
+_inplace(T.floor_divide_, floor_divide)
+_inplace(T.remainder_, remainder)
+_inplace(T.fmod_, fmod)
+_inplace(T.logical_not_, logical_not)
+_inplace(T.logical_and_, logical_and)
+_inplace(T.logical_or_, logical_or)
+_inplace(T.bitwise_and_, bitwise_and)
+_inplace(T.bitwise_or_, bitwise_or)
+_inplace(T.bitwise_xor_, bitwise_xor)
+_inplace(T.bitwise_not_, bitwise_not)
+_inplace(T.round_, round)
+for _name in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "atan2", "copysign"):
+    if hasattr(T, _name + "_"):
+        _inplace(getattr(T, _name + "_"), globals()[_name])
+
+
+@torchsymbol(torch.clamp_min, T.clamp_min, method_name="clamp_min")
+def clamp_min(a, min):
+    return clamp(a, min, None)
+
+
+@torchsymbol(torch.clamp_max, T.clamp_max, method_name="clamp_max")
+def clamp_max(a, max):
+    return clamp(a, None, max)
+
+
+@torchsymbol(torch.square, T.square, method_name="square")
+def square(a):
+    return mul(a, a)
+
+
+@torchsymbol(torch.frac, T.frac, method_name="frac")
+def frac(a):
+    return sub(a, trunc(a))
+
+
+@torchsymbol(torch.xlogy, T.xlogy, method_name="xlogy")
+def xlogy(a, b):
+    out = mul(a, log(b))
+    return where(eq(a, 0), clang.maybe_convert_to_dtype(0, out.dtype), where(isnan(b), b, out))
+
+
+@torchsymbol(torch.nan_to_num, T.nan_to_num, method_name="nan_to_num")
+def nan_to_num(a, nan: float = 0.0, posinf=None, neginf=None):
+    if not dtypes.is_float_dtype(a.dtype):
+        return prims.clone(a)
+    info = torch.finfo(a.dtype.torch_dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    a = where(isnan(a), nan, a)
+    a = where(logical_and(isinf(a), gt(a, 0)), posinf, a)
+    return where(logical_and(isinf(a), lt(a, 0)), neginf, a)
+
+
+@torchsymbol(F.hardtanh)
+def hardtanh(a, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    return clamp(a, min_val, max_val)
+
+
+@torchsymbol(F.selu)
+def selu(a, inplace: bool = False):
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return mul(where(gt(a, 0), a, mul(expm1(a), alpha)), scale)
+
+
+@torchsymbol(F.celu)
+def celu(a, alpha: float = 1.0, inplace: bool = False):
+    return where(gt(a, 0), a, mul(expm1(true_divide(a, alpha)), alpha))
+
+
+@torchsymbol(F.softsign)
+def softsign(a):
+    return true_divide(a, add(abs(a), 1))
+
+
+@torchsymbol(F.hardshrink)
+def hardshrink(a, lambd: float = 0.5):
+    return where(gt(abs(a), lambd), a, clang.maybe_convert_to_dtype(0, a.dtype))
+
+
+@torchsymbol(F.softshrink)
+def softshrink(a, lambd: float = 0.5):
+    return where(
+        gt(a, lambd), sub(a, lambd), where(lt(a, -lambd), add(a, lambd), clang.maybe_convert_to_dtype(0, a.dtype))
+    )
+
+
+@torchsymbol(F.glu)
+def glu(a, dim: int = -1):
+    from thunder.core.checks import canonicalize_dim
+
+    dim = canonicalize_dim(a.ndim, dim)
+    n = a.shape[dim]
+    check(n % 2 == 0, lambda: f"Halving dimension must be even, but dimension {dim} is size {n}")
+    return mul(clang.slice_in_dim(a, 0, n // 2, 1, dim), sigmoid(clang.slice_in_dim(a, n // 2, n, 1, dim)))
+
+
+@torchsymbol(F.prelu)
+def prelu(a, weight):
+    if weight.numel() != 1 and a.ndim >= 2:
+        shape = [1] * a.ndim
+        shape[1] = weight.numel()
+        weight = clang.reshape(weight, shape)
+    return where(gt(a, 0), a, mul(weight, a))

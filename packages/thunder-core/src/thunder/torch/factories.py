@@ -10,7 +10,7 @@ from thunder import clang
 from thunder.core import devices, dtypes, prims
 from thunder.core.checks import check
 from thunder.core.proxies import TensorProxy
-from thunder.torch.registry import register_torch_alias, torchsymbol
+from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
 
 T = torch.Tensor
 
@@ -177,3 +177,208 @@ def _random_like(sym):
 
 register_torch_alias(torch.randn_like, _random_like(randn))
 register_torch_alias(torch.rand_like, _random_like(rand))
+
+
+# ---------------------------------------------------------------- more factories
+
+
+@torchsymbol(name="linspace")
+def linspace(start: Number, end: Number, steps: int, *, device: torch.device, dtype: torch.dtype):
+    check(steps >= 0, "linspace(): number of steps must be non-negative", RuntimeError)
+    dev, dt = devices.to_device(device), dtypes.to_dtype(dtype)
+    if steps == 0:
+        return prims.full((0,), 0, device=dev, dtype=dt)
+    if steps == 1:
+        return prims.full((1,), start, device=dev, dtype=dt)
+    comp = dtypes.float64 if dt is dtypes.float64 or not dtypes.is_float_dtype(dt) else dtypes.float32
+    step = (end - start) / (steps - 1)
+    i = prims.iota(steps, start=0, step=1, device=dev, dtype=comp)
+    # as PyTorch: the first half counts up from start, the second half down from end
+    up = clang.add(clang.mul(i, step), start)
+    down = clang.sub(end, clang.mul(clang.sub(steps - 1, i), step))
+    out = clang.where(clang.elementwise_binary(i, steps // 2, prims.lt), up, down)
+    return clang.maybe_convert_to_dtype(out, dt)
+
+
+def _linspace_adapter(
+    start, end, steps, *, out=None, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False
+):
+    check(out is None, "out= is not supported", NotImplementedError)
+    check(not isinstance(start, TensorProxy) and not isinstance(end, TensorProxy), "tensor bounds", NotImplementedError)
+    device, dtype = _canonical(device, dtype, torch.get_default_dtype())
+    return linspace(start, end, steps, device=device, dtype=dtype)
+
+
+register_torch_alias(torch.linspace, _linspace_adapter)
+
+
+@torchsymbol(name="eye")
+def eye(n: int, m: int, *, device: torch.device, dtype: torch.dtype):
+    check(n >= 0, lambda: f"n must be greater or equal to 0, got {n}", RuntimeError)
+    check(m >= 0, lambda: f"m must be greater or equal to 0, got {m}", RuntimeError)
+    dev = devices.to_device(device)
+    r = prims.broadcast_in_dim(prims.iota(n, start=0, step=1, device=dev, dtype=dtypes.int64), (n, m), (0,))
+    c = prims.broadcast_in_dim(prims.iota(m, start=0, step=1, device=dev, dtype=dtypes.int64), (n, m), (1,))
+    return clang.maybe_convert_to_dtype(prims.eq(r, c), dtype)
+
+
+def _eye_adapter(n, m=None, *, out=None, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False):
+    check(out is None, "out= is not supported", NotImplementedError)
+    device, dtype = _canonical(device, dtype, torch.get_default_dtype())
+    return eye(n, n if m is None else m, device=device, dtype=dtype)
+
+
+register_torch_alias(torch.eye, _eye_adapter)
+
+
+def _flatten_literal(data, shape: list, depth: int = 0) -> list:
+    if isinstance(data, (list, tuple)):
+        if len(shape) <= depth:
+            shape.append(len(data))
+        check(shape[depth] == len(data), "expected a rectangular nested sequence", ValueError)
+        out = []
+        for x in data:
+            out.extend(_flatten_literal(x, shape, depth + 1))
+        return out
+    check(isinstance(data, Number), "tensor literals with tensors inside have no symbol", NotImplementedError)
+    return [data]
+
+
+@torchsymbol(name="tensor")
+def tensor(data, *, device: torch.device, dtype: torch.dtype):
+    """A tensor literal (``torch.tensor([[1, 2], [3, 4]])``): a constant of the program."""
+    shape: list = []
+    flat = _flatten_literal(data, shape)
+    dev, dt = devices.to_device(device), dtypes.to_dtype(dtype)
+    if not shape:
+        return prims.full((), flat[0], device=dev, dtype=dt)
+    if not flat:
+        return prims.full(tuple(shape), 0, device=dev, dtype=dt)
+    parts = [prims.full((1,), v, device=dev, dtype=dt) for v in flat]
+    out = parts[0] if len(parts) == 1 else prims.cat(parts, 0)
+    return clang.reshape(out, tuple(shape))
+
+
+def _literal_dtype(flat) -> torch.dtype:
+    if any(isinstance(v, complex) for v in flat):
+        return torch.complex64
+    if any(isinstance(v, float) for v in flat):
+        return torch.get_default_dtype()
+    if flat and all(isinstance(v, bool) for v in flat):
+        return torch.bool
+    return torch.int64
+
+
+def _tensor_adapter(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    flat = _flatten_literal(data, [])
+    device, dtype = _canonical(device, dtype, _literal_dtype(flat))
+    return tensor(data, device=device, dtype=dtype)
+
+
+register_torch_alias(torch.tensor, _tensor_adapter)
+register_torch_alias(torch.as_tensor, _tensor_adapter)
+
+
+# ---------------------------------------------------------------- random numbers
+# The torch executor runs the same torch calls in the same order as eager, so with the same
+# torch.manual_seed a compiled program draws the same numbers.
+
+
+@torchsymbol(name="randint", tags=("random",))
+def randint(low: int, high: int, shape, *, device: torch.device, dtype: torch.dtype):
+    return prims.randint(low, high, tuple(shape), device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+
+
+def _randint_adapter(*args, generator=None, dtype=None, device=None, layout=None, requires_grad=False, out=None):
+    check(generator is None and out is None, "randint with a generator or out=", NotImplementedError)
+    if len(args) == 2:
+        low, (high, size) = 0, args
+    else:
+        low, high, size = args
+    device, dtype = _canonical(device, dtype, torch.int64)
+    return randint(low, high, tuple(size), device=device, dtype=dtype)
+
+
+register_torch_alias(torch.randint, _randint_adapter)
+
+
+def _randint_like_adapter(a, low_or_high, high=None, *, dtype=None, device=None, layout=None, memory_format=None):
+    low, high = (0, low_or_high) if high is None else (low_or_high, high)
+    device = devices.to_torch_device(device if device is not None else a.device)
+    dtype = dtype if dtype is not None else dtypes.to_torch_dtype(a.dtype)
+    return randint(low, high, a.shape, device=device, dtype=dtype)
+
+
+register_torch_alias(torch.randint_like, _randint_like_adapter)
+
+
+@torchsymbol(torch.bernoulli, T.bernoulli, method_name="bernoulli", tags=("random",))
+def bernoulli(a, *, generator=None):
+    check(generator is None, "a custom generator is not supported", NotImplementedError)
+    return prims.bernoulli(a)
+
+
+@torchsymbol(torch.multinomial, T.multinomial, method_name="multinomial", tags=("random",))
+def multinomial(a, num_samples: int, replacement: bool = False, *, generator=None):
+    check(generator is None, "a custom generator is not supported", NotImplementedError)
+    return prims.multinomial(a, num_samples, replacement)
+
+
+@torchsymbol(name="normal", tags=("random",))
+def normal(mean: float, std: float, shape, *, device: torch.device, dtype: torch.dtype):
+    """Normal samples of ``shape`` (``Tensor.normal_``'s draws)."""
+    check(std >= 0.0, lambda: f"normal expects std >= 0.0, but found std {std}", RuntimeError)
+    z = prims.randn(tuple(shape), device=devices.to_device(device), dtype=dtypes.to_dtype(dtype))
+    if std != 1.0:
+        z = clang.mul(z, std)
+    if mean != 0.0:
+        z = clang.add(z, mean)
+    return z
+
+
+def _uniform_(a, from_=0.0, to=1.0, *, generator=None, **kwargs):
+    check(generator is None, "a custom generator is not supported", NotImplementedError)
+    from_ = kwargs.get("from", from_)
+    return prims.uniform(a.shape, from_, to, device=a.device, dtype=a.dtype)
+
+
+def _normal_(a, mean=0.0, std=1.0, *, generator=None):
+    check(generator is None, "a custom generator is not supported", NotImplementedError)
+    return normal(mean, std, a.shape, device=devices.to_torch_device(a.device), dtype=dtypes.to_torch_dtype(a.dtype))
+
+
+register_torch_alias(T.uniform_, InplaceOp(_uniform_))
+register_torch_alias(T.normal_, InplaceOp(_normal_))
+
+
+# ---------------------------------------------------------------- in-place fills and copies
+
+
+def _zero_(a):
+    return prims.full(a.shape, 0, device=a.device, dtype=a.dtype)
+
+
+def _fill_(a, value):
+    if isinstance(value, TensorProxy):
+        check(
+            value.ndim == 0,
+            lambda: f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.",
+        )
+        return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), a.shape)
+    return prims.full(a.shape, value, device=a.device, dtype=a.dtype)
+
+
+@torchsymbol(name="copy")
+def copy(a, src, non_blocking: bool = False):
+    """The value ``a.copy_(src)`` gives ``a``: ``src`` broadcast and converted to ``a``'s dtype and device."""
+    if src.device is not a.device:
+        src = prims.device_put(src, a.device)
+    return clang.expand(clang.maybe_convert_to_dtype(src, a.dtype), a.shape)
+
+
+register_torch_alias(T.zero_, InplaceOp(_zero_))
+register_torch_alias(torch.zero_, InplaceOp(_zero_))
+register_torch_alias(T.fill_, InplaceOp(_fill_))
+register_torch_alias(torch.fill_, InplaceOp(_fill_))
+register_torch_alias(T.copy_, InplaceOp(copy))
+register_torch_alias(torch.fill, _fill_)

@@ -8,7 +8,7 @@ from thunder import clang
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
 from thunder.core.proxies import TensorProxy
-from thunder.torch.registry import torchsymbol
+from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
 
 T = torch.Tensor
 
@@ -102,8 +102,17 @@ def gather(a, dim: int, index):
 @torchsymbol(torch.take_along_dim, T.take_along_dim, method_name="take_along_dim")
 def take_along_dim(a, indices, dim=None):
     check(dim is not None, "take_along_dim without dim is not supported", NotImplementedError)
-    shape = list(clang.compute_broadcast_shape(a.shape, indices.shape))
     dim = canonicalize_dim(a.ndim, dim)
+    check(
+        a.ndim == indices.ndim,
+        lambda: (
+            f"torch.take_along_dim(): input and indices should have the same number of dimensions, but got {a.ndim} dimensions for input, and {indices.ndim} dimensions for indices"
+        ),
+        RuntimeError,
+    )
+    sa, si = list(a.shape), list(indices.shape)
+    sa[dim] = si[dim] = 1
+    shape = list(clang.compute_broadcast_shape(sa, si))
     a_shape, i_shape = list(shape), list(shape)
     a_shape[dim], i_shape[dim] = a.shape[dim], indices.shape[dim]
     return prims.take_along_axis(clang.expand(a, a_shape), clang.expand(indices, i_shape), dim)
@@ -112,3 +121,95 @@ def take_along_dim(a, indices, dim=None):
 @torchsymbol(torch.scatter_add, T.scatter_add, method_name="scatter_add")
 def scatter_add(a, dim: int, index, src):
     return prims.scatter_add(a, index, src, dim)
+
+
+def _index_along(index, dim: int, shape) -> TensorProxy:
+    """A 1-D ``index`` for dim ``dim`` shaped and expanded to ``shape`` (index_add/index_copy as scatters)."""
+    view = [1] * len(shape)
+    view[dim] = index.numel()
+    return clang.expand(clang.reshape(index, view), shape)
+
+
+@torchsymbol(torch.scatter, T.scatter, method_name="scatter")
+def scatter(a, dim: int, index, src, *, reduce=None):
+    check(reduce is None, "scatter with reduce= has no decomposition", NotImplementedError)
+    if not isinstance(src, TensorProxy):
+        src = clang.full(index.shape, src, device=a.device, dtype=a.dtype)
+    return prims.scatter(a, index, src, dim)
+
+
+@torchsymbol(torch.index_add, T.index_add, method_name="index_add")
+def index_add(a, dim: int, index, source, *, alpha=1):
+    dim = canonicalize_dim(a.ndim, dim)
+    check(index.ndim <= 1, "index_add_(): Index is supposed to be a vector", IndexError)
+    if alpha != 1:
+        source = clang.mul(source, alpha)
+    source = clang.maybe_convert_to_dtype(source, a.dtype)
+    if a.ndim == 0:
+        return clang.add(a, clang.reshape(source, ()))
+    return prims.scatter_add(a, _index_along(index, dim, source.shape), source, dim)
+
+
+@torchsymbol(torch.index_copy, T.index_copy, method_name="index_copy")
+def index_copy(a, dim: int, index, source):
+    dim = canonicalize_dim(a.ndim, dim)
+    check(index.ndim <= 1, "index_copy_(): Index should have dimension 1 or 0", IndexError)
+    if a.ndim == 0:
+        return clang.reshape(source, ())
+    return prims.scatter(a, _index_along(index, dim, source.shape), source, dim)
+
+
+@torchsymbol(torch.index_fill, T.index_fill, method_name="index_fill")
+def index_fill(a, dim: int, index, value):
+    dim = canonicalize_dim(a.ndim, dim)
+    shape = list(a.shape)
+    shape[dim] = index.numel()
+    src = clang.full(shape, value, device=a.device, dtype=a.dtype)
+    return prims.scatter(a, _index_along(index, dim, shape), src, dim)
+
+
+def _value_like(value, a, shape):
+    if isinstance(value, TensorProxy):
+        return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), shape)
+    return clang.full(shape, value, device=a.device, dtype=a.dtype)
+
+
+@torchsymbol(name="setitem")
+def setitem(a, key, value):
+    """``a`` with ``a[key] = value`` applied (the functional form of ``Tensor.__setitem__``)."""
+    tkey = key if isinstance(key, tuple) else (key,)
+    if _is_basic(tkey):
+        n = a.numel()
+        idx = clang.reshape(prims.iota(n, start=0, step=1, device=a.device, dtype=dtypes.int64), a.shape)
+        sel = getitem(idx, key)
+        m = sel.numel()
+        flat = prims.index_put(
+            clang.reshape(a, (n,)),
+            (clang.reshape(sel, (m,)),),
+            clang.reshape(_value_like(value, a, sel.shape), (m,)),
+            False,
+        )
+        return clang.reshape(flat, a.shape)
+    if len(tkey) == 1 and isinstance(tkey[0], TensorProxy):
+        k = tkey[0]
+        if k.dtype is dtypes.bool8 and k.shape == a.shape[: k.ndim]:
+            check(
+                not isinstance(value, TensorProxy) or value.numel() == 1,
+                "setting a boolean-masked selection to a tensor has no decomposition",
+                NotImplementedError,
+            )
+            mask = prims.broadcast_in_dim(k, a.shape, tuple(range(k.ndim)))
+            v = clang.reshape(value, ()) if isinstance(value, TensorProxy) else value
+            return clang.where(mask, clang.maybe_convert_to_dtype(v, a.dtype), a)
+        if dtypes.is_integer_dtype(k.dtype) and k.dtype is not dtypes.bool8 and a.ndim >= 1:
+            k = clang.where(clang.elementwise_binary(k, 0, prims.lt), clang.add(k, a.shape[0]), k)
+            return prims.index_put(a, (k,), _value_like(value, a, k.shape + a.shape[1:]), False)
+    raise NotImplementedError("this form of indexed assignment has no decomposition")
+
+
+register_torch_alias(T.__setitem__, InplaceOp(setitem))
+register_torch_alias(T.scatter_, InplaceOp(scatter))
+register_torch_alias(T.scatter_add_, InplaceOp(scatter_add))
+register_torch_alias(T.index_add_, InplaceOp(index_add))
+register_torch_alias(T.index_copy_, InplaceOp(index_copy))
+register_torch_alias(T.index_fill_, InplaceOp(index_fill))

@@ -78,7 +78,7 @@ def _softmax_dtype(a, dtype):
     return comp, res
 
 
-@torchsymbol(torch.softmax, T.softmax, F.softmax, method_name="softmax")
+@torchsymbol(torch.softmax, T.softmax, method_name="softmax")
 def softmax(a, dim, dtype=None, _stacklevel: int = 3):
     comp, res = _softmax_dtype(a, dtype)
     x = clang.maybe_convert_to_dtype(a, comp)
@@ -91,7 +91,7 @@ def softmax(a, dim, dtype=None, _stacklevel: int = 3):
     return clang.maybe_convert_to_dtype(out, res)
 
 
-@torchsymbol(torch.log_softmax, T.log_softmax, F.log_softmax, method_name="log_softmax")
+@torchsymbol(torch.log_softmax, T.log_softmax, method_name="log_softmax")
 def log_softmax(a, dim, dtype=None, _stacklevel: int = 3):
     comp, res = _softmax_dtype(a, dtype)
     x = clang.maybe_convert_to_dtype(a, comp)
@@ -102,6 +102,11 @@ def log_softmax(a, dim, dtype=None, _stacklevel: int = 3):
     lse = prims.log(clang.sum(prims.exp(shifted), dim, True))
     out = prims.sub(shifted, clang.expand(lse, x.shape))
     return clang.maybe_convert_to_dtype(out, res)
+
+
+# F.softmax(input, dim, _stacklevel, dtype) orders its arguments differently from torch.softmax
+register_torch_alias(F.softmax, lambda a, dim=None, _stacklevel=3, dtype=None: softmax(a, dim, dtype))
+register_torch_alias(F.log_softmax, lambda a, dim=None, _stacklevel=3, dtype=None: log_softmax(a, dim, dtype))
 
 
 # ---------------------------------------------------------------- norms
@@ -399,3 +404,454 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
 
 
 _ = TPK
+
+
+# ---------------------------------------------------------------- more losses
+
+
+@torchsymbol(F.smooth_l1_loss)
+def smooth_l1_loss(a, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
+    d = ew.abs(clang.sub(a, target))
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    loss = clang.where(
+        ew.lt(d, beta), clang.true_divide(clang.mul(clang.mul(d, d), 0.5), beta), clang.sub(d, 0.5 * beta)
+    )
+    return _reduce(loss, reduction)
+
+
+@torchsymbol(F.huber_loss)
+def huber_loss(a, target, reduction: str = "mean", delta: float = 1.0, weight=None):
+    check(weight is None, "huber_loss with weight has no decomposition", NotImplementedError)
+    d = ew.abs(clang.sub(a, target))
+    loss = clang.where(ew.lt(d, delta), clang.mul(clang.mul(d, d), 0.5), clang.mul(clang.sub(d, 0.5 * delta), delta))
+    return _reduce(loss, reduction)
+
+
+@torchsymbol(F.binary_cross_entropy)
+def binary_cross_entropy(a, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+    check(
+        a.shape == target.shape,
+        lambda: (
+            f"Using a target size ({list(target.shape)}) that is different to the input size ({list(a.shape)}) is "
+            "deprecated. Please ensure they have the same size."
+        ),
+        ValueError,
+    )
+    log_p = ew.clamp(ew.log(a), -100.0, None)
+    log_1mp = ew.clamp(ew.log(clang.sub(1, a)), -100.0, None)
+    loss = ew.neg(clang.add(clang.mul(target, log_p), clang.mul(clang.sub(1, target), log_1mp)))
+    if weight is not None:
+        loss = clang.mul(loss, weight)
+    return _reduce(loss, reduction)
+
+
+@torchsymbol(F.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(
+    a, target, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None
+):
+    check(
+        a.shape == target.shape,
+        lambda: f"Target size ({list(target.shape)}) must be the same as input size ({list(a.shape)})",
+        ValueError,
+    )
+    log_sig = ew.logsigmoid(a)
+    log_1m_sig = ew.logsigmoid(ew.neg(a))
+    if pos_weight is not None:
+        loss = ew.neg(
+            clang.add(clang.mul(clang.mul(pos_weight, target), log_sig), clang.mul(clang.sub(1, target), log_1m_sig))
+        )
+    else:
+        loss = ew.neg(clang.add(clang.mul(target, log_sig), clang.mul(clang.sub(1, target), log_1m_sig)))
+    if weight is not None:
+        loss = clang.mul(loss, weight)
+    return _reduce(loss, reduction)
+
+
+@torchsymbol(F.kl_div)
+def kl_div(a, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
+    if log_target:
+        loss = clang.mul(ew.exp(target), clang.sub(target, a))
+    else:
+        loss = clang.sub(ew.xlogy(target, target), clang.mul(target, a))
+    if reduction == "batchmean":
+        return clang.true_divide(clang.sum(loss), a.shape[0] if a.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+@torchsymbol(torch.einsum)
+def einsum(equation: str, *operands):
+    """Decomposes to broadcast multiplication and sums (a fusion executor fuses them; torch runs torch.einsum)."""
+    if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
+        operands = tuple(operands[0])
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    specs = lhs.split(",")
+    check(len(specs) == len(operands), "einsum(): more operands were provided than specified in the equation")
+    free = [chr(c) for c in range(ord("A"), ord("Z") + 1) if chr(c) not in eq]
+    n_ell = 0
+    expanded = []
+    for spec, op in zip(specs, operands):
+        if "..." in spec:
+            k = op.ndim - (len(spec) - 3)
+            n_ell = max(n_ell, k)
+            spec = spec.replace("...", "".join(free[n_ell - k : n_ell]) if k else "")
+        check(
+            len(spec) == op.ndim,
+            lambda: (
+                f"einsum(): the number of subscripts in the equation ({len(spec)}) does not match the number of dimensions ({op.ndim}) for operand"
+            ),
+        )
+        expanded.append(spec)
+    ell = "".join(free[:n_ell])
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts = {}
+        for spec in expanded:
+            for ch in spec:
+                counts[ch] = counts.get(ch, 0) + 1
+        out = ell + "".join(sorted(ch for ch, n in counts.items() if n == 1 and ch not in ell))
+    letters = list(out) + sorted({ch for spec in expanded for ch in spec} - set(out))
+    sizes = {}
+    aligned = []
+    for spec, op in zip(expanded, operands):
+        # repeated subscripts within one operand (a diagonal) are not decomposed
+        check(len(set(spec)) == len(spec), "einsum with a repeated subscript in one operand", NotImplementedError)
+        perm = sorted(range(len(spec)), key=lambda i: letters.index(spec[i]))
+        x = clang.permute(op, perm) if op.ndim > 1 else op
+        ordered = [spec[i] for i in perm]
+        shape, bdims = [], []
+        for j, ch in enumerate(letters):
+            if ch in ordered:
+                n = op.shape[spec.index(ch)]
+                shape.append(n)
+                bdims.append(j)
+                if n != 1:
+                    sizes[ch] = n
+            else:
+                shape.append(1)
+        aligned.append(prims.broadcast_in_dim(x, tuple(shape), tuple(bdims)))
+    result = aligned[0]
+    for x in aligned[1:]:
+        result = clang.mul(result, x)
+    if len(aligned) == 1:
+        target = [sizes.get(ch, 1) for ch in letters]
+        result = clang.expand(result, target) if tuple(target) != result.shape else result
+    contracted = tuple(range(len(out), len(letters)))
+    if contracted:
+        result = clang.sum(result, contracted)
+    return result
+
+
+@torchsymbol(torch.addmv, T.addmv, method_name="addmv")
+def addmv(a, mat, vec, *, beta=1, alpha=1):
+    prod = prims.matmul(mat, vec)
+    return clang.add(clang.mul(a, beta) if beta != 1 else a, clang.mul(prod, alpha) if alpha != 1 else prod)
+
+
+@torchsymbol(torch.dot, T.dot, method_name="dot")
+def dot(a, b):
+    check(
+        a.ndim == 1 and b.ndim == 1,
+        lambda: f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors",
+        RuntimeError,
+    )
+    return prims.matmul(a, b)
+
+
+# ---------------------------------------------------------------- convolution and pooling
+
+
+def _ntuple(x, n: int) -> tuple:
+    if isinstance(x, (tuple, list)):
+        x = tuple(x)
+        return x * n if len(x) == 1 else x
+    return (x,) * n
+
+
+def _conv(a, weight, bias, stride, padding, dilation, groups, n: int):
+    unbatched = a.ndim == n + 1
+    if unbatched:
+        a = clang.unsqueeze(a, 0)
+    stride, dilation = _ntuple(stride, n), _ntuple(dilation, n)
+    if isinstance(padding, str):
+        check(padding in ("same", "valid"), lambda: f"Invalid padding string '{padding}'", ValueError)
+        if padding == "valid":
+            padding = (0,) * n
+        else:
+            check(all(s == 1 for s in stride), "padding='same' is not supported for strided convolutions", RuntimeError)
+            total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+            if any(t % 2 for t in total):
+                config = [(0, 0, 0), (0, 0, 0)] + [(t // 2, t - t // 2, 0) for t in total]
+                a = prims.pad(a, clang.maybe_convert_to_dtype(0, a.dtype), config)
+                padding = (0,) * n
+            else:
+                padding = tuple(t // 2 for t in total)
+    else:
+        padding = _ntuple(padding, n)
+    out = prims.convolution(a, weight, bias, stride, padding, dilation, False, (0,) * n, groups)
+    return clang.squeeze(out, (0,)) if unbatched else out
+
+
+@torchsymbol(F.conv1d, torch.conv1d)
+def conv1d(a, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(a, weight, bias, stride, padding, dilation, groups, 1)
+
+
+@torchsymbol(F.conv2d, torch.conv2d)
+def conv2d(a, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(a, weight, bias, stride, padding, dilation, groups, 2)
+
+
+@torchsymbol(F.conv3d, torch.conv3d)
+def conv3d(a, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(a, weight, bias, stride, padding, dilation, groups, 3)
+
+
+def _pool_windows(a, n: int, kernel, stride, padding, dilation, ceil_mode, pad_value):
+    """``a`` padded and unfolded into windows: shape ``(*batch, *out_spatial, *kernel)``."""
+    kernel = _ntuple(kernel, n)
+    stride = _ntuple(stride if stride is not None and stride != [] and stride != () else kernel, n)
+    padding, dilation = _ntuple(padding, n), _ntuple(dilation, n)
+    nb = a.ndim - n
+    config = [(0, 0, 0)] * nb
+    outs = []
+    for i in range(n):
+        size, k, s, p, d = a.shape[nb + i], kernel[i], stride[i], padding[i], dilation[i]
+        check(p <= k // 2, "pad should be at most half of effective kernel size", RuntimeError)
+        eff = d * (k - 1) + 1
+        num = size + 2 * p - eff
+        out = (num + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (out - 1) * s >= size + p:
+            out -= 1
+        check(out > 0, lambda: f"Given input size too small: output size {out}", RuntimeError)
+        extra = max((out - 1) * s + eff - (size + 2 * p), 0)
+        config.append((p, p + extra, 0))
+        outs.append(out)
+    x = prims.pad(a, clang.maybe_convert_to_dtype(pad_value, a.dtype), config)
+    for i in range(n):
+        k, s, d = kernel[i], stride[i], dilation[i]
+        eff = d * (k - 1) + 1
+        x = prims.unfold(x, nb + i, eff, s)
+        x = clang.slice_in_dim(x, 0, outs[i], 1, nb + i)
+        if d > 1:
+            x = clang.slice_in_dim(x, 0, eff, d, x.ndim - 1)
+    return x, kernel, stride, padding, outs
+
+
+def _max_pool(a, n, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    check(not return_indices, "max pooling with return_indices has no decomposition", NotImplementedError)
+    check(a.ndim in (n + 1, n + 2), lambda: f"max_pool{n}d: expected {n + 1}D or {n + 2}D input, got {a.ndim}D")
+    low = float("-inf") if dtypes.is_float_dtype(a.dtype) else torch.iinfo(a.dtype.torch_dtype).min
+    x, *_ = _pool_windows(a, n, kernel_size, stride, padding, dilation, ceil_mode, low)
+    return clang.amax(x, tuple(range(x.ndim - n, x.ndim)))
+
+
+@torchsymbol(F.max_pool1d, torch.max_pool1d)
+def max_pool1d(
+    a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False
+):
+    return _max_pool(a, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+@torchsymbol(F.max_pool2d, torch.max_pool2d)
+def max_pool2d(
+    a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False
+):
+    return _max_pool(a, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+@torchsymbol(F.max_pool3d, torch.max_pool3d)
+def max_pool3d(
+    a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False
+):
+    return _max_pool(a, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _avg_pool(a, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    check(a.ndim in (n + 1, n + 2), lambda: f"avg_pool{n}d: expected {n + 1}D or {n + 2}D input, got {a.ndim}D")
+    x, kernel, stride_t, padding_t, outs = _pool_windows(a, n, kernel_size, stride, padding, 1, ceil_mode, 0)
+    window_dims = tuple(range(x.ndim - n, x.ndim))
+    total = clang.sum(x, window_dims)
+    if divisor_override:
+        return (
+            clang.true_divide(total, divisor_override)
+            if dtypes.is_float_dtype(a.dtype)
+            else ew.floor_divide(total, divisor_override)
+        )
+    # the divisor counts the window's elements inside the (padded, if count_include_pad) input
+    nb = a.ndim - n
+    counts = None
+    for i in range(n):
+        size, k, s, p = a.shape[nb + i], kernel[i], stride_t[i], padding_t[i]
+        hi_limit = size + p if count_include_pad else size
+        lo_limit = -p if count_include_pad else 0
+        c = []
+        for o in range(outs[i]):
+            start = o * s - p
+            end = min(start + k, size + p)
+            c.append(min(end, hi_limit) - max(start, lo_limit))
+        shape = [1] * total.ndim
+        shape[nb + i] = outs[i]
+        ct = clang.reshape(_tensor_of(c, a), shape)
+        counts = ct if counts is None else clang.mul(counts, ct)
+    return clang.maybe_convert_to_dtype(clang.true_divide(total, counts), a.dtype)
+
+
+def _tensor_of(values, like):
+    parts = [prims.full((1,), float(v), device=like.device, dtype=dtypes.float32) for v in values]
+    return parts[0] if len(parts) == 1 else prims.cat(parts, 0)
+
+
+@torchsymbol(F.avg_pool1d, torch.avg_pool1d)
+def avg_pool1d(a, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+    return _avg_pool(a, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+@torchsymbol(F.avg_pool2d)
+def avg_pool2d(
+    a,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override=None,
+):
+    return _avg_pool(a, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@torchsymbol(F.avg_pool3d)
+def avg_pool3d(
+    a,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override=None,
+):
+    return _avg_pool(a, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _adaptive_pool(a, n, output_size, reduce):
+    output_size = _ntuple(output_size, n)
+    nb = a.ndim - n
+    x = a
+    for i in range(n):
+        d = nb + i
+        size = a.shape[d]
+        out = size if output_size[i] is None else output_size[i]
+        if size % out == 0:
+            k = size // out
+            shape = x.shape[:d] + (out, k) + x.shape[d + 1 :]
+            x = reduce(clang.reshape(x, shape), (d + 1,))
+            continue
+        parts = []
+        for o in range(out):
+            start, end = (o * size) // out, -((-(o + 1) * size) // out)
+            parts.append(reduce(clang.slice_in_dim(x, start, end, 1, d), (d,), keepdim=True))
+        x = clang.cat(parts, d)
+    return x
+
+
+def _mean_dims(x, dims, keepdim=False):
+    return clang.maybe_convert_to_dtype(clang.mean(x, dims, keepdim), x.dtype)
+
+
+def _max_dims(x, dims, keepdim=False):
+    return clang.amax(x, dims, keepdim)
+
+
+@torchsymbol(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)
+def adaptive_avg_pool1d(a, output_size):
+    return _adaptive_pool(a, 1, output_size, _mean_dims)
+
+
+@torchsymbol(F.adaptive_avg_pool2d)
+def adaptive_avg_pool2d(a, output_size):
+    return _adaptive_pool(a, 2, output_size, _mean_dims)
+
+
+@torchsymbol(F.adaptive_avg_pool3d)
+def adaptive_avg_pool3d(a, output_size):
+    return _adaptive_pool(a, 3, output_size, _mean_dims)
+
+
+@torchsymbol(F.adaptive_max_pool1d)
+def adaptive_max_pool1d(a, output_size, return_indices: bool = False):
+    check(not return_indices, "adaptive max pooling with return_indices has no decomposition", NotImplementedError)
+    return _adaptive_pool(a, 1, output_size, _max_dims)
+
+
+@torchsymbol(F.adaptive_max_pool2d)
+def adaptive_max_pool2d(a, output_size, return_indices: bool = False):
+    check(not return_indices, "adaptive max pooling with return_indices has no decomposition", NotImplementedError)
+    return _adaptive_pool(a, 2, output_size, _max_dims)
+
+
+# ---------------------------------------------------------------- interpolation
+
+
+@torchsymbol(F.interpolate)
+def interpolate(
+    a,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias: bool = False,
+):
+    n = a.ndim - 2
+    check(n >= 1, "interpolate expects a batched input with at least one spatial dim", ValueError)
+    check(not antialias, "interpolate with antialias has no decomposition", NotImplementedError)
+    linear = {"linear": 1, "bilinear": 2, "trilinear": 3}
+    check(
+        mode in ("nearest", "nearest-exact") or mode in linear,
+        f"interpolate mode {mode!r} has no decomposition",
+        NotImplementedError,
+    )
+    check((size is None) != (scale_factor is None), "only one of size or scale_factor should be defined", ValueError)
+    if size is not None:
+        out_sizes = _ntuple(size, n)
+        scales = [None] * n
+    else:
+        factors = _ntuple(scale_factor, n)
+        out_sizes = tuple(int(math.floor(s * f)) for s, f in zip(a.shape[2:], factors))
+        scales = [None] * n if recompute_scale_factor else list(factors)
+    x = a
+    comp = dtypes.float32 if a.dtype in (dtypes.float16, dtypes.bfloat16) else a.dtype
+    for i in range(n):
+        d = 2 + i
+        in_size, out_size = a.shape[d], out_sizes[i]
+        scale = (1.0 / scales[i]) if scales[i] else in_size / out_size
+        pos = prims.iota(out_size, start=0, step=1, device=a.device, dtype=dtypes.float32)
+        if mode in ("nearest", "nearest-exact"):
+            if mode == "nearest":
+                src = ew.floor(clang.mul(pos, scale))
+            else:
+                src = ew.floor(clang.mul(clang.add(pos, 0.5), scale))
+            idx = ew.clamp(clang.maybe_convert_to_dtype(src, dtypes.int64), None, in_size - 1)
+            x = prims.take(x, idx, d)
+            continue
+        if align_corners:
+            s = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+            src = clang.mul(pos, s)
+        else:
+            src = ew.clamp(clang.sub(clang.mul(clang.add(pos, 0.5), scale), 0.5), 0.0, None)
+        i0f = ew.floor(src)
+        i0 = ew.clamp(clang.maybe_convert_to_dtype(i0f, dtypes.int64), None, in_size - 1)
+        i1 = ew.clamp(clang.add(i0, 1), None, in_size - 1)
+        w1 = clang.sub(src, clang.maybe_convert_to_dtype(i0, dtypes.float32))
+        shape = [1] * x.ndim
+        shape[d] = out_size
+        w1 = clang.maybe_convert_to_dtype(clang.reshape(w1, shape), comp)
+        x0 = clang.maybe_convert_to_dtype(prims.take(x, i0, d), comp)
+        x1 = clang.maybe_convert_to_dtype(prims.take(x, i1, d), comp)
+        x = clang.add(x0, clang.mul(clang.sub(x1, x0), w1))
+    return clang.maybe_convert_to_dtype(x, a.dtype)

@@ -122,6 +122,9 @@ def std_mean(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=No
 def logsumexp(a, dim, keepdim: bool = False):
     comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
     x = clang.maybe_convert_to_dtype(a, comp)
+    if a.ndim == 0:
+        clang._reduction_dims(a, dim)
+        return clang.maybe_convert_to_dtype(x, res)
     m = clang.amax(x, dim, True)
     m = clang.where(prims.isinf(m), clang.maybe_convert_to_dtype(0, comp), m)
     s = clang.sum(clang.elementwise_unary(clang.sub(x, m), prims.exp), dim, True)

@@ -8,6 +8,7 @@ that map) and makes it a ``TensorProxy`` method. In-place variants map to an
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,9 @@ def torchsymbol(*torch_fns, name: str | None = None, method_name: str | None = N
         sym.__doc__ = fn.__doc__
         sym.__wrapped__ = fn
         sym.torch_fns = torch_fns
+        # F.relu(x, inplace=True): the tracer computes out of place and updates x (see Tracer.record_call)
+        params = list(inspect.signature(fn).parameters)
+        sym.inplace_param = params.index("inplace") if "inplace" in params else None
         for tf in torch_fns:
             torch_to_thunder[tf] = sym
         if method_name:

@@ -194,7 +194,7 @@ def split(a, split_size_or_sections, dim: int = 0):
     if isinstance(split_size_or_sections, int):
         size = split_size_or_sections
         check(size > 0 or n == 0, "split_size can only be 0 if dimension size is 0")
-        sizes = [size] * (n // size) + ([n % size] if n % size else []) if size else [0]
+        sizes = [size] * (n // size) + ([n % size] if n % size else []) if size and n else [0]
     else:
         sizes = list(split_size_or_sections)
         check(
@@ -331,3 +331,34 @@ def roll(a, shifts, dims=None):
         if s:
             a = clang.cat([clang.slice_in_dim(a, n - s, n, 1, d), clang.slice_in_dim(a, 0, n - s, 1, d)], d)
     return a
+
+
+@torchsymbol(T.unfold, method_name="unfold", tags=("view",))
+def unfold(a, dimension: int, size: int, step: int):
+    return prims.unfold(a, dimension, size, step)
+
+
+@torchsymbol(torch.diagonal, T.diagonal, method_name="diagonal", tags=("view",))
+def diagonal(a, offset: int = 0, dim1: int = 0, dim2: int = 1):
+    d1, d2 = canonicalize_dim(a.ndim, dim1), canonicalize_dim(a.ndim, dim2)
+    check(d1 != d2, lambda: f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    rest = [d for d in range(a.ndim) if d not in (d1, d2)]
+    x = clang.permute(a, rest + [d1, d2])
+    n1, n2 = a.shape[d1], a.shape[d2]
+    if offset >= 0:
+        length = max(min(n1, n2 - offset), 0)
+        start = offset
+    else:
+        length = max(min(n1 + offset, n2), 0)
+        start = -offset * n2
+    batch = x.shape[:-2]
+    flat = clang.reshape(x, batch + (n1 * n2,))
+    if length == 0:
+        return clang.slice_in_dim(flat, 0, 0, 1, len(batch))
+    stop = start + (length - 1) * (n2 + 1) + 1
+    return clang.slice_in_dim(flat, start, stop, n2 + 1, len(batch))
+
+
+@torchsymbol(torch.atleast_1d)
+def atleast_1d(a):
+    return clang.reshape(a, (1,)) if a.ndim == 0 else a

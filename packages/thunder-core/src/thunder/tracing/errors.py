@@ -29,10 +29,21 @@ def user_frame(start_depth: int = 2):
     return None
 
 
-def innermost_frame(start_depth: int = 2):
-    """The innermost frame outside thunder (may be inside torch, e.g. ``nn.Linear.forward``)."""
+_DISPATCH_FILES = (os.path.join(_TORCH_DIR, "overrides.py"), os.path.join(_TORCH_DIR, "utils", "_device.py"))
+
+
+def innermost_frame(start_depth: int = 2, callee=None):
+    """The innermost calling frame outside thunder and torch's dispatch (may be in torch, e.g. ``nn.Linear``).
+
+    ``callee``'s own frame (a Python-level torch function such as ``F.silu`` dispatching to thunder) is skipped.
+    """
+    callee_code = getattr(callee, "__code__", None)
     f = sys._getframe(start_depth)
-    while f is not None and f.f_code.co_filename.startswith(_THUNDER_DIR):
+    while f is not None and (
+        f.f_code.co_filename.startswith(_THUNDER_DIR)
+        or f.f_code.co_filename in _DISPATCH_FILES
+        or f.f_code is callee_code
+    ):
         f = f.f_back
     return f
 

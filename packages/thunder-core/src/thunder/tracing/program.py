@@ -55,6 +55,9 @@ def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: se
             prologue.check_tensor(name, proxy, example)
 
 
+_UNGUARDED_MODULE_ATTRIBUTES = frozenset({"training", "_is_full_backward_hook"})
+
+
 def _sanitize(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
@@ -110,6 +113,12 @@ class _InputBuilder:
         for mname, m in module.named_modules():
             m_expr = pb.constant(m, "_module") if mname else module_expr
             pb.fail_if(f"{m_expr}.training is not {m.training}")
+            # plain Python attributes (eps, scale, flags) the forward may read are specialised on
+            for attr, value in m.__dict__.items():
+                if attr in _UNGUARDED_MODULE_ATTRIBUTES or not attr.isidentifier():
+                    continue
+                if value is None or type(value) in (bool, int, float, str):
+                    pb.check_value(f"{m_expr}.{attr}", value)
             for kind, container in (("_parameters", m._parameters), ("_buffers", m._buffers)):
                 for key, t in list(container.items()):
                     if t is None:
@@ -154,6 +163,8 @@ def _collect_output(x, acc: list):
         raise TracingError(
             "the jitted function returned a tensor created outside of it (a global?); return it separately"
         )
+    if isinstance(x, torch.Size):
+        return x
     t = type(x)
     if t is tuple or t is list:
         return t(_collect_output(y, acc) for y in x)
@@ -220,6 +231,8 @@ def flat_proxies_deep(x, acc=None):
 def _substitute(x, mapping):
     if isinstance(x, Proxy):
         return mapping[id(x)]
+    if isinstance(x, torch.Size):
+        return x
     t = type(x)
     if t is tuple or t is list:
         return t(_substitute(y, mapping) for y in x)
@@ -288,6 +301,8 @@ def trace_program(
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
         raise TypeError(f"{fn_name}() was called with arguments that do not match its signature: {e}") from None
+    given = set(bound.arguments)
+    bound.apply_defaults()  # defaulted arguments are specialised on (and checked) like given ones
 
     trace = TraceCtx("computation")
     prologue = PrologueBuilder(checks=checks)
@@ -297,20 +312,20 @@ def trace_program(
     prologue.check_grad_and_autocast(grad_enabled)
 
     with tracectx(trace):
-        wrapped_args, wrapped_kwargs = [], {}
+        wrapped = {}
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
             if param.kind is param.VAR_POSITIONAL:
                 prologue.fail_unless(f"len({name}) == {len(value)}")
-                wrapped_args.extend(inputs.argument(v, f"{name}[{i}]", f"{name}_{i}") for i, v in enumerate(value))
+                wrapped[name] = tuple(inputs.argument(v, f"{name}[{i}]", f"{name}_{i}") for i, v in enumerate(value))
             elif param.kind is param.VAR_KEYWORD:
                 prologue.fail_unless(f"{name}.keys() == {prologue.constant(frozenset(value), '_keys')}")
-                for k, v in value.items():
-                    wrapped_kwargs[k] = inputs.argument(v, f"{name}[{k!r}]", k)
-            elif param.kind is param.KEYWORD_ONLY:
-                wrapped_kwargs[name] = inputs.argument(value, name, name)
+                wrapped[name] = {k: inputs.argument(v, f"{name}[{k!r}]", k) for k, v in value.items()}
             else:
-                wrapped_args.append(inputs.argument(value, name, name))
+                wrapped[name] = inputs.argument(value, name, name)
+        # the function is called as the user called it: defaults left to it (wrappers may pass them by keyword)
+        call = inspect.BoundArguments(signature, {k: v for k, v in wrapped.items() if k in given})
+        wrapped_args, wrapped_kwargs = call.args, call.kwargs
         n_user_tensors = len(inputs.tensors)
         if module is not None:
             inputs.module_state(module, "_self_module", "t_")

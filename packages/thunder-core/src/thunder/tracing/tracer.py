@@ -39,10 +39,28 @@ class TracingTensor(torch.Tensor):
             proxy.shape,
             dtype=proxy.dtype.torch_dtype,
             device=proxy.device._torch_device,
-            requires_grad=proxy.requires_grad,
+            requires_grad=proxy.requires_grad and proxy.dtype.kind in ("float", "complex"),
         )
-        t._thunder_proxy = proxy
+        t._tt_value = proxy
+        t._tt_view = None  # (base wrapper, derivation steps) when this tensor is a view of another
+        t._tt_seen = 0  # the base's version this view's value was derived at
+        t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
         return t
+
+    @property
+    def _thunder_proxy(self) -> TensorProxy:
+        """The current value; a view whose base was updated in place re-derives itself from the base."""
+        view = self._tt_view
+        if view is not None:
+            base = view[0]
+            if base._tt_version != self._tt_seen:
+                self._tt_value = _derive_view(base._tt_value, view[1])
+                self._tt_seen = base._tt_version
+        return self._tt_value
+
+    @_thunder_proxy.setter
+    def _thunder_proxy(self, value: TensorProxy) -> None:
+        self._tt_value = value
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -194,7 +212,9 @@ class Tracer:
         """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""
         if self.in_symbol:
             return sym.record(self.trace, args, kwargs)
-        return self.record_call(sym, sym, args, kwargs)
+        # called from user code while the tracing mode is active: thunder's own torch calls must not be traced
+        with torch._C.DisableTorchFunction():
+            return self.record_call(sym, sym, args, kwargs)
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
@@ -203,19 +223,37 @@ class Tracer:
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
         if mapped is not None and func in _AUTOCAST_LOWER_PRECISION:
             uargs, ukwargs = self._autocast(uargs, ukwargs)
+        fell_back = mapped is None
         if mapped is None:
             sym = fallback_symbol(func)
             mapped = torch_to_thunder.get(func, sym) if sym.inplace else sym
+        inplace_kw = None
+        if type(mapped) is Symbol and getattr(mapped, "inplace_param", None) is not None:
+            # F.relu(x, inplace=True) and friends: compute out of place, then update x
+            uargs, ukwargs, inplace_kw = _strip_inplace(mapped.inplace_param, uargs, ukwargs)
         self.in_symbol = True
         try:
             if type(mapped) is InplaceOp:
-                out = self._inplace(func, mapped, args, uargs, ukwargs)
+                try:
+                    out = self._inplace(func, mapped, args, uargs, ukwargs)
+                except NotImplementedError:
+                    if fell_back or not callable(func) or isinstance(func, Symbol):
+                        raise
+                    del trace.bound_symbols[start:]
+                    fell_back = True
+                    mapped = fallback_inplace_op(func)
+                    out = self._inplace(func, mapped, args, uargs, ukwargs)
             else:
                 try:
                     out = mapped(*uargs, **ukwargs)
                 except NotImplementedError:
+                    if isinstance(func, Symbol):
+                        raise
                     del trace.bound_symbols[start:]
+                    fell_back = True
                     out = self._fallback(func, uargs, ukwargs)
+                if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
+                    self._rebind(func, args[0], out)
         except (TracingError, RecursionError):
             raise
         except Exception as e:
@@ -236,14 +274,20 @@ class Tracer:
                 bsyms[i].source = src
             self._name_from_store(frame, out, start)
         if self.log is not None:
-            inner = innermost_frame(2)
+            inner = innermost_frame(2, func)
             self.log.append(
                 {
-                    "kind": "call",
+                    "kind": "symbol" if isinstance(func, Symbol) else "call",
                     "fn": _func_name(func),
-                    "symbol": mapped.name
-                    if isinstance(mapped, Symbol)
-                    else ("fallback" if mapped is None else "adapter"),
+                    "symbol": "fallback"
+                    if fell_back
+                    else (
+                        mapped.name
+                        if isinstance(mapped, Symbol)
+                        else (
+                            mapped.fn.name if type(mapped) is InplaceOp and isinstance(mapped.fn, Symbol) else "adapter"
+                        )
+                    ),
                     "file": inner.f_code.co_filename if inner else None,
                     "line": inner.f_lineno if inner else None,
                     "user_file": frame.f_code.co_filename if frame else None,
@@ -252,9 +296,18 @@ class Tracer:
             )
         if type(mapped) is InplaceOp and mapped.returns_self:
             return args[mapped.arg_index]
+        if inplace_kw:
+            return args[0]
         wrapped = wrap(out)
-        if isinstance(mapped, Symbol) and "view" in mapped.tags:
-            _mark_views(wrapped)
+        if (
+            not fell_back
+            and type(mapped) is Symbol
+            and "view" in mapped.tags
+            and args
+            and isinstance(args[0], TracingTensor)
+            and _is_view_call(mapped, args[0], uargs)
+        ):
+            _mark_views(wrapped, args[0], (mapped, tuple(uargs[1:]), ukwargs))
         return wrapped
 
     def _unwrap_inputs(self, x):
@@ -328,12 +381,17 @@ class Tracer:
             from thunder.torch import to as ltorch_to
 
             value = ltorch_to(value, old.dtype.torch_dtype)
-        if getattr(wrapper, "_thunder_is_view", False):
-            raise NotImplementedError(
-                f"{_func_name(func)} updates a view of another tensor in place; thunder does not support in-place "
-                "updates through views yet"
-            )
-        wrapper._thunder_proxy = value
+        view = wrapper._tt_view
+        if view is None:
+            wrapper._tt_value = value
+            wrapper._tt_version += 1
+            return
+        # an update through a view writes the base; the base's other views re-derive lazily
+        base, steps = view
+        base._tt_value = _write_view(base._tt_value, steps, value)
+        base._tt_version += 1
+        wrapper._tt_value = value
+        wrapper._tt_seen = base._tt_version
 
     # ---------------------------------------------------------------- ops without a symbol
     def _fallback(self, func, args, kwargs):
@@ -372,20 +430,108 @@ class Tracer:
             self._pending_name = None
 
 
-def _mark_views(x) -> None:
+# ---------------------------------------------------------------- views
+#
+# A view remembers its root base (a tensor that is not a view) and the steps deriving it from the
+# base: ``(symbol, other args, kwargs, output index)``. An in-place update of a view writes the base
+# (``_write_view``) and bumps its version; every view of that base re-derives its value on its next
+# use (``TracingTensor._thunder_proxy``), so reads through any alias see the update as in eager.
+
+# steps that keep the elements and their order (only the shape changes)
+_SAME_ORDER_VIEWS = frozenset(
+    "reshape view view_as reshape_as flatten unflatten squeeze unsqueeze detach contiguous".split()
+)
+# reshape copies unless the input is contiguous: a reshape of these is a view
+_RESHAPES = frozenset(("reshape", "reshape_as", "flatten"))
+
+
+def _is_view_call(sym: Symbol, base: TracingTensor, uargs) -> bool:
+    if sym.name == "getitem":
+        from thunder.torch.indexing import _is_basic
+
+        key = uargs[1] if len(uargs) > 1 else ()
+        return _is_basic(key if isinstance(key, tuple) else (key,))
+    if sym.name in _RESHAPES and base._tt_view is not None:
+        return all(step[0].name in _SAME_ORDER_VIEWS for step in base._tt_view[1])
+    return True
+
+
+def _mark_views(x, base: TracingTensor, step, index: int | None = None) -> None:
     if isinstance(x, TracingTensor):
-        x._thunder_is_view = True
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            _mark_views(y)
+        root, steps = base._tt_view if base._tt_view is not None else (base, ())
+        x._tt_view = (root, steps + ((*step, index),))
+        x._tt_seen = root._tt_version
+    elif isinstance(x, (tuple, list)) and index is None:
+        for i, y in enumerate(x):
+            _mark_views(y, base, step, i)
+
+
+def _derive_view(x: TensorProxy, steps) -> TensorProxy:
+    """Applies a view's derivation steps to ``x`` (the base's current value, or an index tensor)."""
+    from thunder.core.trace import get_tracectx
+
+    trace = get_tracectx()
+    if trace is None:
+        raise TracingError("internal error: a view was re-derived outside of tracing")
+    for sym, rest, kwargs, index in steps:
+        x = sym.record(trace, (x, *rest), kwargs)
+        if index is not None:
+            x = x[index]
+    return x
+
+
+def _write_view(base: TensorProxy, steps, value: TensorProxy) -> TensorProxy:
+    """``base`` with the elements a view (derived by ``steps``) selects replaced by ``value``."""
+    from thunder import clang
+    from thunder.core import prims
+
+    if all(step[0].name in _SAME_ORDER_VIEWS for step in steps):
+        return clang.reshape(value, base.shape)
+    n = base.numel()
+    # which element of the base each element of the view is: the view of an iota
+    idx = clang.reshape(prims.iota(n, start=0, step=1, device=base.device, dtype=dtypes.int64), base.shape)
+    vidx = _derive_view(idx, steps)
+    m = vidx.numel()
+    flat_idx = clang.reshape(vidx, (m,))
+    flat_val = clang.reshape(clang.expand(value, vidx.shape), (m,))
+    out = prims.index_put(clang.reshape(base, (n,)), (flat_idx,), flat_val, False)
+    return clang.reshape(out, base.shape)
+
+
+def _strip_inplace(position: int, args, kwargs):
+    """``args``/``kwargs`` with the ``inplace`` flag (at ``position`` or by keyword) set to False."""
+    flag = False
+    if "inplace" in kwargs:
+        flag = bool(kwargs["inplace"])
+        kwargs = {**kwargs, "inplace": False}
+    elif len(args) > position:
+        flag = bool(args[position])
+        args = (*args[:position], False, *args[position + 1 :])
+    return args, kwargs, flag
 
 
 def _can_cast(src: dtypes.dtype, dst: dtypes.dtype) -> bool:
     return dtypes.kind_rank(src) <= dtypes.kind_rank(dst)
 
 
+_SCALAR_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
 def _dtype_title(d: dtypes.dtype) -> str:
-    return str(d.torch_dtype).replace("torch.", "").capitalize()
+    """PyTorch's name for a dtype in error messages (``Float``, ``Long``)."""
+    name = str(d.torch_dtype).replace("torch.", "")
+    return _SCALAR_TYPE_NAMES.get(name, name.capitalize())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -422,6 +568,7 @@ def _func_name(func) -> str:
     module = getattr(func, "__module__", None)
     if module and module.startswith("torch") and not name.startswith("Tensor"):
         return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._VariableFunctions', 'torch')}.{name}"
+    name = name.replace("TensorBase.", "Tensor.")
     return name if name.startswith(("Tensor", "torch")) else f"torch.{name}"
 
 
@@ -474,16 +621,23 @@ def _is_inplace_name(name: str) -> bool:
     )
 
 
-def fallback_symbol(func) -> Symbol:
+def fallback_inplace_op(func) -> InplaceOp:
+    """An in-place torch callable run opaquely: a functional copy-and-update, then the tracer rebinds."""
+    sym = fallback_symbol(func, force_inplace=True)
+    return InplaceOp(sym)
+
+
+def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
     """An opaque symbol for a torch callable with no torch-language symbol: metadata from the meta device."""
-    sym = _fallback_cache.get(func)
+    key = (func, force_inplace)
+    sym = _fallback_cache.get(key)
     if sym is not None:
         return sym
     from thunder.executors.torchex import torch_path
 
     path = torch_path(func)
     raw_name = getattr(func, "__name__", None) or "op"
-    inplace = _is_inplace_name(raw_name)
+    inplace = force_inplace or _is_inplace_name(raw_name)
     if inplace:
         base = (path[0] if path else raw_name).replace(".", "_").replace("__", "_").strip("_")
         print_name, imports = f"functional_{base}", ()
@@ -533,7 +687,7 @@ def fallback_symbol(func) -> Symbol:
     from thunder.executors.torchex import ex as torch_ex
 
     sym.executor = torch_ex
-    _fallback_cache[func] = sym
-    if inplace:
+    _fallback_cache[key] = sym
+    if inplace and not force_inplace:
         torch_to_thunder.setdefault(func, InplaceOp(sym))
     return sym

@@ -132,11 +132,20 @@ class _Differentiator:
             if impl is not None and impl.grad_transform is not None:
                 if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
                     return impl.grad_transform
-        return _grad_rules.get(bsym.sym.id)
+        rule = _grad_rules.get(bsym.sym.id)
+        if rule is None and "opaque" in bsym.sym.tags and getattr(bsym.sym, "torch_fn", None) is not None:
+            from thunder.transforms.opaque_grads import opaque_grad_rule
+
+            rule = opaque_grad_rule(bsym.sym)
+        return rule
 
     def process(self, bsym: BoundSymbol, forward: list, groups: list) -> None:
         rg = self.requires_grad
-        if bsym.sym.python_printer is not None or not any(a.name in rg for a in bsym.flat_args):
+        if (
+            bsym.sym.python_printer is not None
+            or "in_place" in bsym.sym.tags  # writes of new values into inputs (buffer updates) carry no gradient
+            or not any(a.name in rg for a in bsym.flat_args)
+        ):
             forward.append(bsym)
             return
         outs = [o for o in bsym.flat_outs if _is_differentiable(o)]

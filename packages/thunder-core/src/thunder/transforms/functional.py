@@ -6,7 +6,6 @@ computes the requested values; ``thunder.last_traces`` shows its program.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import thunder.torch as ltorch
@@ -111,10 +110,11 @@ def vjp(fn: Callable) -> Callable:
     """``vjp(fn)(primals, cotangents)`` returns ``(fn(*primals), gradients of the primals' float tensors)``."""
 
     def wrapper(original):
-        @functools.wraps(original)
         def vjp_body(primals, cotangents):
             return original(*primals), cotangents
 
+        # not functools.wraps: its __wrapped__ would make the signature the original's
+        vjp_body.__name__ = vjp_body.__qualname__ = f"vjp_of_{getattr(original, '__name__', 'fn')}"
         return vjp_body
 
     return _rejit(fn, lambda ex: _Differentiate(ex, returns="vjp", cotangent_prefix="cotangents"), wrapper=wrapper)

@@ -447,15 +447,58 @@ def _embedding_grad(
         scale_grad_by_freq=scale_grad_by_freq,
         sparse=sparse,
     )
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError("the gradient of embedding with scale_grad_by_freq or sparse is not supported")
+    if sparse:
+        raise NotImplementedError("the gradient of embedding with sparse=True is not supported")
     g = get_grad(out)
-    dim = weight.shape[1]
-    flat_idx = ltorch.reshape(indices, (-1,))
-    flat_g = ltorch.reshape(g, (-1, dim))
-    if padding_idx is not None:
-        pad = padding_idx if padding_idx >= 0 else padding_idx + weight.shape[0]
-        flat_g = ltorch.where(ltorch.unsqueeze(ltorch.eq(flat_idx, pad), 1), 0.0, flat_g)
-    index = ltorch.expand(ltorch.unsqueeze(flat_idx, 1), flat_g.shape)
-    put_grad(weight, prims.scatter_add(zeros_like(weight), index, flat_g, 0))
+    pad = -1 if padding_idx is None else (padding_idx if padding_idx >= 0 else padding_idx + weight.shape[0])
+    put_grad(weight, ltorch.embedding_backward(g, indices, weight.shape[0], pad, scale_grad_by_freq))
+    return out
+
+
+@register_grad(prims.scatter)
+def _scatter_grad(a, index, src, dim):
+    out = prims.scatter(a, index, src, dim)
+    g = get_grad(out)
+    put_grad(a, prims.scatter(g, index, _zero(g), dim))  # the overwritten positions get no gradient
+    if _is_tensor(src):
+        put_grad(src, prims.take_along_axis(g, index, dim))
+    return out
+
+
+@register_grad(prims.unfold)
+def _unfold_grad(a, dim, size, step):
+    out = prims.unfold(a, dim, size, step)
+    put_grad(a, ltorch.unfold_backward(get_grad(out), a.shape, dim, size, step))
+    return out
+
+
+@register_grad(prims.convolution)
+def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = prims.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    g = get_grad(out)
+    bias_sizes = [bias.shape[0]] if bias is not None else None
+    grad_a, grad_w, grad_b = ltorch.convolution_backward(
+        g,
+        a,
+        weight,
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        [True, True, bias is not None],
+    )
+    put_grad(a, grad_a)
+    put_grad(weight, grad_w)
+    if bias is not None:
+        put_grad(bias, grad_b)
+    return out
+
+
+@register_grad(prims.bernoulli)
+def _bernoulli_grad(a):
+    out = prims.bernoulli(a)  # a sample: no gradient flows to the probabilities
+    put_grad(a, zeros_like(a))
     return out

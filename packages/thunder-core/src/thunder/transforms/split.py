@@ -84,6 +84,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
                     saved.append(a)
             defined.update(o.name for o in b.flat_outs)
 
+        saved, backward = rematerialize(saved, backward, joint.forward)
+
         bw.args = ["saved_for_backward", "cotangents"]
         bw.kwargs = {}
         bw.bound_symbols = [
@@ -100,6 +102,71 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         t.stamp(fw)
         t.stamp(bw)
         return ForwardBackward(fw, bw, outputs, structure)
+
+
+_CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
+_CHEAP_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "convert_element_type", "squeeze", "transpose")
+
+
+def _is_cheap(bsym: BoundSymbol) -> bool:
+    """Elementwise and reshaping work only (no reductions, matmuls or random numbers)."""
+    sym = bsym.sym
+    if sym.python_printer is not None or "random" in sym.tags or prims.OpTags.RANDOM in sym.tags:
+        return False
+    if sym.is_prim:
+        return any(t in sym.tags for t in _CHEAP_PRIM_TAGS) or (
+            sym.id.startswith("prims.") and sym.name in _CHEAP_SHAPE_PRIMS
+        )
+    return bool(bsym.subsymbols) and all(_is_cheap(s) for s in bsym.subsymbols)
+
+
+def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol]):
+    """Recompute in backward, instead of saving, values a cheap forward operation makes from saved values.
+
+    Each recomputation goes right before the value's first use in backward, so it lives no longer than
+    needed; memory only goes down (the value's inputs are saved anyway).
+    """
+    producer = {}
+    for b in forward:
+        for o in b.flat_outs:
+            producer[o.name] = b
+    saved_names = {p.name for p in saved}
+    recomputed: list[BoundSymbol] = []
+    changed = True
+    while changed:
+        changed = False
+        for p in list(saved):
+            b = producer.get(p.name)
+            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
+                continue
+            args = b.flat_args
+            if args and all(a.name in saved_names and a.name != p.name for a in args):
+                saved = [q for q in saved if q.name != p.name]  # never `==`/`remove`: proxies overload __eq__
+                saved_names.discard(p.name)
+                recomputed.append(b)
+                changed = True
+    if not recomputed:
+        return saved, backward
+    # a recomputation may feed another: place each before the first backward use of what it makes
+    pending = {b.flat_outs[0].name: b for b in recomputed}
+    out: list[BoundSymbol] = []
+    placed: set[str] = set()
+
+    def place(name: str) -> None:
+        b = pending.get(name)
+        if b is None or name in placed:
+            return
+        placed.add(name)
+        for a in b.flat_args:
+            place(a.name)
+        out.append(b)
+
+    for b in backward:
+        for a in b.flat_args:
+            place(a.name)
+        out.append(b)
+    still_needed = {a.name for b in out for a in b.flat_args}
+    return [p for p in saved if p.name in still_needed], out
 
 
 def _dce(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
@@ -128,12 +195,16 @@ class ThunderFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *cotangents):
-        if ctx.backward_fn is None:
+        if torch.is_grad_enabled():
             raise RuntimeError(
-                "thunder's backward was already run for this graph: call .backward(retain_graph=True) the first time "
-                "to run it twice (double backward through thunder-compiled code is not supported)"
+                "thunder-compiled functions support first-order gradients only: backward with create_graph=True "
+                "(double backward, gradient penalties) is not supported; compute it without thunder.jit"
             )
-        grads = ctx.backward_fn(list(ctx.saved_tensors), list(cotangents))
+        saved = list(ctx.saved_tensors)
+        # drop autograd's references unless the graph is retained, so the backward frees each saved
+        # tensor right after its last use instead of when the whole backward returns
+        ctx.maybe_clear_saved_tensors()
+        grads = ctx.backward_fn(saved, list(cotangents))
         return (None, None, None, *grads)
 
 

@@ -1,3 +1,38 @@
-"""Gradient rules for torch-language operations whose backward is better than their decomposition's."""
+"""Gradient rules for torch-language operations whose backward is better than their decomposition's.
+
+The forward keeps the single operation; the backward calls a dedicated backward operation
+(which the torch executor runs with PyTorch's fused kernel).
+"""
 
 from __future__ import annotations
+
+import thunder.torch as ltorch
+from thunder.transforms.autodiff import get_grad, put_grad, register_grad
+
+
+@register_grad(ltorch.silu)
+def _silu_grad(a, inplace: bool = False):
+    out = ltorch.silu(a)
+    put_grad(a, ltorch.silu_backward(get_grad(out), a))
+    return out
+
+
+@register_grad(ltorch.gelu)
+def _gelu_grad(a, approximate: str = "none"):
+    out = ltorch.gelu(a, approximate=approximate)
+    put_grad(a, ltorch.gelu_backward(get_grad(out), a, approximate=approximate))
+    return out
+
+
+def _softmax_like(forward, backward):
+    def rule(a, dim, dtype=None, _stacklevel: int = 3):
+        out = forward(a, dim, dtype=dtype)
+        g = backward(get_grad(out), out, dim, out.dtype.torch_dtype)
+        put_grad(a, ltorch.to(g, a.dtype.torch_dtype))
+        return out
+
+    return rule
+
+
+register_grad(ltorch.softmax, _softmax_like(ltorch.softmax, ltorch.softmax_backward))
+register_grad(ltorch.log_softmax, _softmax_like(ltorch.log_softmax, ltorch.log_softmax_backward))

@@ -1,0 +1,177 @@
+"""Training-step time of a small LitGPT Llama on the CPU with different executors.
+
+One training step is forward, cross-entropy loss, backward and an AdamW step. Variants:
+
+- ``eager``: the model as it is;
+- ``thunder_default``: ``thunder.jit(model)`` (the default executors: sdpa, torch, python);
+- ``thunder_torch_compile``: ``thunder.jit(model, executors=["torch_compile", *defaults])``:
+  regions of the forward and backward traces compiled by Inductor (C++ on the CPU);
+- ``torch_compile``: ``torch.compile(model)``.
+
+Per variant: ``first_step_s`` (the first step of a fresh model: tracing and compiling included),
+``median_step_s`` (median of the following ``--steps`` steps), ``loss_first`` and ``loss_last``
+(the loss of the first and last step: every variant starts from the same weights and sees the
+same batches, so these should agree with eager's up to rounding).
+
+    OMP_NUM_THREADS=1 python benchmarks/executors_training.py
+    python benchmarks/executors_training.py --layers 2 --steps 10 --variants eager thunder_default
+
+Inductor compiles into a fresh cache directory (a cold compile, as on a new machine) unless
+``--warm-inductor-cache`` is given. On a shared machine, Inductor's OpenMP kernels are very
+sensitive to other processes competing for the cores (their threads spin at barriers): compare
+variants with ``OMP_NUM_THREADS=1``, or on an idle machine.
+
+Prints exactly one JSON object on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile")
+
+
+def make_model(n_layer: int):
+    from litgpt import GPT, Config
+
+    config = Config(
+        name="llama-bench",
+        block_size=256,
+        vocab_size=1024,
+        padded_vocab_size=1024,
+        n_layer=n_layer,
+        n_head=4,
+        n_query_groups=2,
+        n_embd=256,
+        rotary_percentage=1.0,
+        parallel_residual=False,
+        bias=False,
+        norm_class_name="RMSNorm",
+        mlp_class_name="LLaMAMLP",
+        intermediate_size=688,
+    )
+    torch.manual_seed(0)
+    return GPT(config)
+
+
+def wrap(variant: str, model):
+    if variant == "eager":
+        return model
+    if variant == "torch_compile":
+        return torch.compile(model)
+    import thunder
+
+    if variant == "thunder_default":
+        return thunder.jit(model)
+    if variant == "thunder_torch_compile":
+        return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()])
+    raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+
+
+def run_variant(variant: str, base, batches, steps: int) -> dict:
+    model = copy.deepcopy(base)
+    model.train()
+    fn = wrap(variant, model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    vocab = base.config.padded_vocab_size
+
+    def step(idx, targets) -> float:
+        logits = fn(idx)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    t0 = time.perf_counter()
+    first_loss = step(*batches[0])
+    first = time.perf_counter() - t0
+    times, loss = [], first_loss
+    for i in range(steps):
+        t0 = time.perf_counter()
+        loss = step(*batches[(i + 1) % len(batches)])
+        times.append(time.perf_counter() - t0)
+    return {
+        "first_step_s": round(first, 4),
+        "median_step_s": round(statistics.median(times), 5),
+        "step_runs_s": [round(t, 5) for t in times],
+        "loss_first": round(first_loss, 5),
+        "loss_last": round(loss, 5),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument(
+        "--warm-inductor-cache", action="store_true", help="reuse Inductor's on-disk cache (default: a fresh one)"
+    )
+    args = parser.parse_args()
+    if not args.warm_inductor_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunder-bench-inductor-")
+
+    try:
+        import litgpt  # noqa: F401
+
+        import thunder  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"{os.path.basename(__file__)}: needs thunder-core and litgpt ({e})")
+
+    base = make_model(args.layers)
+    g = torch.Generator().manual_seed(1)
+    vocab = base.config.padded_vocab_size
+    batches = [
+        (
+            torch.randint(0, vocab, (args.batch, args.seq), generator=g),
+            torch.randint(0, vocab, (args.batch, args.seq), generator=g),
+        )
+        for _ in range(4)
+    ]
+    results = {}
+    for variant in args.variants:
+        print(f"{variant} ...", file=sys.stderr, flush=True)
+        try:
+            results[variant] = run_variant(variant, base, batches, args.steps)
+        except Exception as e:  # report and go on with the other variants
+            results[variant] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"  {results[variant]}", file=sys.stderr, flush=True)
+    if "median_step_s" in results.get("eager", {}):
+        eager = results["eager"]["median_step_s"]
+        for r in results.values():
+            if "median_step_s" in r:
+                r["median_vs_eager"] = round(r["median_step_s"] / eager, 3)
+    out = {
+        "model": {
+            "litgpt_llama": {"n_layer": args.layers, "n_embd": 256, "n_head": 4, "n_query_groups": 2},
+            "batch": [args.batch, args.seq],
+            "params": sum(p.numel() for p in base.parameters()),
+        },
+        "step": "forward + cross_entropy + backward + AdamW step, float32, CPU",
+        "results": results,
+        "torch": torch.__version__,
+        "thunder_core": importlib.metadata.version("thunder-core"),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()},
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "inductor_cache": "warm" if args.warm_inductor_cache else "cold",
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Training step of a 4-layer LitGPT Llama on CPU: eager vs thunder (default executors).
+
+Prints one JSON object: median step time, first-call (compile) time, forward-only compile time,
+and the peak memory of a step: the most heap bytes in use (glibc ``mallinfo2``: small blocks plus
+mmapped ones, which is where tensor storage lives) sampled after every aten operation, minus
+the bytes in use when the step starts. Each variant runs in its own process.
+
+    python benchmarks/training_step.py [--layers 4] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _config(layers: int):
+    from litgpt import Config
+
+    return Config(
+        name="llama-bench",
+        block_size=256,
+        vocab_size=1024,
+        padded_vocab_size=1024,
+        n_layer=layers,
+        n_head=4,
+        n_query_groups=4,
+        n_embd=256,
+        rotary_percentage=1.0,
+        parallel_residual=False,
+        bias=False,
+        norm_class_name="RMSNorm",
+        mlp_class_name="LLaMAMLP",
+        intermediate_size=688,
+    )
+
+
+class _Mallinfo2(__import__("ctypes").Structure):
+    _fields_ = [
+        (name, __import__("ctypes").c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _heap_in_use():
+    """A function returning the heap bytes in use, or None where glibc's mallinfo2 is missing."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _Mallinfo2
+
+    def in_use() -> int:
+        m = fn()
+        return m.uordblks + m.hblkhd
+
+    return in_use
+
+
+def peak_bytes_of(step) -> int | None:
+    """Peak heap bytes in use during ``step()`` above those in use at its start."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    in_use = _heap_in_use()
+    if in_use is None:
+        return None
+
+    class _Sampler(TorchDispatchMode):
+        peak = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            _Sampler.peak = max(_Sampler.peak, in_use())
+            return out
+
+    start = in_use()
+    _Sampler.peak = start
+    with _Sampler():
+        step()
+    return _Sampler.peak - start
+
+
+def run_variant(variant: str, layers: int, steps: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from litgpt import GPT
+
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    model = GPT(_config(layers))
+    x = torch.randint(0, 1024, (2, 256))
+    y = torch.randint(0, 1024, (2, 256))
+    result: dict = {}
+    if variant == "thunder":
+        import thunder
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fwd_only = thunder.jit(GPT(_config(layers)).requires_grad_(False))
+            fwd_only(x)
+        result["forward_only_first_call_s"] = time.perf_counter() - t0
+        result["forward_only_compile_s"] = thunder.compile_stats(fwd_only).last_compile_time_ns / 1e9
+        del fwd_only
+        runner = thunder.jit(model)
+    else:
+        runner = model
+
+    def step():
+        logits = runner(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    step()
+    result["first_call_s"] = time.perf_counter() - t0
+    if variant == "thunder":
+        result["training_compile_s"] = thunder.compile_stats(runner).last_compile_time_ns / 1e9
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    result["median_step_s"] = statistics.median(times)
+    peak = peak_bytes_of(step)
+    if peak is not None:
+        result["step_peak_mib"] = peak / 2**20
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--variant", choices=("eager", "thunder"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(args.variant, args.layers, args.steps)))
+        return
+    out = {"model": f"LitGPT Llama, {args.layers} layers, n_embd 256, batch 2 x 256 tokens, float32, CPU"}
+    for variant in ("eager", "thunder"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--variant", variant, "--layers", str(args.layers), "--steps", str(args.steps)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["thunder_step_over_eager"] = out["thunder"]["median_step_s"] / out["eager"]["median_step_s"]
+    if "step_peak_mib" in out["eager"]:
+        out["thunder_peak_over_eager"] = out["thunder"]["step_peak_mib"] / max(out["eager"]["step_peak_mib"], 1e-9)
+    import torch
+
+    out["torch"] = torch.__version__
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""``thunder.examine``: how well thunder covers a user's function or model.
+
+It traces and runs the program with ``thunder.jit``, then reports which torch operations mapped
+to native torch-language symbols, which fell back to opaque symbols run by PyTorch (they work,
+but no executor can fuse or transform them), and whether thunder's result equals eager PyTorch's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["examine", "ExamineReport"]
+
+
+@dataclass
+class ExamineReport:
+    """What :func:`examine` found.
+
+    ``native`` and ``fallback`` count torch operations by name (``torch.add``, ``Tensor.view``);
+    ``matches`` is True when thunder's outputs (and in-place updated inputs) equal eager's, False
+    when they differ (``mismatch`` says how), None when the program could not run (``error``).
+    """
+
+    native: Counter = field(default_factory=Counter)
+    fallback: Counter = field(default_factory=Counter)
+    matches: bool | None = None
+    mismatch: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def fully_supported(self) -> bool:
+        return self.error is None and not self.fallback
+
+    def __str__(self) -> str:
+        lines = []
+        if self.error is not None:
+            lines.append(f"thunder could not run the program: {type(self.error).__name__}: {self.error}")
+        lines.append(f"{sum(self.native.values())} torch calls ({len(self.native)} operations) have native symbols")
+        if self.fallback:
+            lines.append(
+                f"{sum(self.fallback.values())} calls to {len(self.fallback)} operations have no symbol and ran opaquely "
+                "through PyTorch (correct, but not fused or transformed):"
+            )
+            lines.extend(f"  {name} ({n} call{'s' if n > 1 else ''})" for name, n in sorted(self.fallback.items()))
+        else:
+            lines.append("every torch operation has a native symbol")
+        if self.matches is True:
+            lines.append("thunder's result matches eager PyTorch")
+        elif self.matches is False:
+            lines.append(f"thunder's result DIFFERS from eager PyTorch: {self.mismatch}")
+        return "\n".join(lines)
+
+
+def _clean_name(name: str) -> str:
+    for prefix, repl in (
+        ("torch._VariableFunctionsClass.", "torch."),
+        ("torch._C._VariableFunctions.", "torch."),
+        ("TensorBase.", "Tensor."),
+        ("torch._C.TensorBase.", "Tensor."),
+        ("torch._C._nn.", "torch.nn.functional."),
+        ("torch._C._special.", "torch.special."),
+        ("torch._C._linalg.", "torch.linalg."),
+    ):
+        if name.startswith(prefix):
+            return repl + name[len(prefix) :]
+    return name
+
+
+def _clone(x, memo: dict):
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x, memo)
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_clone(y, memo) for y in x) if type(x) in (tuple, list) else x
+    if isinstance(x, dict):
+        return {k: _clone(v, memo) for k, v in x.items()}
+    return x
+
+
+def _state(x) -> list:
+    """The tensors a call may update in place: tensor arguments and module state."""
+    if isinstance(x, torch.nn.Module):
+        return [t.detach() for t in x.state_dict().values()]
+    if isinstance(x, torch.Tensor):
+        return [x.detach()]
+    if isinstance(x, (tuple, list)):
+        return [t for y in x for t in _state(y)]
+    if isinstance(x, dict):
+        return [t for y in x.values() for t in _state(y)]
+    return []
+
+
+def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None, **kwargs) -> ExamineReport:
+    """Runs ``fn(*args, **kwargs)`` eagerly and under ``thunder.jit`` and reports thunder's coverage.
+
+    ``fn`` is a function or an ``nn.Module``; the arguments (and the module) are copied for the
+    eager run, so in-place updates happen once on each copy. Random operations see the same RNG
+    state in both runs. Prints the report and returns it as an :class:`ExamineReport`.
+    """
+    import thunder
+
+    report = ExamineReport()
+    eager_fn, eager_args, eager_kwargs = _clone((fn, args, kwargs), {})
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        expected = eager_fn(*eager_args, **eager_kwargs)
+    except Exception as e:
+        report.error = e
+        print(report)
+        return report
+    torch.set_rng_state(rng)
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state_all(cuda_rng)
+
+    jfn = thunder.jit(fn)
+    try:
+        actual = jfn(*args, **kwargs)
+    except Exception as e:
+        report.error = e
+    try:
+        log = thunder.last_interpreter_log(jfn)
+    except RuntimeError:
+        log = []
+    for record in log:
+        if record.get("kind") == "symbol":
+            continue
+        name = _clean_name(record["fn"])
+        (report.fallback if record["symbol"] == "fallback" else report.native)[name] += 1
+    if report.error is None:
+        tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
+        try:
+            torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
+            torch.testing.assert_close(
+                _state((fn, args, kwargs)), _state((eager_fn, eager_args, eager_kwargs)), equal_nan=True, **tol
+            )
+            report.matches = True
+        except (AssertionError, TypeError, ValueError) as e:
+            report.matches = False
+            report.mismatch = str(e)
+    print(report)
+    return report

@@ -1,0 +1,142 @@
+"""The ``sdpa`` executor: PyTorch's fused attention kernels for ``scaled_dot_product_attention``.
+
+``ltorch.scaled_dot_product_attention`` decomposes into matmuls and a softmax. This executor
+replaces it with one call of a fused kernel that also returns the row-wise log-sum-exp of the
+attention scores, which a fused backward kernel needs:
+
+- CPU: ``aten._scaled_dot_product_flash_attention_for_cpu`` (float32/float64/bfloat16/float16);
+- CUDA: ``aten._scaled_dot_product_efficient_attention`` (float32/bfloat16/float16, no mask).
+
+The trace shows ``(t0, _) = sdpa_fwd(q, k, v, 0.0, True, None, None)``.
+
+Backward: ``sdpa_bwd`` (the CPU flash-attention backward kernel) is registered as an operator and
+``_sdpa_grad`` is registered as the grad transform, so that once thunder's autodiff
+(``thunder.core.transforms``) builds backward traces they save ``(q, k, v, out, logsumexp)`` and
+call the fused backward kernel instead of differentiating the decomposition. Until then a
+backward pass through a thunder program runs PyTorch autograd over the forward kernel, which
+PyTorch differentiates with the same fused backward kernel. The CUDA backward
+(``_scaled_dot_product_efficient_attention_backward``) is not wired yet: on CUDA the grad
+checker declines CUDA calls whose inputs require grad.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import thunder.torch as ltorch
+from thunder.core import dtypes
+from thunder.core.devices import DeviceType
+from thunder.core.proxies import TensorProxy
+from thunder.executors.base import OperatorExecutor
+
+__all__ = ["sdpa_ex", "sdpa_fwd", "sdpa_bwd"]
+
+sdpa_ex = OperatorExecutor("sdpa", version=torch.__version__)
+
+_CPU_DTYPES = (dtypes.float32, dtypes.float64, dtypes.bfloat16, dtypes.float16)
+_CUDA_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
+_LSE_ALIGN_CUDA = 32  # the efficient-attention kernel pads its log-sum-exp to a multiple of 32 rows
+
+
+def _lse_dtype(dtype):
+    return dtypes.float32 if dtype in (dtypes.bfloat16, dtypes.float16) else dtype
+
+
+# ---------------------------------------------------------------- forward
+
+
+def _sdpa_fwd_impl(q, k, v, dropout_p, is_causal, attn_mask, scale):
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )
+    out, lse, _seed, _offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale
+    )
+    return out, lse
+
+
+def _sdpa_fwd_meta(q, k, v, dropout_p, is_causal, attn_mask, scale):
+    B, H, L, _ = q.shape
+    out = TensorProxy(like=q, shape=(B, H, L, v.shape[-1]))
+    rows = L
+    if q.device.devicetype is DeviceType.CUDA:
+        rows = -(-L // _LSE_ALIGN_CUDA) * _LSE_ALIGN_CUDA
+    lse = TensorProxy(like=q, shape=(B, H, rows), dtype=_lse_dtype(q.dtype))
+    return out, lse
+
+
+sdpa_fwd = sdpa_ex.register_operator("sdpa_fwd", meta=_sdpa_fwd_meta, fn=_sdpa_fwd_impl)
+
+
+# ---------------------------------------------------------------- backward (CPU)
+
+
+def _sdpa_bwd_impl(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )
+
+
+def _sdpa_bwd_meta(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale):
+    return TensorProxy(like=q), TensorProxy(like=k), TensorProxy(like=v)
+
+
+sdpa_bwd = sdpa_ex.register_operator("sdpa_bwd", meta=_sdpa_bwd_meta, fn=_sdpa_bwd_impl)
+
+
+# ---------------------------------------------------------------- claiming ltorch.scaled_dot_product_attention
+
+
+def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> bool:
+    if not all(isinstance(t, TensorProxy) and t.ndim == 4 for t in (q, k, v)):
+        return False
+    if not (q.dtype is k.dtype is v.dtype) or not (q.device is k.device is v.device):
+        return False
+    if dropout_p != 0.0 or (is_causal and attn_mask is not None):
+        return False
+    if not isinstance(scale, (float, int, type(None))):
+        return False
+    # same batch and heads (no grouped-query broadcasting), same head size, keys and values aligned
+    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2] or k.shape[2] != v.shape[2]:
+        return False
+    if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
+        return False
+    devicetype = q.device.devicetype
+    if devicetype is DeviceType.CPU:
+        if q.dtype not in _CPU_DTYPES:
+            return False
+        if attn_mask is None:
+            return True
+        # the CPU kernel takes additive masks of the query's dtype (not boolean masks)
+        return isinstance(attn_mask, TensorProxy) and attn_mask.dtype is q.dtype and attn_mask.ndim <= 4
+    if devicetype is DeviceType.CUDA:
+        # forward only: the CUDA backward kernel is not wired yet, so calls needing grad stay with torch
+        needs_grad = any(t.requires_grad for t in (q, k, v))
+        return q.dtype in _CUDA_DTYPES and attn_mask is None and not needs_grad
+    return False
+
+
+def _sdpa_execution(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    out, _ = sdpa_fwd(q, k, v, float(dropout_p), bool(is_causal), attn_mask, scale)
+    return out
+
+
+def _sdpa_grad(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Grad transform (used once autodiff lands): fused forward, then the fused backward kernel on CPU."""
+    from thunder.core.transforms import get_grad, put_grads
+
+    # the checker accepts calls that need grad on CPU only
+    out, lse = sdpa_fwd(q, k, v, float(dropout_p), bool(is_causal), attn_mask, scale)
+    grad_out = get_grad(out)
+    gq, gk, gv = sdpa_bwd(grad_out, q, k, v, out, lse, float(dropout_p), bool(is_causal), attn_mask, scale)
+    put_grads((q, k, v), (gq, gk, gv))
+    return out
+
+
+sdpa_ex.register_implementation(
+    ltorch.scaled_dot_product_attention,
+    checker=_sdpa_checker,
+    execution_transform=_sdpa_execution,
+    grad_transform=_sdpa_grad,
+)

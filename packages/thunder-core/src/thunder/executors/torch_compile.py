@@ -1,0 +1,87 @@
+"""The ``torch_compile`` executor: fuses regions of torch operations with ``torch.compile`` (Inductor).
+
+Each region the shared partitioner (:mod:`thunder.executors.fusion`) forms is lowered to the torch
+executor's calls, printed as a Python function, and compiled with ``torch.compile`` the first time
+it runs. On CPU, Inductor generates C++/OpenMP kernels and builds them with the machine's C++
+compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
+executor.
+
+It is not in the default executor list: compiling costs seconds per region on first call (see
+``docs/extending.md`` for measured figures), which only pays off for long-running programs. Use
+it with ``thunder.jit(fn, executors=["torch_compile", *thunder.get_default_executors()])``.
+
+Importing this module compiles nothing and does not import Inductor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+import torch
+
+from thunder.core.prims import OpTags
+from thunder.core.symbol import BoundSymbol
+from thunder.executors import pythonex, torchex
+from thunder.executors.base import FusionExecutor
+from thunder.executors.fusion import Region, region_trace
+
+__all__ = ["TorchCompileExecutor", "torch_compile_ex"]
+
+# operations left to the torch executor: side effects (their order matters), random draws (Inductor's
+# random numbers differ from eager's), opaque fallbacks (no thunder semantics to rely on)
+_EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
+
+
+class TorchCompileExecutor(FusionExecutor):
+    """A fusion executor compiling each region with ``torch.compile`` (Inductor backend).
+
+    Args:
+        name: the executor's name.
+        compile_options: keyword arguments for ``torch.compile`` (default: ``dynamic=False``).
+    """
+
+    region_name = "torchCompile"
+
+    def __init__(self, name: str = "torch_compile", **compile_options):
+        super().__init__(name, version=torch.__version__)
+        self.compile_options = {"dynamic": False, **compile_options}
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception as e:  # pragma: no cover - torch builds without dynamo
+            return f"torch.compile is unavailable in this torch build ({type(e).__name__}: {e})"
+        cxx = os.environ.get("CXX", "g++")
+        if shutil.which(cxx) is None and shutil.which("clang++") is None:
+            return f"Inductor's CPU backend needs a C++ compiler and neither {cxx!r} nor 'clang++' is on PATH"
+        return None
+
+    def can_fuse(self, bsym: BoundSymbol) -> bool:
+        """Torch-language symbols and prims the torch executor runs, without side effects or randomness."""
+        sym = bsym.sym
+        if sym.python_printer is not None or any(tag in sym.tags for tag in _EXCLUDED_TAGS):
+            return False
+        impl = torchex.ex.implmap.get(sym.id)
+        if (impl is not None and impl.symbol is not None) or sym.executor is torchex.ex:
+            return not any(_has_excluded_tag(s) for s in bsym.subsymbols)
+        subs = bsym.subsymbols
+        return bool(subs) and all(self.can_fuse(s) for s in subs)
+
+    def fuse_region(self, region: Region) -> Callable:
+        """Lowers ``region`` to torch calls and wraps the resulting function in ``torch.compile``."""
+        trace = region_trace(region, [torchex.ex, pythonex.ex])
+        fn = trace.python_callable()
+        compiled = torch.compile(fn, **self.compile_options)
+        compiled.__thunder_trace__ = trace
+        return compiled
+
+
+def _has_excluded_tag(bsym: BoundSymbol) -> bool:
+    if any(tag in bsym.sym.tags for tag in _EXCLUDED_TAGS):
+        return True
+    return any(_has_excluded_tag(s) for s in bsym.subsymbols)
+
+
+torch_compile_ex = TorchCompileExecutor()

@@ -1,0 +1,159 @@
+"""The sdpa executor: PyTorch's fused attention kernels for scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+from thunder.core.proxies import TensorProxy
+from thunder.executors.sdpaex import _sdpa_bwd_impl, _sdpa_checker, _sdpa_fwd_impl, _sdpa_fwd_meta
+
+
+# the grad-transform test needs thunder.core.transforms (autodiff, issue 4)
+def _qkv(*shape, dtype=torch.float32, device="cpu", requires_grad=False):
+    return [torch.randn(*shape, dtype=dtype, device=device, requires_grad=requires_grad) for _ in range(3)]
+
+
+def _proxy_of(t: torch.Tensor) -> TensorProxy:
+    return TensorProxy(shape=t.shape, dtype=t.dtype, device=t.device)
+
+
+def _code(jf) -> list[str]:
+    return [line.strip() for line in str(thunder.last_traces(jf)[-1]).splitlines() if not line.strip().startswith("#")]
+
+
+def test_in_default_executors_before_torch():
+    names = [ex.name for ex in thunder.get_default_executors()]
+    assert names.index("sdpa") < names.index("torch")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"is_causal": True}, {"scale": 0.3}, {"attn_mask": "float"}],
+    ids=["plain", "causal", "scale", "float-mask"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_forward_matches_eager(kwargs, dtype):
+    q, k, v = _qkv(2, 3, 5, 8, dtype=dtype)
+    if kwargs.get("attn_mask") == "float":
+        kwargs = {"attn_mask": torch.randn(2, 1, 5, 5, dtype=dtype)}
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(q, k, v), f(q, k, v))
+    calls = [line for line in _code(jf) if "sdpa_fwd(" in line]
+    assert len(calls) == 1 and calls[0].startswith("(t")
+    assert "_) = sdpa_fwd(q, k, v, 0.0" in calls[0]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bool-mask", "3d", "gqa", "value-head-size"],
+)
+def test_unsupported_calls_stay_with_torch(case):
+    q, k, v = _qkv(2, 4, 5, 8)
+    kwargs = {}
+    if case == "bool-mask":
+        kwargs["attn_mask"] = torch.rand(5, 5) > 0.3
+    elif case == "3d":
+        q, k, v = q[0], k[0], v[0]
+    elif case == "gqa":
+        k, v = k[:, :2], v[:, :2]
+        kwargs["enable_gqa"] = True
+    elif case == "value-head-size":
+        v = torch.randn(2, 4, 5, 6)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(q, k, v), f(q, k, v))
+    code = "\n".join(_code(jf))
+    assert "sdpa_fwd" not in code
+
+
+def test_checker():
+    def proxy(shape=(2, 4, 5, 8), dtype=thunder.dtypes.float32, device="cpu", requires_grad=False):
+        return TensorProxy(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    p = proxy()
+    assert _sdpa_checker(p, p, p)
+    assert not _sdpa_checker(p, p, p, dropout_p=0.1)  # dropout: random, left to torch
+    assert not _sdpa_checker(p, p, p, attn_mask=proxy((5, 5)), is_causal=True)
+    assert _sdpa_checker(p, p, p, attn_mask=proxy((5, 5)))
+    assert not _sdpa_checker(p, p, p, attn_mask=proxy((5, 5), dtype=thunder.dtypes.float64))
+    assert not _sdpa_checker(p, p, proxy(dtype=thunder.dtypes.float64))
+    assert not _sdpa_checker(
+        proxy(dtype=thunder.dtypes.int64), proxy(dtype=thunder.dtypes.int64), proxy(dtype=thunder.dtypes.int64)
+    )
+
+
+def test_backward_kernel_matches_autograd():
+    q, k, v = _qkv(2, 3, 6, 8, dtype=torch.float64, requires_grad=True)
+    mask = torch.randn(6, 6, dtype=torch.float64)
+    for kwargs in ({"is_causal": True}, {"attn_mask": mask, "scale": 0.5}):
+        ref = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        grad_out = torch.randn_like(ref)
+        want = torch.autograd.grad(ref, (q, k, v), grad_out)
+        with torch.no_grad():
+            causal = kwargs.get("is_causal", False)
+            out, lse = _sdpa_fwd_impl(q, k, v, 0.0, causal, kwargs.get("attn_mask"), kwargs.get("scale"))
+            got = _sdpa_bwd_impl(grad_out, q, k, v, out, lse, 0.0, causal, kwargs.get("attn_mask"), kwargs.get("scale"))
+        torch.testing.assert_close(out, ref.detach())
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+
+
+def test_grads_equal_eager():
+    q, k, v = _qkv(1, 2, 4, 8, requires_grad=True)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    jf = thunder.jit(f)
+    out = jf(q, k, v)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    want = torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
+    for g, w in zip(grads, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_backward_trace_uses_fused_kernel():
+    q, k, v = _qkv(1, 2, 4, 8, requires_grad=True)
+    jf = thunder.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    out = jf(q, k, v)
+    out.sum().backward()
+    fwd = [line for line in _code(jf) if "sdpa_fwd(" in line]
+    # the forward keeps the log-sum-exp for the backward kernel
+    assert len(fwd) == 1 and "_)" not in fwd[0].split(" = ")[0]
+    bwd = [
+        line.strip()
+        for line in str(thunder.last_backward_traces(jf)[-1]).splitlines()
+        if "sdpa_bwd(" in line and not line.strip().startswith("#")
+    ]
+    assert len(bwd) == 1
+    assert not any("matmul" in line for line in str(thunder.last_backward_traces(jf)[-1]).splitlines())
+
+
+def test_meta_matches_kernel_outputs():
+    q, k, v = _qkv(2, 3, 5, 8, dtype=torch.bfloat16)
+    out, lse = _sdpa_fwd_impl(q, k, v, 0.0, False, None, None)
+    meta_out, meta_lse = _sdpa_fwd_meta(*(TensorProxy(like=_proxy_of(t)) for t in (q, k, v)), 0.0, False, None, None)
+    assert meta_out.shape == tuple(out.shape) and meta_out.dtype.torch_dtype == out.dtype
+    assert meta_lse.shape == tuple(lse.shape) and meta_lse.dtype.torch_dtype == lse.dtype
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_forward():
+    q, k, v = _qkv(2, 3, 40, 64, dtype=torch.float16, device="cuda")
+    jf = thunder.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(jf(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert any("sdpa_fwd(" in line for line in _code(jf))
+    out, lse = _sdpa_fwd_impl(q, k, v, 0.0, True, None, None)
+    _, meta_lse = _sdpa_fwd_meta(*(_proxy_of(t) for t in (q, k, v)), 0.0, True, None, None)
+    assert meta_lse.shape == tuple(lse.shape)

@@ -1,0 +1,74 @@
+"""The torch_compile fusion executor (Inductor; on CPU its C++ backend). One Inductor compile in all."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+from thunder.executors.torch_compile import TorchCompileExecutor, torch_compile_ex
+
+
+def test_registered_by_name_not_default():
+    assert thunder.extend.get_executor("torch_compile") is torch_compile_ex
+    assert torch_compile_ex not in thunder.get_default_executors()
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_results_and_grads_equal_eager():
+    def f(a, b):
+        c = a * b + 1
+        return torch.tanh(c).sum(-1), torch.relu(c) * 2
+
+    jf = thunder.jit(f, executors=["torch_compile", *thunder.get_default_executors()])
+    a = torch.randn(4, 8, requires_grad=True)
+    b = torch.randn(4, 8)
+    out = jf(a, b)
+    ref_a = a.detach().clone().requires_grad_()
+    ref = f(ref_a, b)
+    for x, y in zip(out, ref):
+        torch.testing.assert_close(x, y)
+    (out[0].sum() + out[1].sum()).backward()
+    (ref[0].sum() + ref[1].sum()).backward()
+    torch.testing.assert_close(a.grad, ref_a.grad)
+
+    # the whole program is one region, compiled by torch.compile
+    text = str(thunder.last_traces(jf)[-1])
+    code = [line.strip() for line in text.splitlines() if not line.strip().startswith("#")]
+    assert sum("= torchCompile0(a, b)" in line for line in code) == 1
+    assert not [line for line in code if "torch.tanh" in line or "torch.mul" in line]
+    assert "# c = ltorch.add(t0, 1)" in text
+
+    # a second call reuses the compiled region
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    a2 = torch.randn(4, 8, requires_grad=True)
+    out2 = jf(a2, b)
+    torch.testing.assert_close(out2[1], f(a2, b)[1])
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert thunder.cache_hits(jf) == 1
+
+
+def test_what_it_fuses():
+    def f(a):
+        b = a * 2
+        r = torch.rand_like(a)
+        c = torch.special.bessel_j0(b)  # no torch-language symbol: an opaque fallback op
+        return b + r + c
+
+    jf = thunder.jit(f)  # default executors: no compile here
+    jf(torch.randn(3))
+    trace = thunder.last_traces(jf)[0]
+    fusible = {b.sym.name: torch_compile_ex.can_fuse(b) for b in trace.bound_symbols}
+    assert fusible["mul"] and fusible["add"]
+    assert not fusible["rand"]  # random: Inductor's numbers differ from eager's
+    assert not [name for name, ok in fusible.items() if "bessel" in name and ok]
+    assert not fusible["python_return"]
+
+
+def test_unavailable_without_a_cxx_compiler(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    reason = TorchCompileExecutor().unavailable_reason()
+    assert reason is not None and "C++ compiler" in reason and "no-such-compiler" in reason
