@@ -93,6 +93,9 @@ def jit(
     if cd.module is not None:
         tm = ThunderModule(cd.module, compiled)
         tm._lc_cd = cd
+        # a module prepared before jit (e.g. by thunder.distributed.fsdp) finishes its set-up on the ThunderModule
+        for setup in getattr(cd.module, "_thunder_jit_setup", ()):
+            setup(tm)
         return tm
     functools.update_wrapper(compiled, fn)
     compiled._lc_cd = cd

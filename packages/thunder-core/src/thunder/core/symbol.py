@@ -107,15 +107,15 @@ class Symbol:
 
 def _returns_an_input(out, args, kwargs) -> bool:
     """Whether a composite returned one of its inputs unchanged (nothing to record)."""
-    if not isinstance(out, Proxy):
-        return not flat_proxies(out)
-    for a in args:
-        if a is out:
-            return True
+    if isinstance(out, Proxy):
+        for a in args:
+            if a is out:
+                return True
     inputs = flat_proxies(args)
     if kwargs:
         flat_proxies(kwargs, inputs)
-    return any(p is out for p in inputs)
+    # every output is an input (or there are none): an identity, e.g. a one-piece split
+    return all(any(p is o for p in inputs) for o in flat_proxies(out))
 
 
 def flat_proxies(x, acc: list | None = None) -> list:

@@ -108,8 +108,14 @@ def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
             return False
         if attn_mask is None:
             return True
-        # the CPU kernel takes additive masks of the query's dtype (not boolean masks)
-        return isinstance(attn_mask, TensorProxy) and attn_mask.dtype is q.dtype and attn_mask.ndim <= 4
+        # the CPU kernel takes additive masks of the query's dtype (not boolean masks), and gives no
+        # gradient for the mask itself
+        return (
+            isinstance(attn_mask, TensorProxy)
+            and attn_mask.dtype is q.dtype
+            and attn_mask.ndim <= 4
+            and not attn_mask.requires_grad
+        )
     if devicetype is DeviceType.CUDA:
         # forward only: the CUDA backward kernel is not wired yet, so calls needing grad stay with torch
         needs_grad = any(t.requires_grad for t in (q, k, v))

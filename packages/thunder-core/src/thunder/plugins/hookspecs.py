@@ -77,3 +77,11 @@ def thunder_transforms() -> Mapping[str, Callable]:
 
     Listed by ``thunder.plugins.report()`` and returned by ``thunder.plugins.discover_transforms()``.
     """
+
+
+@hookspec
+def thunder_distributed() -> object:
+    """The module (or namespace) behind ``thunder.distributed``: ``ddp``, ``fsdp`` and friends.
+
+    Implemented by the thunder-distributed package; the first plugin returning something wins.
+    """

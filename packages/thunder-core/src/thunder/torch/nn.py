@@ -830,7 +830,7 @@ def interpolate(
         d = 2 + i
         in_size, out_size = a.shape[d], out_sizes[i]
         scale = (1.0 / scales[i]) if scales[i] else in_size / out_size
-        pos = prims.iota(out_size, start=0, step=1, device=a.device, dtype=dtypes.float32)
+        pos = prims.iota(out_size, start=0, step=1, device=a.device, dtype=comp)
         if mode in ("nearest", "nearest-exact"):
             if mode == "nearest":
                 src = ew.floor(clang.mul(pos, scale))
@@ -847,7 +847,7 @@ def interpolate(
         i0f = ew.floor(src)
         i0 = ew.clamp(clang.maybe_convert_to_dtype(i0f, dtypes.int64), None, in_size - 1)
         i1 = ew.clamp(clang.add(i0, 1), None, in_size - 1)
-        w1 = clang.sub(src, clang.maybe_convert_to_dtype(i0, dtypes.float32))
+        w1 = clang.sub(src, clang.maybe_convert_to_dtype(i0, comp))
         shape = [1] * x.ndim
         shape[d] = out_size
         w1 = clang.maybe_convert_to_dtype(clang.reshape(w1, shape), comp)

@@ -295,7 +295,15 @@ def trace_program(
     record_log: bool = True,
 ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (``fn`` is ``module.forward`` for modules) into a computation trace."""
-    signature = inspect.signature(fn)
+    try:
+        signature = inspect.signature(fn)
+    except (ValueError, TypeError):  # builtins such as torch.sin have no introspectable signature
+        signature = inspect.Signature(
+            [
+                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+            ]
+        )
     fn_name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
     try:
         bound = signature.bind(*args, **kwargs)

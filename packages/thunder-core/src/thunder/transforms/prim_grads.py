@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
@@ -82,6 +84,15 @@ _unary(prims.erf, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), 2 / 
 _unary(prims.erfc, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), -2 / math.sqrt(math.pi))))
 _unary(prims.erfinv, lambda a, out, g: M(g, M(ltorch.exp(M(out, out)), math.sqrt(math.pi) / 2)))
 _unary(prims.lgamma, lambda a, out, g: M(g, ltorch.digamma(a)))
+
+
+def _trigamma(a):
+    from thunder.tracing.tracer import fallback_symbol  # polygamma has no torch-language symbol
+
+    return fallback_symbol(torch.polygamma)(1, a)
+
+
+_unary(prims.digamma, lambda a, out, g: M(g, _trigamma(a)))
 for _p in (prims.sign, prims.floor, prims.ceil, prims.round, prims.trunc):
     _unary(_p, lambda a, out, g: zeros_like(a))
 
@@ -252,10 +263,13 @@ def _zero(p: TensorProxy):
 def _pad_grad(a, padding_value, padding_config):
     out = prims.pad(a, padding_value, padding_config)
     g = get_grad(out)
+    # negative padding cropped the input: give the cropped positions back (as zeros) first
+    uncrop = [(max(-lo, 0), max(-hi, 0), 0) for lo, hi, _ in padding_config]
+    if any(lo or hi for lo, hi, _ in uncrop):
+        g = prims.pad(g, _zero(g), uncrop)
     starts, stops, steps = [], [], []
-    for n, (lo, hi, interior) in zip(a.shape, padding_config):
-        if lo < 0 or hi < 0:
-            raise NotImplementedError("the gradient of pad with negative padding is not supported")
+    for n, (lo, _, interior) in zip(a.shape, padding_config):
+        lo = max(lo, 0)
         starts.append(lo)
         stops.append(lo + max(n - 1, 0) * (interior + 1) + (1 if n else 0))
         steps.append(interior + 1)
@@ -363,9 +377,9 @@ def _var_grad(a, dims, *, correction):
     g = get_grad(out)
     n = 1
     for d in dims:
-        n *= a.shape[d]
+        n *= a.shape[d] if a.ndim else 1  # a 0-d tensor's dim 0 is itself
     mean = _restore_reduced(ltorch.true_divide(prims.sum(a, dims), n), a, dims)
-    scale = 2.0 / max(n - correction, 1)
+    scale = 2.0 / (n - correction) if n != correction else float("inf")  # inf * 0 = nan, as PyTorch
     put_grad(a, M(M(_restore_reduced(g, a, dims), ltorch.sub(a, mean)), scale))
     return out
 
