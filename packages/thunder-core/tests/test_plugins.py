@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,7 +136,9 @@ def test_discover_installed_plugins(site_dir):
     # plugins load on discover(), not on import
     assert not result["loaded_before"]
     # the example's executor first, then the defaults; broken and unavailable plugins contribute nothing
-    assert result["names"] == ["example", *[ex.name for ex in thunder.get_default_executors()]]
+    # (plugins installed in the surrounding environment, if any, may sit between them)
+    defaults = [ex.name for ex in thunder.get_default_executors()]
+    assert result["names"][0] == "example" and result["names"][-len(defaults) :] == defaults
     assert result["same_again"] and result["by_name"]
 
     # one warning for each broken plugin, naming it and its error; none for the unavailable one
@@ -156,7 +159,8 @@ def test_discover_installed_plugins(site_dir):
     assert not result["cuda_initialized"]
 
     report = result["report"]
-    assert "4 found" in report
+    found = int(re.search(r"(\d+) found", report).group(1))
+    assert found >= 4  # these four, plus whatever the environment has installed
     assert "example  from thunder-example-executor 0.1.0" in report
     assert "executor: example (OperatorExecutor, version 0.1.0, priority 10)" in report
     assert "broken  from broken-plugin 0.0.1" in report

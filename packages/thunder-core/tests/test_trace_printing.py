@@ -225,3 +225,15 @@ def test_captured_closure_tensor_like_eager():
 
     a = torch.randn(2)
     torch.testing.assert_close(thunder.jit(fn)(a), fn(a))
+
+
+def test_proxy_to_accepts_thunder_dtypes():
+    # executors' transforms work on proxies, whose dtype is a thunder dtype
+    from thunder.core import dtypes
+    from thunder.core.proxies import TensorProxy
+    from thunder.core.trace import TraceCtx, tracectx
+
+    with tracectx(TraceCtx()):
+        p = TensorProxy(shape=(2,), dtype=torch.float32, device="cpu")
+        assert p.to(dtypes.bfloat16).dtype is dtypes.bfloat16
+        assert p.to(p.dtype) is p

@@ -57,6 +57,7 @@ class PluginInfo:
         executors: the executors it provides that can run here.
         skipped: ``(executor name, reason)`` for each executor it provides that cannot run here.
         transforms: the transforms it provides, by name.
+        provides: APIs it provides through other hooks (e.g. ``"thunder.distributed"``).
         unavailable_reason: why the plugin contributes nothing here, as the plugin reports it.
         error: the error that stopped it (import or hook), if any.
     """
@@ -70,6 +71,7 @@ class PluginInfo:
     transforms: dict[str, Callable] = field(default_factory=dict)
     unavailable_reason: str | None = None
     error: str | None = None
+    provides: list[str] = field(default_factory=list)
 
 
 _plugin_manager: pluggy.PluginManager | None = None
@@ -167,6 +169,12 @@ def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
                 info.skipped.append((ex.name, str(reason)))
             else:
                 info.executors.append(ex)
+
+    # hooks that provide an API rather than executors: noted, not called (calling imports the API)
+    for impl in hooks.thunder_distributed.get_hookimpls():
+        info = infos[impl.plugin_name]
+        if not info.error:
+            info.provides.append("thunder.distributed")
 
     for impl in hooks.thunder_transforms.get_hookimpls():
         info = infos[impl.plugin_name]
@@ -266,7 +274,9 @@ def report(*, file: TextIO | None = None, reload: bool = False) -> None:
             w(f"    executor skipped: {name}: {reason}\n")
         for name in info.transforms:
             w(f"    transform: {name}\n")
-        if not (info.executors or info.skipped or info.transforms):
+        for api in info.provides:
+            w(f"    provides: {api}\n")
+        if not (info.executors or info.skipped or info.transforms or info.provides):
             reason = info.unavailable_reason or "the plugin gave no reason"
             w(f"    contributed nothing: {reason}\n")
         elif info.unavailable_reason:

@@ -18,7 +18,7 @@ def _parse_to(a, args, kwargs):
     device = kwargs.get("device")
     dtype = kwargs.get("dtype")
     for x in args:
-        if isinstance(x, torch.dtype):
+        if isinstance(x, (torch.dtype, dtypes.dtype)):  # thunder dtypes too, for transforms working on proxies
             dtype = x
         elif isinstance(x, (str, torch.device, devices.Device)):
             device = x

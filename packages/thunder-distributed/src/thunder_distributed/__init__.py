@@ -1,0 +1,36 @@
+"""thunder-distributed: data-parallel training for Thunder as trace transforms over ``torch.distributed``.
+
+Installed, it is what ``thunder.distributed`` re-exports::
+
+    import thunder, thunder.distributed
+
+    torch.distributed.init_process_group(backend="nccl")  # or "gloo" on CPUs
+    model = thunder.jit(thunder.distributed.fsdp(model))  # or thunder.distributed.ddp(model)
+
+The communication (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``wait``) appears in the
+forward and backward traces (``thunder.last_traces``, ``thunder.last_backward_traces``).
+"""
+
+from __future__ import annotations
+
+from thunder_distributed.checkpoint import get_model_state_dict, load_model_state_dict
+from thunder_distributed.ddp import ddp
+from thunder_distributed.fsdp import FSDPBucketingStrategy, FSDPType, fsdp
+from thunder_distributed.ops import all_gather, all_reduce, dist_ex, reduce_scatter, synchronize, wait
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ddp",
+    "fsdp",
+    "FSDPType",
+    "FSDPBucketingStrategy",
+    "get_model_state_dict",
+    "load_model_state_dict",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "wait",
+    "synchronize",
+    "dist_ex",
+]

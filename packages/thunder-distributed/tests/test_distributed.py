@@ -1,0 +1,163 @@
+"""thunder.distributed on CPU with gloo: each test starts a world of processes running ``workers.py`` scenarios.
+
+Every scenario compares, on every rank, with single-process eager PyTorch on the full batch (see
+workers.py). Several scenarios share one launch to keep the process start-up cost down.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import thunder
+
+WORKERS = Path(__file__).with_name("workers.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(world_size: int, *specs: str, backend: str = "gloo", timeout: float = 240) -> None:
+    """Runs ``workers.py`` scenarios ``specs`` on ``world_size`` ranks; fails with their output if any rank fails."""
+    port = _free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore::FutureWarning", THUNDER_TEST_BACKEND=backend)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKERS), str(rank), str(world_size), str(port), *specs],
+            cwd=WORKERS.parent,
+            env=dict(env, LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world_size)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            outputs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    failed = [(rank, out) for rank, (p, out) in enumerate(zip(procs, outputs)) if p.returncode != 0]
+    if failed:
+        rank, out = failed[0]
+        pytest.fail(f"rank {rank} of {world_size} failed running {specs}:\n{out[-6000:]}")
+
+
+# --------------------------------------------------------------------------- two processes
+
+
+def test_ddp_mlp():
+    run_world(
+        2,
+        "train:mlp:ddp:none:sgd",  # one all-reduce per parameter
+        "train:mlp:ddp:layer:adam",  # one bucket
+        "train:mlp:ddp:none:adam:after",  # ddp(thunder.jit(model))
+    )
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+def test_fsdp_mlp(strategy):
+    run_world(
+        2,
+        f"train:mlp:{strategy}:none:sgd",
+        f"train:mlp:{strategy}:layer:adam",
+        f"train:mlp:{strategy}:block:sgd:after",  # fsdp(thunder.jit(model))
+    )
+
+
+def test_litgpt():
+    run_world(
+        2,
+        "train:gpt:ddp:layer:adam",
+        "train:gpt:zero2:none:sgd",
+        "train:gpt:zero3:block:adam",
+    )
+
+
+def test_no_sync_accumulation():
+    run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2")
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+def test_fsdp_checkpoint(strategy, tmp_path):
+    run_world(2, f"checkpoint:mlp:{strategy}:{tmp_path / 'full.pt'}")
+
+
+def test_ddp_checkpoint_and_misuse(tmp_path):
+    run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse")
+
+
+# --------------------------------------------------------------------------- a world of one
+
+
+def test_world_of_one_communicates_nothing():
+    run_world(1, "train:mlp:ddp:none:sgd", "train:mlp:zero3:layer:sgd", "no_sync:mlp:ddp")
+
+
+# --------------------------------------------------------------------------- in this process (no process group)
+
+
+def test_no_process_group_is_a_clear_error():
+    import thunder.distributed as td
+
+    assert not torch.distributed.is_initialized()
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        td.ddp(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        td.fsdp(torch.nn.Linear(2, 2))
+
+
+def test_unsupported_module_type():
+    import thunder.distributed as td
+
+    with pytest.raises(TypeError, match=r"expects a torch.nn.Module, got function"):
+        td.ddp(lambda x: x)
+    with pytest.raises(TypeError, match="expects a torch.nn.Module"):
+        td.fsdp(thunder.jit(lambda x: x))
+
+
+def test_thunder_distributed_reexports_the_package():
+    import thunder.distributed
+    import thunder_distributed
+
+    assert thunder.distributed.fsdp is thunder_distributed.fsdp
+    assert thunder.distributed.ddp is thunder_distributed.ddp
+    assert thunder.distributed.FSDPType.ZERO3.value == "zero3"
+    with pytest.raises(AttributeError, match="no attribute 'not_there'"):
+        thunder.distributed.not_there  # noqa: B018
+
+
+# --------------------------------------------------------------------------- NCCL
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL); this machine has fewer")
+def test_nccl_two_gpus():
+    run_world(2, "train:mlp:ddp:layer:sgd", "train:mlp:zero3:block:sgd", "train:gpt:zero2:none:sgd", backend="nccl")
+
+
+def test_without_the_plugin_thunder_distributed_says_how_to_install():
+    code = (
+        "import thunder.plugins as p\n"
+        "p.get_plugin_manager().set_blocked('distributed')\n"
+        "import thunder.distributed as td\n"
+        "try:\n"
+        "    td.fsdp\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=WORKERS.parent, timeout=120)
+    assert "ImportError:" in out.stdout and "pip install thunder-distributed" in out.stdout, out.stdout + out.stderr

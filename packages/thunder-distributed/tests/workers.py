@@ -1,0 +1,267 @@
+"""Scenarios run by each rank of the test worlds: ``python workers.py RANK WORLD PORT SCENARIO:ARG:ARG ...``.
+
+Each scenario trains or checks something under thunder.distributed and compares it, on every
+rank, with single-process eager PyTorch on the full (concatenated) batch. A failed check raises,
+so the process exits non-zero and the test shows its output.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import thunder
+import thunder.distributed as td
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+# Adam turns float rounding in tiny gradients (different reduction order) into visible steps
+GPT_TOL = dict(rtol=1e-3, atol=1e-4)
+
+
+def mlp() -> torch.nn.Module:
+    # 7 outputs in the middle layer: a parameter whose dim 0 is not divisible by the world size
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 7), torch.nn.Tanh(), torch.nn.Linear(7, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)
+    )
+
+
+def tiny_gpt() -> torch.nn.Module:
+    from thunder.tests.litgpt_model import GPT, Config
+
+    cfg = Config.from_name("llama-tiny")
+    cfg.n_layer = 1
+    return GPT(cfg)
+
+
+def make_model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return mlp() if kind == "mlp" else tiny_gpt()
+
+
+def batches(kind: str, steps: int, batch: int = 4):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        if kind == "mlp":
+            yield torch.randn(batch, 6, generator=g), torch.randn(batch, 3, generator=g)
+        else:
+            yield torch.randint(0, 1024, (batch, 8), generator=g), torch.randint(0, 1024, (batch, 8), generator=g)
+
+
+def loss_fn(kind: str, out, target):
+    if kind == "mlp":
+        return torch.nn.functional.mse_loss(out, target)
+    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+def local(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    n = t.shape[0] // world
+    return t[rank * n : (rank + 1) * n]
+
+
+def make_optimizer(name: str, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1)
+    return torch.optim.Adam(params, lr=1e-2)
+
+
+def wrap(model, mode: str, bucketing: str = "none"):
+    if mode == "ddp":
+        return td.ddp(model, bucket_size_in_mb=0 if bucketing == "none" else 25)
+    strategy = {"zero2": td.FSDPType.ZERO2, "zero3": td.FSDPType.ZERO3}[mode]
+    return td.fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing)
+
+
+def full_params(tm) -> dict[str, torch.Tensor]:
+    sd = td.get_model_state_dict(tm)
+    return {n: sd[n] for n, _ in tm._model.named_parameters()}
+
+
+def trace_text(traces) -> str:
+    return str(traces[-1])
+
+
+def check_close(actual: dict, expected: torch.nn.Module, what: str, tol: dict) -> None:
+    for name, p in expected.named_parameters():
+        torch.testing.assert_close(
+            actual[name].cpu(), p.detach(), **tol, msg=lambda m, name=name: f"{what}: {name}: {m}"
+        )
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def train(rank: int, world: int, kind: str, mode: str, bucketing: str, opt_name: str, order: str = "before") -> None:
+    """Several optimizer steps under ddp/fsdp equal eager training on the full batch."""
+    model = make_model(kind)
+    reference = copy.deepcopy(model)
+    if order == "before":
+        tm = thunder.jit(wrap(model, mode, bucketing))
+    else:  # transform an already jitted module
+        tm = wrap(thunder.jit(model), mode, bucketing)
+    opt = make_optimizer(opt_name, tm.parameters())
+    ref_opt = make_optimizer(opt_name, reference.parameters())
+    dev = next(tm.parameters()).device  # cuda:LOCAL_RANK with NCCL
+    for x, y in batches(kind, 3, batch=2 * world):
+        loss = loss_fn(kind, tm(local(x, rank, world).to(dev)), local(y, rank, world).to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss = loss_fn(kind, reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    check_close(full_params(tm), reference, f"{kind} {mode} {bucketing} {opt_name}", TOL if kind == "mlp" else GPT_TOL)
+
+    forward, backward = trace_text(thunder.last_traces(tm)), trace_text(thunder.last_backward_traces(tm))
+    if world == 1:
+        for op in ("all_reduce(", "all_gather(", "reduce_scatter(", "wait("):
+            assert op not in forward + backward, f"a world of one communicated: {op}"
+        return
+    if mode == "ddp":
+        assert "synchronize(" in forward, forward
+        assert "all_reduce(" in backward and "wait(" in backward, backward
+        n_buckets = backward.count("all_reduce(")
+        n_params = len(list(tm.parameters()))
+        if bucketing == "none":
+            assert n_buckets == n_params, (n_buckets, n_params)
+        else:
+            assert n_buckets == 1, backward
+        # the waits come after every all-reduce has been issued
+        assert backward.rindex("all_reduce(") < backward.index("wait("), backward
+    else:
+        assert "all_gather(" in forward and "wait(" in forward, forward
+        assert "reduce_scatter(" in backward and "wait(" in backward, backward
+        regathers = "all_gather(" in backward
+        assert regathers == (mode == "zero3"), f"{mode}: all_gather in backward is {regathers}\n{backward}"
+        n_gathers = forward.count("all_gather(")
+        n_params = len(list(tm.parameters()))
+        if bucketing == "none":
+            assert n_gathers == n_params, (n_gathers, n_params)
+        else:
+            assert n_gathers < n_params, forward
+        # the optimizer only sees this rank's shards
+        for (name, p), (_, ref) in zip(tm._model.named_parameters(), reference.named_parameters()):
+            assert p.shape[0] == -(-(ref.shape[0] if ref.ndim else 1) // world), (name, p.shape, ref.shape)
+
+
+def no_sync(rank: int, world: int, kind: str, mode: str) -> None:
+    """Gradient accumulation with no_sync equals eager accumulation on the full micro-batches."""
+    model = make_model(kind)
+    reference = copy.deepcopy(model)
+    tm = thunder.jit(wrap(model, mode))
+    micro = list(batches(kind, 3, batch=2 * world))
+    with tm.no_sync():
+        for x, y in micro[:-1]:
+            loss_fn(kind, tm(local(x, rank, world)), local(y, rank, world)).backward()
+        if mode == "ddp" and world > 1:
+            # inside no_sync the gradients are this rank's own: the ranks differ
+            grads = torch.cat([p.grad.reshape(-1) for p in tm.parameters()])
+            others = [torch.empty_like(grads) for _ in range(world)]
+            dist.all_gather(others, grads)
+            assert not torch.allclose(others[0], others[1]), "no_sync still synchronised the gradients"
+    x, y = micro[-1]
+    loss_fn(kind, tm(local(x, rank, world)), local(y, rank, world)).backward()
+    for x, y in micro:
+        loss_fn(kind, reference(x), y).backward()
+    for (name, p), (_, ref) in zip(tm._model.named_parameters(), reference.named_parameters()):
+        if mode == "ddp":
+            torch.testing.assert_close(p.grad, ref.grad, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+        else:  # the shard of the full gradient
+            from thunder_distributed.fsdp import shard_tensor
+
+            expected, _ = shard_tensor(ref.grad, rank, world)
+            torch.testing.assert_close(p.grad, expected, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def checkpoint(rank: int, world: int, kind: str, mode: str, path: str) -> None:
+    """Full and sharded state dicts round-trip; a resumed run gives the same loss as continuing."""
+    model = make_model(kind)
+    reference = copy.deepcopy(model)
+    tm = thunder.jit(wrap(model, mode))
+    opt = make_optimizer("sgd", tm.parameters())
+    data = list(batches(kind, 4, batch=2 * world))
+
+    def step(module, optimizer, x, y):
+        loss = loss_fn(kind, module(local(x, rank, world)), local(y, rank, world))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    for x, y in data[:2]:
+        step(tm, opt, x, y)
+    full = td.get_model_state_dict(tm, rank0_only=True, cpu_offload=True)
+    if rank == 0:
+        assert set(full) == set(reference.state_dict()), (set(full), set(reference.state_dict()))
+        for k, v in reference.state_dict().items():
+            assert full[k].shape == v.shape, (k, full[k].shape, v.shape)
+        torch.save(full, path)
+    else:
+        assert full == {}
+    sharded = td.get_model_state_dict(tm, full_state_dict=False)
+    dist.barrier()
+
+    continued = [step(tm, opt, x, y) for x, y in data[2:]]
+
+    # resume from the full checkpoint in a fresh module
+    torch.manual_seed(123)  # different initial weights: loading must overwrite all of them
+    fresh = tiny_gpt() if kind != "mlp" else mlp()
+    fresh_tm = thunder.jit(wrap(fresh, mode))
+    td.load_model_state_dict(fresh_tm, torch.load(path))
+    fresh_opt = make_optimizer("sgd", fresh_tm.parameters())
+    resumed = [step(fresh_tm, fresh_opt, x, y) for x, y in data[2:]]
+    for a, b in zip(continued, resumed):
+        torch.testing.assert_close(a, b, **TOL)
+
+    # the sharded state dict loads back into a sharded module
+    td.load_model_state_dict(fresh_tm, sharded, full_state_dict=False)
+    for (n, p), v in zip(fresh_tm._model.named_parameters(), [sharded[n] for n, _ in tm._model.named_parameters()]):
+        torch.testing.assert_close(p.detach(), v, msg=n)
+    # a full state dict loads into a plain module and gives the thunder module's outputs
+    reference.load_state_dict(td.get_model_state_dict(fresh_tm))
+    x, _ = data[0]
+    torch.testing.assert_close(fresh_tm(local(x, rank, world)), reference(local(x, rank, world)), **TOL)
+
+
+def misuse(rank: int, world: int) -> None:
+    """Clear errors for parameters on different devices, unknown strategies and double preparation."""
+    import pytest
+
+    model = mlp()
+    model[0].to("meta")
+    with pytest.raises(ValueError, match="one device"):
+        td.ddp(model)
+    with pytest.raises(ValueError, match="sharding_strategy"):
+        td.fsdp(mlp(), sharding_strategy="zero5")
+    prepared = td.ddp(mlp())
+    with pytest.raises(ValueError, match="already prepared"):
+        td.fsdp(prepared)
+    with pytest.raises(TypeError, match="DistributedDataParallel"):
+        td.ddp(torch.nn.parallel.DistributedDataParallel(mlp()))
+
+
+SCENARIOS = {"train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
+
+
+def main() -> None:
+    """``workers.py RANK WORLD PORT SPEC...``; each SPEC is ``scenario:arg:arg...``, run in order."""
+    rank, world, port, *specs = sys.argv[1:]
+    rank, world = int(rank), int(world)
+    backend = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        for spec in specs:
+            name, *args = spec.split(":")
+            print(f"rank {rank}: {spec}", flush=True)
+            SCENARIOS[name](rank, world, *args)
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
