@@ -44,24 +44,11 @@ VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile"
 
 
 def make_model(n_layer: int):
-    from litgpt import GPT, Config
+    from litgpt import GPT
 
-    config = Config(
-        name="llama-bench",
-        block_size=256,
-        vocab_size=1024,
-        padded_vocab_size=1024,
-        n_layer=n_layer,
-        n_head=4,
-        n_query_groups=2,
-        n_embd=256,
-        rotary_percentage=1.0,
-        parallel_residual=False,
-        bias=False,
-        norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP",
-        intermediate_size=688,
-    )
+    from thunder.tests.litgpt_model import Config  # knows the "llama-tiny" config (n_embd 256, 4 heads, GQA 2)
+
+    config = Config.from_name("llama-tiny", n_layer=n_layer)
     torch.manual_seed(0)
     return GPT(config)
 

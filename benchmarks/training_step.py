@@ -20,24 +20,9 @@ import time
 
 
 def _config(layers: int):
-    from litgpt import Config
+    from thunder.tests.litgpt_model import Config  # knows the "llama-tiny" config (n_embd 256, 4 heads)
 
-    return Config(
-        name="llama-bench",
-        block_size=256,
-        vocab_size=1024,
-        padded_vocab_size=1024,
-        n_layer=layers,
-        n_head=4,
-        n_query_groups=4,
-        n_embd=256,
-        rotary_percentage=1.0,
-        parallel_residual=False,
-        bias=False,
-        norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP",
-        intermediate_size=688,
-    )
+    return Config.from_name("llama-tiny", n_layer=layers, n_query_groups=4)
 
 
 class _Mallinfo2(__import__("ctypes").Structure):
