@@ -270,3 +270,22 @@ def test_nanogpt(flash):
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(loss, eloss, atol=1e-5, rtol=1e-5)
     assert not fallbacks, fallbacks
+
+
+def test_litgpt_mixtral_moe_runs_through_thunderfx():
+    """The path for data-dependent routing: ThunderFX lets Dynamo break the graph there, Thunder compiles the rest."""
+    import torch._dynamo
+    from litgpt import GPT, Config
+
+    from thunder.dynamo import thunderfx
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT(Config(**_LITGPT_BASE, **LITGPT_CONFIGS["mixtral-moe"])).eval()
+    idx = torch.randint(0, 128, (2, 16))
+    with torch.no_grad():
+        expected = model(idx)
+        compiled = thunderfx(model)
+        actual = compiled(idx)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()

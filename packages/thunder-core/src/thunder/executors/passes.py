@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from thunder.core import prims
 from thunder.core.prims import OpTags
 from thunder.core.proxies import Proxy
-from thunder.core.symbol import BoundSymbol, flat_proxies, swap_proxies
+from thunder.core.symbol import BoundSymbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.executors.base import Executor, FusionExecutor
 
@@ -193,6 +193,3 @@ def del_last_used(trace: TraceCtx) -> TraceCtx:
         new.bound_symbols = out[::-1]
         new.scopes = [new.bound_symbols]
         return t.stamp(new)
-
-
-_ = swap_proxies

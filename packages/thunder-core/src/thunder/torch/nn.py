@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from thunder import clang
-from thunder.clang import TypePromotionKind as TPK
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
 from thunder.core.proxies import TensorProxy
@@ -401,9 +400,6 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     n1 = red.norm(x1, 2, dim)
     n2 = red.norm(x2, 2, dim)
     return clang.true_divide(num, ew.clamp(clang.mul(n1, n2), eps))
-
-
-_ = TPK
 
 
 # ---------------------------------------------------------------- more losses

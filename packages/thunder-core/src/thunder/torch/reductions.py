@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from thunder import clang
@@ -177,4 +175,3 @@ def norm(a, p=2, dim=None, keepdim: bool = False, dtype=None):
 
 
 register_torch_alias(T.__len__, lambda a: a.shape[0])
-_ = math
