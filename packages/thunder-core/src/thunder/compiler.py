@@ -19,6 +19,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
+from thunder.executors.torchex import no_autocast
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS
 from thunder.transforms.split import make_autograd_callable, split_forward_backward
@@ -145,6 +146,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         times["executors"] = time.perf_counter_ns() - t0
         t0 = time.perf_counter_ns()
         computation = traces[-1].python_callable()
+    if program.autocast:
+        # autocast's casts are in the trace: running under autocast again would cast twice
+        computation = no_autocast(computation)
     if program.rebuild_output is not None:
         computation = _with_rebuild(computation, program.rebuild_output)
     call = f"computation({', '.join(ti.expr for ti in program.tensor_inputs)})"

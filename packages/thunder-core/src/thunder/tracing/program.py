@@ -44,6 +44,7 @@ class TracedProgram:
     fn_name: str
     grad_enabled: bool
     requires_grad: bool = False
+    autocast: bool = False  # traced with autocast on: the program holds its casts
     module_checks: list = field(default_factory=list)
 
 
@@ -399,5 +400,14 @@ def trace_program(
     trace.user_call_hook = None
     requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs)
     return TracedProgram(
-        trace, prologue, signature, tensor_inputs, rebuild, tracer.log, fn_name, grad_enabled, requires_grad
+        trace,
+        prologue,
+        signature,
+        tensor_inputs,
+        rebuild,
+        tracer.log,
+        fn_name,
+        grad_enabled,
+        requires_grad,
+        autocast=tracer.autocast,
     )

@@ -16,6 +16,7 @@ import torch
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
+from thunder.tracing.autocast import any_autocast_enabled, autocast_state
 
 __all__ = ["MISS", "PrologueBuilder"]
 
@@ -28,13 +29,6 @@ class _Miss:
 
 
 MISS = _Miss()
-
-if hasattr(torch._C, "_is_any_autocast_enabled"):
-    _any_autocast_enabled = torch._C._is_any_autocast_enabled
-else:  # pragma: no cover - older torch
-
-    def _any_autocast_enabled() -> bool:
-        return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
 
 
 def _make_tensor_guard(tensors):
@@ -145,11 +139,14 @@ class PrologueBuilder:
         if not self.checks:
             return
         self.trace.constants["_is_grad_enabled"] = torch.is_grad_enabled
-        self.trace.constants["_any_autocast_enabled"] = _any_autocast_enabled
-        autocast = _any_autocast_enabled()
+        self.trace.constants["_any_autocast_enabled"] = any_autocast_enabled
+        autocast = any_autocast_enabled()
         self.lines.append(
             f"if _is_grad_enabled() is not {grad_enabled} or _any_autocast_enabled() is not {autocast}: return MISS"
         )
+        if autocast:  # the trace applied this autocast policy: the same devices and dtypes must be on
+            self.trace.constants["_autocast_state"] = autocast_state
+            self.lines.append(f"if _autocast_state() != {self.constant(autocast_state(), '_autocast')}: return MISS")
 
     def build(self, signature: inspect.Signature, call: str, fn_name: str, computation) -> TraceCtx:
         """The prologue trace: the user's signature, the checks, then ``return computation(...)``."""

@@ -21,6 +21,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -158,23 +159,6 @@ _DATA_DEPENDENT = {
     T.untyped_storage: "access a tensor's storage",
 }
 
-_AUTOCAST_LOWER_PRECISION = {
-    torch.nn.functional.linear,
-    torch.matmul,
-    T.matmul,
-    T.__matmul__,
-    torch.mm,
-    T.mm,
-    torch.bmm,
-    T.bmm,
-    torch.addmm,
-    torch.baddbmm,
-    torch.nn.functional.scaled_dot_product_attention,
-    torch.nn.functional.conv1d,
-    torch.nn.functional.conv2d,
-    torch.nn.functional.conv3d,
-}
-
 
 class Tracer:
     """Records the user's torch calls into ``trace``."""
@@ -187,6 +171,8 @@ class Tracer:
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
         self.input_names: set[str] = set()
+        # whether autocast was on at some call (the program then holds autocast's casts)
+        self.autocast = False
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -221,8 +207,6 @@ class Tracer:
         trace = self.trace
         start = len(trace.bound_symbols)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
-        if mapped is not None and func in _AUTOCAST_LOWER_PRECISION:
-            uargs, ukwargs = self._autocast(uargs, ukwargs)
         fell_back = mapped is None
         if mapped is None:
             sym = fallback_symbol(func)
@@ -233,6 +217,9 @@ class Tracer:
             uargs, ukwargs, inplace_kw = _strip_inplace(mapped.inplace_param, uargs, ukwargs)
         self.in_symbol = True
         try:
+            if any_autocast_enabled():  # checked per call: user code may enter torch.autocast itself
+                self.autocast = True
+                uargs, ukwargs = autocast_policy(func, uargs, ukwargs)
             if type(mapped) is InplaceOp:
                 try:
                     out = self._inplace(func, mapped, args, uargs, ukwargs)
@@ -332,23 +319,6 @@ class Tracer:
             p = TensorProxy(name, shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
             self.constants[id(t)] = p
         return p
-
-    def _autocast(self, args, kwargs):
-        tensors = [a for a in args if isinstance(a, TensorProxy)]
-        if not tensors:
-            return args, kwargs
-        device_type = tensors[0].device.devicetype.value
-        if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
-            return args, kwargs
-        target = torch.get_autocast_dtype(device_type)
-        from thunder.torch import to as ltorch_to
-
-        def cast(x):
-            if isinstance(x, TensorProxy) and dtypes.is_float_dtype(x.dtype) and x.dtype.torch_dtype != target:
-                return ltorch_to(x, target)
-            return x
-
-        return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
 
     def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs):
         result = op.fn(*uargs, **ukwargs)
