@@ -199,7 +199,7 @@ def test_litgpt_training_loop_matches_eager():
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
 
 
-def test_huggingface_llama_training_step_matches_eager():
+def test_huggingface_llama_training_loop_matches_eager():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
         hidden_size=32,
@@ -215,13 +215,20 @@ def test_huggingface_llama_training_step_matches_eager():
     ref = transformers.LlamaForCausalLM(cfg)
     ref.load_state_dict(model.state_dict())
     tm = thunder.jit(model)
-    ids = torch.randint(0, 64, (2, 16))
-    for m in (tm, ref):
-        out = m(input_ids=ids, labels=ids)
-        out.loss.backward()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    for _ in range(3):
+        ids = torch.randint(0, 64, (2, 16))
+        losses = []
+        for m, o in ((tm, opt), (ref, ref_opt)):
+            o.zero_grad()
+            out = m(input_ids=ids, labels=ids)
+            out.loss.backward()
+            o.step()
+            losses.append(out.loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=n)
-
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=n)
 
 def test_batchnorm_training_with_gradients_updates_buffers_like_eager():
     torch.manual_seed(0)
