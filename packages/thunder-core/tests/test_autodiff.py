@@ -230,6 +230,7 @@ def test_huggingface_llama_training_loop_matches_eager():
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=n)
 
+
 def test_batchnorm_training_with_gradients_updates_buffers_like_eager():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6))
