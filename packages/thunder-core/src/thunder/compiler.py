@@ -59,7 +59,6 @@ class CompileStats:
 
     cache_hits: int = 0
     cache_misses: int = 0
-    calls: int = 0
     last_traces: list[TraceCtx] | None = None
     last_prologue_traces: list[TraceCtx] | None = None
     last_backward_traces: list[TraceCtx] | None = None

@@ -185,10 +185,6 @@ def maybe_broadcast(*args):
 # ---------------------------------------------------------------- elementwise
 
 
-def _fold_unary(a, fn):
-    return fn(a)
-
-
 def elementwise_unary(a, prim, kind=TypePromotionKind.DEFAULT, python_fn=None):
     if not isinstance(a, TensorProxy):
         check(python_fn is not None, lambda: f"{prim.name} needs a tensor", TypeError)

@@ -89,7 +89,7 @@ _from_torch: dict[torch.dtype, dtype] = {d.torch_dtype: d for d in all_dtypes}
 _python_types = {bool: bool8, int: int64, float: float32, complex: complex64}
 
 
-def to_dtype(x, *, python_default: bool = True) -> dtype | None:
+def to_dtype(x) -> dtype | None:
     """Converts a ``torch.dtype``, a thunder dtype, a tensor (or proxy), or a Python number type to a thunder dtype."""
     if x is None:
         return None

@@ -7,7 +7,6 @@ registered on them from outside (``thunder.transforms``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import Enum
 from numbers import Number
 
@@ -616,7 +615,3 @@ def _del_printer(bsym, printer):
 
 
 python_del = Symbol("python_del", lambda *args: None, id="python_del", is_prim=True, python_printer=_del_printer)
-
-
-def as_shape(shape: Sequence) -> tuple[int, ...]:
-    return tuple(int(s) for s in shape)

@@ -47,9 +47,6 @@ class Proxy:
     def type_string(self) -> str:
         return type(self).__name__
 
-    def replace_name(self, name: str) -> Proxy:
-        raise NotImplementedError
-
 
 class TensorProxy(Proxy):
     """Stands for a tensor in a trace: ``shape``, ``dtype``, ``device``, ``requires_grad``.
@@ -83,9 +80,6 @@ class TensorProxy(Proxy):
         self.device = devices.to_device(device)
         self.requires_grad = bool(requires_grad)
         self.ndim = len(self.shape)
-
-    def replace_name(self, name: str) -> TensorProxy:
-        return TensorProxy(name, like=self)
 
     def type_string(self) -> str:
         return f"{self.device} {self.dtype.short_name}[{', '.join(str(s) for s in self.shape)}]"
@@ -240,9 +234,6 @@ class NumberProxy(Proxy):
         Proxy.__init__(self, name, prefix)
         self.value = value
         self.python_type = type(value)
-
-    def replace_name(self, name: str) -> NumberProxy:
-        return NumberProxy(name, value=self.value)
 
     def type_string(self) -> str:
         return f"{self.python_type.__name__} {self.value}"

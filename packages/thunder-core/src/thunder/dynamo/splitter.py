@@ -94,15 +94,6 @@ def _has_tensor(args) -> bool:
     return found
 
 
-def _is_symbolic(node: torch.fx.Node) -> bool:
-    v = node.meta.get("example_value")
-    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return True
-    if isinstance(v, torch.Tensor):
-        return any(isinstance(s, torch.SymInt) for s in v.shape)
-    return False
-
-
 def op_name(node: torch.fx.Node) -> str:
     """A readable name for the node's operation: ``torch.nonzero``, ``Tensor.tolist``, ``operator.add``."""
     t = node.target
