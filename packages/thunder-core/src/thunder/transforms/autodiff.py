@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from thunder.core import dtypes
+from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, tracectx
@@ -214,6 +214,13 @@ def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[Tr
 # ---------------------------------------------------------------- the backward program
 
 
+def zeros_like(p: TensorProxy) -> TensorProxy:
+    """A zero gradient for ``p`` (a torch-language ``full``, so any executor can run it)."""
+    import thunder.torch as ltorch
+
+    return ltorch.full(p.shape, 0, device=devices.to_torch_device(p.device), dtype=p.dtype.torch_dtype)
+
+
 def emit_backward(work: TraceCtx, joint: Joint, seeds: dict[str, TensorProxy]) -> tuple[list[BoundSymbol], dict]:
     """Backward bound symbols for ``joint`` given the cotangents ``seeds`` of some forward values.
 
@@ -237,7 +244,7 @@ def emit_backward(work: TraceCtx, joint: Joint, seeds: dict[str, TensorProxy]) -
                 g = acc.get(name)
                 if g is None:
                     fwd = group.outputs.get(name)
-                    g = _record(out, lambda fwd=fwd: ltorch.zeros_like(fwd))
+                    g = _record(out, lambda fwd=fwd: zeros_like(fwd))
                 mapping[c.name] = g
             for b in group.backward:
                 out.append(b.swap_proxies(mapping))

@@ -65,12 +65,7 @@ class _Differentiate:
                     work.scopes.pop()
             backward, acc = emit_backward(work, joint, seeds)
             grads = [acc.get(a.name) for a in primal_inputs if _float_tensor(a)]
-            if self.returns == "grads":
-                result = grads
-            elif self.returns == "value_and_grads":
-                result = (structure, grads)
-            else:
-                result = (structure, grads)
+            result = grads if self.returns == "grads" else (structure, grads)
             new = from_trace(work)
             new.bound_symbols = (
                 list(joint.forward) + seed_bsyms + backward + [prims.python_return.bind(result, output=None)]

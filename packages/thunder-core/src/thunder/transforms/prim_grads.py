@@ -14,15 +14,11 @@ import torch
 import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
-from thunder.transforms.autodiff import get_grad, put_grad, register_grad
+from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
 
 
 def _is_tensor(x) -> bool:
     return isinstance(x, TensorProxy)
-
-
-def zeros_like(p: TensorProxy) -> TensorProxy:
-    return ltorch.full(p.shape, 0, device=devices.to_torch_device(p.device), dtype=p.dtype.torch_dtype)
 
 
 def sum_to_shape(g: TensorProxy, shape) -> TensorProxy:
