@@ -28,15 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from thunder.core import prims
-from thunder.core.prims import OpTags
+from thunder.core.dce import has_side_effects
 from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
 from thunder.executors.passes import EXECUTORS_TAG, claim_bound_symbols, fusion_claims
 
 __all__ = ["Region", "partition", "fusion_pass", "region_trace"]
-
-_BARRIER_TAGS = (OpTags.DONT_DCE, OpTags.RANDOM, OpTags.IN_PLACE, "random")
 
 
 @dataclass
@@ -55,11 +53,8 @@ class Region:
 
 
 def _is_barrier(bsym: BoundSymbol) -> bool:
-    if bsym.sym is prims.python_return:
-        return False
-    if any(tag in bsym.sym.tags for tag in _BARRIER_TAGS):
-        return True
-    return any(_is_barrier(s) for s in bsym.subsymbols)
+    """Side effects (in-place writes, random draws) no region spans; the return is not one."""
+    return bsym.sym is not prims.python_return and has_side_effects(bsym)
 
 
 def partition(bsyms: Sequence[BoundSymbol], is_member: Callable[[BoundSymbol], bool]) -> list[list[BoundSymbol]]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from thunder.core import prims
-from thunder.core.prims import OpTags
-from thunder.core.proxies import Proxy
+from thunder.core.dce import eliminate_dead_code
 from thunder.core.symbol import BoundSymbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.executors.base import Executor, FusionExecutor
@@ -128,44 +127,11 @@ def _apply_execution_transform(transform, bsym: BoundSymbol, trace: TraceCtx) ->
     return out
 
 
-_SIDE_EFFECT_TAGS = (OpTags.DONT_DCE, OpTags.RANDOM, OpTags.IN_PLACE, "random")
-
-
-def _has_side_effects(bsym: BoundSymbol) -> bool:
-    """In-place writes and random number draws (which advance the generator) must run even if unused."""
-    if any(tag in bsym.sym.tags for tag in _SIDE_EFFECT_TAGS):
-        return True
-    return any(_has_side_effects(sub) for sub in bsym.subsymbols)
-
-
-def _keep(bsym: BoundSymbol) -> bool:
-    return bsym.sym is prims.python_return or _has_side_effects(bsym)
-
-
-def _drop_unused_outputs(output, needed: set[str]):
-    if isinstance(output, Proxy):
-        return output if output.name in needed else None
-    if isinstance(output, tuple) and type(output) is tuple:
-        return tuple(_drop_unused_outputs(o, needed) for o in output)
-    if isinstance(output, list):
-        return [_drop_unused_outputs(o, needed) for o in output]
-    return output
-
-
 def dce(trace: TraceCtx) -> TraceCtx:
     """Removes bound symbols none of whose outputs are used (keeping side effects and random ops)."""
     with timed_pass("Dead Code Elimination") as t:
-        needed: set[str] = set()
-        kept: list[BoundSymbol] = []
-        for bsym in reversed(trace.bound_symbols):
-            outs = bsym.flat_outs
-            if _keep(bsym) or any(o.name in needed for o in outs):
-                if outs and any(o.name not in needed for o in outs):
-                    bsym = bsym.from_bsym(output=_drop_unused_outputs(bsym.output, needed))
-                needed.update(a.name for a in bsym.flat_args)
-                kept.append(bsym)
         new = from_trace(trace)
-        new.bound_symbols = kept[::-1]
+        new.bound_symbols = eliminate_dead_code(trace.bound_symbols, drop_unused_outputs=True)
         new.scopes = [new.bound_symbols]
         return t.stamp(new)
 

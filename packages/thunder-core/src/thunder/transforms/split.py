@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from thunder.core import dtypes, prims
+from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
@@ -72,7 +73,7 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
             acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
         ]
         backward.append(prims.python_return.bind(grads, output=None))
-        backward = _dce(backward)
+        backward = eliminate_dead_code(backward)
 
         defined = {c.name for c in cotangents}
         saved: list[TensorProxy] = []
@@ -167,18 +168,6 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
         out.append(b)
     still_needed = {a.name for b in out for a in b.flat_args}
     return [p for p in saved if p.name in still_needed], out
-
-
-def _dce(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
-    from thunder.executors.passes import _keep  # the same side-effect rule as the DCE pass
-
-    needed: set[str] = set()
-    kept = []
-    for b in reversed(bsyms):
-        if _keep(b) or any(o.name in needed for o in b.flat_outs):
-            needed.update(a.name for a in b.flat_args)
-            kept.append(b)
-    return kept[::-1]
 
 
 class ThunderFunction(torch.autograd.Function):
