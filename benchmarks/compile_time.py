@@ -49,22 +49,11 @@ class LLaMAMLP(nn.Module):
 
 
 def litgpt_llama_config(n_layer: int, n_query_groups: int) -> dict:
-    return dict(
-        name="llama-tiny",
-        block_size=256,
-        vocab_size=1024,
-        padded_vocab_size=1024,
-        n_layer=n_layer,
-        n_head=4,
-        n_query_groups=n_query_groups,
-        n_embd=256,
-        rotary_percentage=1.0,
-        parallel_residual=False,
-        bias=False,
-        norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP",
-        intermediate_size=688,
-    )
+    """thunder.tests.litgpt_model's "llama-tiny" (n_embd 256, 4 heads, RMSNorm, LLaMAMLP) at the given depth."""
+    from thunder.tests.litgpt_model import configs
+
+    base = next(c for c in configs if c["name"] == "llama-tiny")
+    return {**base, "n_layer": n_layer, "n_query_groups": n_query_groups}
 
 
 def import_thunder():
