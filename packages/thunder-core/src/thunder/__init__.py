@@ -177,11 +177,11 @@ def last_interpreted_instructions(fn) -> list[str]:
 def last_compile_options(fn, /) -> None:
     """Prints how compiled options were used (or not)."""
     cd = compile_data(fn)
-    used = sorted(set(cd.compile_options) & cd.used_compile_options)
-    unused = sorted(set(cd.compile_options) - cd.used_compile_options)
+    used = sorted(set(cd.compile_options) & set(cd.used_compile_options))
+    unused = sorted(set(cd.compile_options) - set(cd.used_compile_options))
     print("Used compile options:")
     for name in used:
-        print(f"  {name} = {cd.compile_options[name]!r}")
+        print(f"  {name} = {cd.compile_options[name]!r}  ({cd.used_compile_options[name]})")
     if not used:
         print("  (none)")
     print("Unused compile options:")

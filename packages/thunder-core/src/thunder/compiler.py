@@ -81,7 +81,8 @@ class CompileData:
     transforms: list
     disable_torch_autograd: bool
     compile_options: dict[str, Any]
-    used_compile_options: set = field(default_factory=set)
+    # options read by the compiler, executors or transforms, with what each one does
+    used_compile_options: dict[str, str] = field(default_factory=dict)
     cache: list[CacheEntry] = field(default_factory=list)
     stats: CompileStats = field(default_factory=CompileStats)
 
@@ -91,9 +92,7 @@ class CompileData:
 
     def get_compile_option(self, name: str, description: str, default=None):
         """Reads an option passed to ``thunder.jit(**compile_options)``, noting that it was used."""
-        self.used_compile_options.add(name)
-        self._option_descriptions = getattr(self, "_option_descriptions", {})
-        self._option_descriptions[name] = description
+        self.used_compile_options[name] = description
         return self.compile_options.get(name, default)
 
 

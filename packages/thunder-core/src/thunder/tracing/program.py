@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +45,6 @@ class TracedProgram:
     grad_enabled: bool
     requires_grad: bool = False
     autocast: bool = False  # traced with autocast on: the program holds its casts
-    module_checks: list = field(default_factory=list)
 
 
 def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: set[str]) -> None:
@@ -335,7 +334,6 @@ def trace_program(
         # the function is called as the user called it: defaults left to it (wrappers may pass them by keyword)
         call = inspect.BoundArguments(signature, {k: v for k, v in wrapped.items() if k in given})
         wrapped_args, wrapped_kwargs = call.args, call.kwargs
-        n_user_tensors = len(inputs.tensors)
         if module is not None:
             inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module
@@ -386,12 +384,11 @@ def trace_program(
         used.update(p.name for p in bsym.flat_args)
     tensor_inputs = []
     seen = set()
-    for i, ti in enumerate(inputs.tensors):
+    for ti in inputs.tensors:
         if ti.proxy.name in seen or not ti.expr:
             continue
-        if i >= n_user_tensors or ti.is_module_state:
-            if ti.proxy.name not in used:
-                continue
+        if ti.is_module_state and ti.proxy.name not in used:
+            continue
         seen.add(ti.proxy.name)
         tensor_inputs.append(ti)
     trace.args = [ti.proxy for ti in tensor_inputs]
