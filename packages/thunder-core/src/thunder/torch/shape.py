@@ -75,10 +75,18 @@ def t(a):
 
 register_torch_alias(T.T.__get__, lambda a: permute(a, *reversed(range(a.ndim))))
 register_torch_alias(T.mT.__get__, lambda a: transpose(a, -2, -1))
-register_torch_alias(T.mH.__get__, lambda a: transpose(a, -2, -1))
 
 
-@torchsymbol(T.contiguous, method_name="contiguous")
+def _adjoint(a):
+    if a.dtype.kind == "complex":
+        raise NotImplementedError("the conjugate transpose of a complex tensor runs as PyTorch's op")
+    return transpose(a, -2, -1)
+
+
+register_torch_alias(T.mH.__get__, _adjoint)
+
+
+@torchsymbol(T.contiguous, method_name="contiguous", tags=("alias",))
 def contiguous(a, *, memory_format=torch.contiguous_format):
     check(
         memory_format in (torch.contiguous_format, torch.preserve_format),
@@ -305,7 +313,7 @@ def clone(a, *, memory_format=torch.preserve_format):
     return prims.clone(a)
 
 
-@torchsymbol(torch.detach, T.detach, method_name="detach")
+@torchsymbol(torch.detach, T.detach, method_name="detach", tags=("alias",))
 def detach(a):
     """A copy as far as values go; autodiff treats it as a gradient barrier."""
     return prims.clone(a)

@@ -17,7 +17,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
-from thunder.tracing.tracer import Tracer, TracingTensor, _current_tracer, _TracingMode
+from thunder.tracing.tracer import Tracer, TracingTensor, _current_tracer, _TracingMode, set_input_layout
 
 __all__ = ["TracedProgram", "trace_program"]
 
@@ -63,9 +63,11 @@ def _sanitize(name: str) -> str:
 
 
 class _InputBuilder:
-    def __init__(self, trace: TraceCtx, prologue: PrologueBuilder):
+    def __init__(self, trace: TraceCtx, prologue: PrologueBuilder, share_repeated: bool = False):
         self.trace = trace
         self.prologue = prologue
+        self.share_repeated = share_repeated
+        self.repeated = False  # some tensor argument was given twice
         self.tensors: list[_TensorInput] = []
         self.by_id: dict[int, TracingTensor] = {}
         self.state_reads: list = []  # (local name, expression, proxy, example) for module tensors
@@ -78,6 +80,12 @@ class _InputBuilder:
                 "a thunder stand-in tensor was passed to a jitted function; don't jit inside a jitted function"
             )
         if isinstance(value, torch.Tensor):
+            prior = self.by_id.get(id(value))
+            self.repeated = self.repeated or prior is not None
+            if prior is not None and self.share_repeated:  # one stand-in, so updates reach both names
+                pb.check_tensor(expr, prior._tt_value, value)
+                self.tensors.append(_TensorInput(expr, prior._tt_value, prior, False))
+                return prior
             proxy = TensorProxy(
                 self.trace.add_name(name),
                 shape=value.shape,
@@ -87,6 +95,8 @@ class _InputBuilder:
             )
             pb.check_tensor(expr, proxy, value)
             wrapper = TracingTensor(proxy)
+            set_input_layout(wrapper, value)
+            self.by_id.setdefault(id(value), wrapper)
             if isinstance(value, torch.nn.Parameter):
                 wrapper._is_param = True
             self.tensors.append(_TensorInput(expr, proxy, wrapper, False))
@@ -134,6 +144,7 @@ class _InputBuilder:
                             requires_grad=t.requires_grad,
                         )
                         wrapper = TracingTensor(proxy)
+                        set_input_layout(wrapper, t)
                         if kind == "_parameters":
                             wrapper._is_param = True
                         self.by_id[id(t)] = wrapper
@@ -293,8 +304,13 @@ def trace_program(
     executors,
     checks: bool = True,
     record_log: bool = True,
+    share_repeated: bool = False,
 ) -> TracedProgram:
-    """Traces ``fn(*args, **kwargs)`` (``fn`` is ``module.forward`` for modules) into a computation trace."""
+    """Traces ``fn(*args, **kwargs)`` (``fn`` is ``module.forward`` for modules) into a computation trace.
+
+    A tensor passed twice is two inputs (functional transforms see one per position) unless the program
+    updates it in place: then it is traced again with one stand-in, so the update reaches every name.
+    """
     try:
         signature = inspect.signature(fn)
     except (ValueError, TypeError):  # builtins such as torch.sin have no introspectable signature
@@ -315,7 +331,7 @@ def trace_program(
     trace = TraceCtx("computation")
     prologue = PrologueBuilder(checks=checks)
     tracer = Tracer(trace, record_log=record_log)
-    inputs = _InputBuilder(trace, prologue)
+    inputs = _InputBuilder(trace, prologue, share_repeated)
     grad_enabled = torch.is_grad_enabled()
     prologue.check_grad_and_autocast(grad_enabled)
 
@@ -370,6 +386,20 @@ def trace_program(
                 written.add(ti.proxy.name)
                 prims.copy_(new, ti.proxy)
 
+        prologue.check_layout = tracer.layout_read
+        prologue.distinct_storages = bool(written)
+    if written and inputs.repeated and not share_repeated:
+        return trace_program(
+            fn,
+            args,
+            kwargs,
+            module=module,
+            executors=executors,
+            checks=checks,
+            record_log=record_log,
+            share_repeated=True,
+        )
+    with tracectx(trace):
         acc: list = []
         structure = _collect_output(result, acc)
         rebuild = None

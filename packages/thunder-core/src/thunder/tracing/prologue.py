@@ -31,8 +31,9 @@ class _Miss:
 MISS = _Miss()
 
 
-def _make_tensor_guard(tensors):
-    """Dynamo's C++ tensor check (dtype, device, sizes, requires_grad, type) when this torch has it."""
+def _make_tensor_guard(tensors, strides: bool = False):
+    """Dynamo's C++ tensor check (dtype, device, sizes, requires_grad, type; strides when asked) when this
+    torch has it."""
     try:
         from torch._C._dynamo.guards import TensorGuards
     except ImportError:  # pragma: no cover - torch without dynamo
@@ -41,7 +42,7 @@ def _make_tensor_guard(tensors):
         return TensorGuards(
             *tensors,
             dynamic_dims_sizes=[list(t.shape) for t in tensors],
-            dynamic_dims_strides=[[None] * t.ndim for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) if strides else [None] * t.ndim for t in tensors],
         )
     except Exception:  # pragma: no cover - a changed private API: fall back to generated checks
         return None
@@ -62,6 +63,10 @@ class PrologueBuilder:
     checks: bool = True
     lines: list[str] = field(default_factory=list)
     guarded: list = field(default_factory=list)
+    # the trace depends on the inputs' layout (strides, storage offsets) and, when it updates an input in
+    # place, on which inputs share storage: both become checks
+    check_layout: bool = False
+    distinct_storages: bool = False
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -97,14 +102,25 @@ class PrologueBuilder:
                 first_expr[id(example)] = expr
             unique.append((expr, proxy, example))
         examples = [ex for _, _, ex in unique]
-        guard = _make_tensor_guard(examples) if all(ex is not None for ex in examples) else None
+        known = all(ex is not None for ex in examples)
+        guard = _make_tensor_guard(examples, self.check_layout) if known else None
         if guard is not None:
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
             self.lines.append(f"if not {name}.check({exprs}): return MISS")
-            return
-        for expr, proxy, _ in unique:
-            self._check_tensor_python(expr, proxy)
+        else:
+            for expr, proxy, ex in unique:
+                self._check_tensor_python(expr, proxy)
+                if self.check_layout and ex is not None:
+                    self.lines.append(f"if {expr}.stride() != {tuple(ex.stride())!r}: return MISS")
+        if self.check_layout and known:
+            for expr, _, ex in unique:
+                self.lines.append(f"if {expr}.storage_offset() != {ex.storage_offset()}: return MISS")
+        if self.distinct_storages and len(unique) > 1 and known:
+            # as many separate storages as when traced: a call passing aliased tensors needs its own trace
+            count = len({ex.untyped_storage().data_ptr() for ex in examples})
+            exprs = ", ".join(f"{expr}.untyped_storage().data_ptr()" for expr, _, _ in unique)
+            self.lines.append(f"if len({{{exprs}}}) != {count}: return MISS")
 
     def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:
         dtype = self.constant(proxy.dtype.torch_dtype, "_dtype")

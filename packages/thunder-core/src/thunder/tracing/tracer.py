@@ -43,9 +43,12 @@ class TracingTensor(torch.Tensor):
             requires_grad=proxy.requires_grad and proxy.dtype.kind in ("float", "complex"),
         )
         t._tt_value = proxy
-        t._tt_view = None  # (base wrapper, derivation steps) when this tensor is a view of another
+        # (root wrapper, derivation steps or None) when this tensor is a view of another; steps None:
+        # derived from the root through the shadows' strides (see the "views" section)
+        t._tt_view = None
         t._tt_seen = 0  # the base's version this view's value was derived at
         t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
+        t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
         return t
 
     @property
@@ -55,7 +58,10 @@ class TracingTensor(torch.Tensor):
         if view is not None:
             base = view[0]
             if base._tt_version != self._tt_seen:
-                self._tt_value = _derive_view(base._tt_value, view[1])
+                if view[1] is None:
+                    self._tt_value = _derive_strided(base, self)
+                else:
+                    self._tt_value = _derive_view(base._tt_value, view[1])
                 self._tt_seen = base._tt_version
         return self._tt_value
 
@@ -72,6 +78,10 @@ class TracingTensor(torch.Tensor):
                 f"and was used with {getattr(func, '__name__', func)} after tracing ended"
             )
         return tracer.handle(func, args, kwargs or {})
+
+    def set_(self, *args, **kwargs):
+        # Tensor.set_ skips __torch_function__: route it to the tracer like every other call
+        return torch.overrides.handle_torch_function(T.set_, (self, *args), self, *args, **kwargs)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -173,11 +183,16 @@ class Tracer:
         self.input_names: set[str] = set()
         # whether autocast was on at some call (the program then holds autocast's casts)
         self.autocast = False
+        # whether the trace depends on the inputs' layout (read strides, or updated a tensor in place)
+        self.layout_read = False
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
     def handle(self, func, args, kwargs):
         if func in _METADATA:
+            if func in _LAYOUT_QUERIES:
+                self.layout_read = True
+                return layout_query(func, args, kwargs)
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         if func in _NONE_ATTRIBUTES:
@@ -205,8 +220,9 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
-        start = len(trace.bound_symbols)
+        # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
+        start = len(trace.bound_symbols)
         fell_back = mapped is None
         if mapped is None:
             sym = fallback_symbol(func)
@@ -222,14 +238,14 @@ class Tracer:
                 uargs, ukwargs = autocast_policy(func, uargs, ukwargs)
             if type(mapped) is InplaceOp:
                 try:
-                    out = self._inplace(func, mapped, args, uargs, ukwargs)
+                    out = self._inplace(func, mapped, args, uargs, ukwargs, kwargs)
                 except NotImplementedError:
                     if fell_back or not callable(func) or isinstance(func, Symbol):
                         raise
                     del trace.bound_symbols[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
-                    out = self._inplace(func, mapped, args, uargs, ukwargs)
+                    out = self._inplace(func, mapped, args, uargs, ukwargs, kwargs)
             else:
                 try:
                     out = mapped(*uargs, **ukwargs)
@@ -287,14 +303,11 @@ class Tracer:
             return args[0]
         wrapped = wrap(out)
         if (
-            not fell_back
-            and type(mapped) is Symbol
-            and "view" in mapped.tags
-            and args
-            and isinstance(args[0], TracingTensor)
-            and _is_view_call(mapped, args[0], uargs)
-        ):
-            _mark_views(wrapped, args[0], (mapped, tuple(uargs[1:]), ukwargs))
+            may_alias(func, mapped, fell_back) or (isinstance(out, TensorProxy) and any(out is a for a in uargs))
+        ) and any(isinstance(a, TracingTensor) for a in args):
+            mout = run_on_shadows(func, args, kwargs)
+            if mout is not None:
+                wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
         return wrapped
 
     def _unwrap_inputs(self, x):
@@ -320,7 +333,7 @@ class Tracer:
             self.constants[id(t)] = p
         return p
 
-    def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs):
+    def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs, kwargs=None):
         result = op.fn(*uargs, **ukwargs)
         if op.mutated_args is None:
             targets, values, out = (op.arg_index,), (result,), None
@@ -333,16 +346,15 @@ class Tracer:
             wrapper = args[i] if i < len(args) else None
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
-            self._rebind(func, wrapper, value)
+            self._rebind(func, wrapper, value, args, kwargs)
         return out
 
-    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy) -> None:
+    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
         old = wrapper._thunder_proxy
-        if value.shape != old.shape:
-            raise NotImplementedError(
-                f"{_func_name(func)} changes the shape of a tensor in place ({list(old.shape)} -> {list(value.shape)}); "
-                "use the out-of-place form"
-            )
+        self.layout_read = True  # which aliases an update reaches depends on the inputs' layout
+        if value.shape != old.shape or getattr(func, "__name__", None) in _METADATA_INPLACE:
+            self._rebind_metadata(func, wrapper, value, args, kwargs or {})
+            return
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
                 raise RuntimeError(
@@ -356,12 +368,49 @@ class Tracer:
             wrapper._tt_value = value
             wrapper._tt_version += 1
             return
-        # an update through a view writes the base; the base's other views re-derive lazily
+        if getattr(func, "__name__", None) not in _UNIFORM_WRITES and _overlaps_itself(wrapper._tt_meta):
+            raise RuntimeError(
+                f"{_func_name(func)}: unsupported operation: more than one element of the written-to tensor refers "
+                "to a single memory location. Please clone() the tensor before performing the operation."
+            )
+        # an update through a view writes the root; the root's other views re-derive lazily
         base, steps = view
-        base._tt_value = _write_view(base._tt_value, steps, value)
+        if steps is None:
+            base._tt_value = _write_strided(base, wrapper, value)
+        else:
+            base._tt_value = _write_view(base._tt_value, steps, value)
         base._tt_version += 1
         wrapper._tt_value = value
         wrapper._tt_seen = base._tt_version
+
+    def _rebind_metadata(self, func, wrapper: TracingTensor, value: TensorProxy, args, kwargs) -> None:
+        """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``)."""
+        if wrapper._tt_view is None and getattr(wrapper, "_tt_input", False):
+            raise NotImplementedError(
+                f"{_func_name(func)} changes the sizes or strides of an input tensor in place, which thunder cannot "
+                "reflect in the caller's tensor; apply it to a clone or use the out-of-place form"
+            )
+        old_meta = shadow(wrapper)
+        new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
+        if new_meta is None or tuple(new_meta.shape) != tuple(value.shape):
+            new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
+        if wrapper._tt_view is not None:
+            wrapper._tt_view = (wrapper._tt_view[0], None)
+        else:
+            # the old value becomes a hidden root the tensor is now a (restrided) view of
+            root = TracingTensor(wrapper._tt_value)
+            root._tt_meta = old_meta
+            wrapper._tt_view = (root, None)
+            wrapper._tt_seen = root._tt_version
+        src = args[1] if getattr(func, "__name__", None) == "set_" and len(args) > 1 else None
+        if isinstance(src, TracingTensor) and _storage_id(shadow(src)) == _storage_id(new_meta):
+            _mark_view(wrapper, src, None)  # x.set_(y): x now aliases y
+        elif _storage_id(new_meta) != _storage_id(old_meta):  # resize_ to a larger storage: a new tensor
+            wrapper._tt_view = None
+        wrapper._tt_meta = new_meta
+        wrapper._tt_value = value
+        with torch._C.DisableTorchFunction():
+            wrapper.data = TracingTensor(value)
 
     # ---------------------------------------------------------------- ops without a symbol
     def _fallback(self, func, args, kwargs):
@@ -402,38 +451,268 @@ class Tracer:
 
 # ---------------------------------------------------------------- views
 #
-# A view remembers its root base (a tensor that is not a view) and the steps deriving it from the
-# base: ``(symbol, other args, kwargs, output index)``. An in-place update of a view writes the base
-# (``_write_view``) and bumps its version; every view of that base re-derives its value on its next
-# use (``TracingTensor._thunder_proxy``), so reads through any alias see the update as in eager.
+# Which results alias which inputs is PyTorch's answer, not a table of ours: every stand-in carries a
+# *shadow*, a tensor on the ``meta`` device with eager's sizes, strides and storage (inputs get their
+# real layout), and an op that may alias runs on the shadows. An output that is an input's shadow is
+# that input itself (``x.contiguous()`` of a contiguous ``x``); one sharing an input's storage is a
+# view of it. A view remembers its root base (a tensor that is not a view) and either the steps
+# deriving it from the root (``(symbol, other args, kwargs, output index)``, replayed for registered
+# symbols) or ``None``: then it is derived through the shadows' strides (any op, fallbacks included).
+# An in-place update of a view writes the root and bumps its version; every view of that root
+# re-derives its value on its next use (``TracingTensor._thunder_proxy``), so reads through any alias
+# see the update as in eager.
 
 # steps that keep the elements and their order (only the shape changes)
-_SAME_ORDER_VIEWS = frozenset(
-    "reshape view view_as reshape_as flatten unflatten squeeze unsqueeze detach contiguous".split()
+_SAME_ORDER_VIEWS = frozenset("reshape view view_as reshape_as flatten unflatten squeeze unsqueeze detach".split())
+# in-place ops that change a tensor's sizes or strides: the shadow is updated by running them
+_METADATA_INPLACE = frozenset(
+    "unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_ resize_ resize_as_ set_ as_strided_".split()
 )
-# reshape copies unless the input is contiguous: a reshape of these is a view
-_RESHAPES = frozenset(("reshape", "reshape_as", "flatten"))
+_LAYOUT_QUERIES = frozenset(getattr(T, n) for n in ("stride", "is_contiguous", "storage_offset", "dim_order"))
 
 
-def _is_view_call(sym: Symbol, base: TracingTensor, uargs) -> bool:
-    if sym.name == "getitem":
-        from thunder.torch.indexing import _is_basic
-
-        key = uargs[1] if len(uargs) > 1 else ()
-        return _is_basic(key if isinstance(key, tuple) else (key,))
-    if sym.name in _RESHAPES and base._tt_view is not None:
-        return all(step[0].name in _SAME_ORDER_VIEWS for step in base._tt_view[1])
-    return True
+def _meta_like(shape, dtype: torch.dtype) -> torch.Tensor:
+    with torch._C.DisableTorchFunction():
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
-def _mark_views(x, base: TracingTensor, step, index: int | None = None) -> None:
+def shadow(w: TracingTensor) -> torch.Tensor:
+    """``w``'s shadow (a contiguous one unless an op or the input's layout said otherwise)."""
+    m = w._tt_meta
+    if m is None:
+        p = w._tt_value
+        m = w._tt_meta = _meta_like(p.shape, p.dtype.torch_dtype)
+    return m
+
+
+def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
+    """Gives an input's stand-in a shadow with the real tensor's strides, storage offset and storage size."""
+    try:
+        with torch._C.DisableTorchFunction():
+            n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+            storage = torch.empty((n,), dtype=t.dtype, device="meta")
+            w._tt_meta = storage.as_strided(t.shape, t.stride(), t.storage_offset())
+        w._tt_input = True
+    except Exception:  # tensors without a storage (nested, sparse): a contiguous shadow
+        w._tt_meta = None
+        w._tt_input = True
+
+
+# in-place ops writing one value everywhere: well defined through a view whose elements overlap
+_UNIFORM_WRITES = frozenset(("fill_", "zero_"))
+
+
+def _overlaps_itself(m: torch.Tensor | None) -> bool:
+    """Whether two elements of the view ``m`` are one memory location (eager refuses most writes then)."""
+    if m is None:
+        return False
+    overlap = torch._debug_has_internal_overlap(m)
+    if overlap != 2:  # 0: no, 1: yes, 2: too hard to tell from the strides alone
+        return overlap == 1
+    if m.numel() > 1 << 20:
+        return False
+    with torch._C.DisableTorchFunction():
+        positions = torch.arange(m.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(m.shape, m.stride())))
+        return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
+
+
+def _storage_id(m: torch.Tensor) -> int:
+    return m.untyped_storage()._cdata
+
+
+def may_alias(func, mapped, fell_back: bool) -> bool:
+    """Whether the result of ``func`` may alias an argument (asked of the shadows then): fallbacks,
+    adapters and symbols tagged ``view`` or ``alias`` (a symbol returning its input proxy is asked too)."""
+    if isinstance(func, Symbol):
+        return False
+    if fell_back or type(mapped) is not Symbol:
+        return True
+    tags = mapped.tags
+    return "view" in tags or "alias" in tags
+
+
+def _to_shadows(x):
     if isinstance(x, TracingTensor):
-        root, steps = base._tt_view if base._tt_view is not None else (base, ())
-        x._tt_view = (root, steps + ((*step, index),))
-        x._tt_seen = root._tt_version
-    elif isinstance(x, (tuple, list)) and index is None:
-        for i, y in enumerate(x):
-            _mark_views(y, base, step, i)
+        return shadow(x)
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_to_shadows(y) for y in x)
+    if t is dict:
+        return {k: _to_shadows(v) for k, v in x.items()}
+    if isinstance(x, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return x if x.is_meta else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+def run_on_shadows(func, args, kwargs):
+    """``func`` run on the arguments' shadows (None when PyTorch cannot run it on ``meta``)."""
+    try:
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            return func(*_to_shadows(args), **_to_shadows(kwargs))
+    except Exception:
+        return None
+
+
+def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, mout):
+    """Gives ``wrapped`` (the op's result) its shadows and marks the results that alias an argument."""
+    by_id: dict[int, TracingTensor] = {}
+    by_storage: dict[int, TracingTensor] = {}
+    for a in args:
+        for w in (a,) if isinstance(a, TracingTensor) else (a if type(a) in (tuple, list) else ()):
+            if isinstance(w, TracingTensor):
+                m = shadow(w)
+                by_id.setdefault(id(m), w)
+                by_storage.setdefault(_storage_id(m), w)
+    replayable = not fell_back and type(mapped) is Symbol and args and isinstance(args[0], TracingTensor)
+
+    def match(w, m, index):
+        if not isinstance(m, torch.Tensor) or isinstance(m, TracingTensor):
+            return w
+        p = w._tt_value
+        if tuple(m.shape) != tuple(p.shape) or m.dtype != p.dtype.torch_dtype:
+            return w  # our metadata disagrees with PyTorch's: leave it fresh
+        src = by_id.get(id(m))
+        if src is not None:
+            return src  # the op returned its argument itself
+        w._tt_meta = m
+        src = by_storage.get(_storage_id(m))
+        if src is not None:
+            step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
+            _mark_view(w, src, step)
+        return w
+
+    if isinstance(wrapped, TracingTensor):
+        return match(wrapped, mout, None)
+    t = type(wrapped)
+    if isinstance(wrapped, (tuple, list)) and isinstance(mout, (tuple, list)) and len(wrapped) == len(mout):
+        items = [match(w, m, i) if isinstance(w, TracingTensor) else w for i, (w, m) in enumerate(zip(wrapped, mout))]
+        if t is tuple or t is list:
+            return t(items)
+    return wrapped
+
+
+def _mark_view(x: TracingTensor, base: TracingTensor, step) -> None:
+    root, steps = base._tt_view if base._tt_view is not None else (base, ())
+    shadow(root)
+    x._tt_view = (root, None if steps is None or step is None else steps + (step,))
+    x._tt_seen = root._tt_version
+
+
+def layout_query(func, args, kwargs):
+    """``stride()``, ``is_contiguous()``, ``storage_offset()`` answered by the shadow (eager's layout)."""
+    with torch._C.DisableTorchFunction():
+        return func(shadow(args[0]), *args[1:], **kwargs)
+
+
+def _strided_index(rm: torch.Tensor, vm: torch.Tensor, device) -> TensorProxy:
+    """For each element of the view ``vm``: its index in the row-major flattening of its root ``rm``."""
+    from thunder import clang
+    from thunder.core import prims
+
+    shape = tuple(vm.shape)
+    pos = clang.full(shape, vm.storage_offset() - rm.storage_offset(), device=device, dtype=dtypes.int64)
+    for d, (n, s) in enumerate(zip(shape, vm.stride())):
+        if n > 1 and s != 0:
+            step = prims.iota(n, start=0, step=s, device=device, dtype=dtypes.int64)
+            pos = clang.add(pos, prims.broadcast_in_dim(step, shape, (d,)))
+    if rm.is_contiguous():
+        return pos
+    # the root is strided itself: decompose the storage position along its dimensions, largest stride first
+    contiguous = [1] * rm.ndim
+    for d in range(rm.ndim - 2, -1, -1):
+        contiguous[d] = contiguous[d + 1] * rm.shape[d + 1]
+    dims = sorted((d for d in range(rm.ndim) if rm.shape[d] > 1), key=lambda d: -rm.stride(d))
+    index = None
+    for d in dims:
+        q = prims.floor_divide(pos, rm.stride(d))
+        pos = prims.remainder(pos, rm.stride(d))
+        term = clang.mul(q, contiguous[d])
+        index = term if index is None else clang.add(index, term)
+    return index if index is not None else clang.full(shape, 0, device=device, dtype=dtypes.int64)
+
+
+def _root_for(root: TracingTensor, view: TracingTensor):
+    """The root's value and shadow in the view's element type (complex roots of real views as pairs)."""
+    rm, vm = shadow(root), shadow(view)
+    value = root._tt_value
+    if rm.dtype == vm.dtype:
+        return value, rm, False
+    if rm.is_complex() and vm.dtype == rm.real.dtype:
+        with torch._C.DisableTorchFunction():
+            rm = torch.view_as_real(rm)
+        return fallback_symbol(torch.view_as_real)(value), rm, "real"
+    if vm.is_complex() and rm.dtype == vm.real.dtype and rm.is_contiguous() and rm.storage_offset() % 2 == 0:
+        # a complex view of a real root: the root's elements as (real, imaginary) pairs
+        from thunder import clang
+
+        n = rm.numel() // 2
+        with torch._C.DisableTorchFunction():
+            storage = torch.empty((rm.storage_offset() // 2 + n,), dtype=vm.dtype, device="meta")
+            rm = storage.as_strided((n,), (1,), rm.storage_offset() // 2)
+        return fallback_symbol(torch.view_as_complex)(clang.reshape(value, (n, 2))), rm, "complex"
+    raise NotImplementedError(
+        f"an in-place update through a view that reinterprets {rm.dtype} as {vm.dtype} is not supported"
+    )
+
+
+class _recording_directly:
+    """Symbols called here are recorded as they are (not as calls from user code through the tracer)."""
+
+    def __enter__(self):
+        from thunder.core.trace import get_tracectx
+
+        self.trace = get_tracectx()
+        if self.trace is None:
+            raise TracingError("internal error: a view was re-derived outside of tracing")
+        self.hook, self.trace.user_call_hook = self.trace.user_call_hook, None
+
+    def __exit__(self, *exc):
+        self.trace.user_call_hook = self.hook
+        return False
+
+
+def _derive_strided(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+    with _recording_directly():
+        return _derive_strided_impl(root, view)
+
+
+def _write_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy) -> TensorProxy:
+    with _recording_directly():
+        return _write_strided_impl(root, view, value)
+
+
+def _derive_strided_impl(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+    from thunder import clang
+    from thunder.core import prims
+
+    value, rm, _ = _root_for(root, view)
+    vm = shadow(view)
+    idx = _strided_index(rm, vm, value.device)
+    m = idx.numel()
+    out = prims.take(clang.reshape(value, (value.numel(),)), clang.reshape(idx, (m,)), 0)
+    out = clang.reshape(out, tuple(vm.shape))
+    return fallback_symbol(torch.conj_physical)(out) if vm.is_conj() != rm.is_conj() else out
+
+
+def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorProxy) -> TensorProxy:
+    from thunder import clang
+    from thunder.core import prims
+
+    base, rm, as_pairs = _root_for(root, view)
+    vm = shadow(view)
+    idx = _strided_index(rm, vm, base.device)
+    n, m = base.numel(), idx.numel()
+    if vm.is_conj() != rm.is_conj():  # a conjugate view (x.mH): the root holds the conjugate
+        value = fallback_symbol(torch.conj_physical)(value)
+    flat_val = clang.reshape(clang.expand(value, tuple(vm.shape)), (m,))
+    out = prims.index_put(clang.reshape(base, (n,)), (clang.reshape(idx, (m,)),), flat_val, False)
+    out = clang.reshape(out, base.shape)
+    if as_pairs == "real":
+        return fallback_symbol(torch.view_as_complex)(out)
+    if as_pairs == "complex":
+        return clang.reshape(fallback_symbol(torch.view_as_real)(out), root._tt_value.shape)
+    return out
 
 
 def _derive_view(x: TensorProxy, steps) -> TensorProxy:

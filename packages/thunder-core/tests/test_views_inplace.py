@@ -1,0 +1,315 @@
+"""Views, aliases and in-place updates against eager PyTorch.
+
+The matrix: every view op of PyTorch's view-op list (plus the ops that return their input itself)
+x in-place ops x the ways the result is used. Each case runs the same function eagerly and through
+``thunder.jit`` on equal inputs and compares the returned values and the caller's tensors afterwards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+
+def _real():
+    return torch.arange(24.0).reshape(2, 3, 4)
+
+
+def _complex():
+    return torch.complex(torch.arange(24.0), -torch.arange(24.0)).reshape(2, 3, 4)
+
+
+def _pairs():
+    return torch.arange(24.0).reshape(2, 3, 4, 1).expand(2, 3, 4, 2).contiguous()
+
+
+# name -> (input factory, view function); from PyTorch's "Tensor Views" documentation, plus the ops that
+# return their input itself in eager
+VIEWS = {
+    "basic_index": (_real, lambda x: x[1, :, 1:3]),
+    "step_slice": (_real, lambda x: x[:, ::2]),
+    "ellipsis_none": (_real, lambda x: x[..., None, 0]),
+    "select": (_real, lambda x: x.select(1, 2)),
+    "as_strided": (_real, lambda x: x.as_strided((3, 2), (1, 5), 2)),
+    "detach": (_real, lambda x: x.detach()),
+    "data": (_real, lambda x: x.data),
+    "diagonal": (_real, lambda x: x.diagonal(0, 1, 2)),
+    "expand": (_real, lambda x: x[:, :1].expand(2, 3, 4)),
+    "movedim": (_real, lambda x: x.movedim(0, 2)),
+    "narrow": (_real, lambda x: x.narrow(2, 1, 2)),
+    "permute": (_real, lambda x: x.permute(2, 0, 1)),
+    "squeeze": (_real, lambda x: x[:1].squeeze(0)),
+    "unsqueeze": (_real, lambda x: x.unsqueeze(1)),
+    "transpose": (_real, lambda x: x.transpose(0, 2)),
+    "swapaxes": (_real, lambda x: x.swapaxes(1, 2)),
+    "t": (_real, lambda x: x[0].t()),
+    "T": (_real, lambda x: x[0].T),
+    "mT": (_real, lambda x: x.mT),
+    "H": (_complex, lambda x: x[0].H),
+    "mH": (_complex, lambda x: x.mH),
+    "adjoint": (_complex, lambda x: x.adjoint()),
+    "real": (_complex, lambda x: x.real),
+    "imag": (_complex, lambda x: x.imag),
+    "view_as_real": (_complex, lambda x: torch.view_as_real(x)),
+    "view_as_complex": (_pairs, lambda x: torch.view_as_complex(x)),
+    "view": (_real, lambda x: x.view(6, 4)),
+    "view_as": (_real, lambda x: x.view_as(torch.empty(4, 6))),
+    "reshape_contiguous": (_real, lambda x: x.reshape(-1)),
+    "flatten_contiguous": (_real, lambda x: x.flatten(1)),
+    "unflatten": (_real, lambda x: x.unflatten(2, (2, 2))),
+    "unfold": (_real, lambda x: x.unfold(2, 2, 2)),
+    "unfold_overlapping": (_real, lambda x: x.unfold(2, 2, 1)),
+    "unbind": (_real, lambda x: x.unbind(1)[1]),
+    "split": (_real, lambda x: x.split(2, dim=2)[1]),
+    "split_with_sizes": (_real, lambda x: x.split([1, 3], dim=2)[1]),
+    "chunk": (_real, lambda x: x.chunk(2, dim=1)[0]),
+    "tensor_split": (_real, lambda x: torch.tensor_split(x, 2, dim=2)[1]),
+    "view_chain": (_real, lambda x: x.transpose(0, 1)[1:].select(2, 3)),
+    "contiguous_self": (_real, lambda x: x.contiguous()),
+    "to_same_dtype": (_real, lambda x: x.to(x.dtype)),
+    "float_of_float": (_real, lambda x: x.float()),
+    "dropout_p0": (_real, lambda x: F.dropout(x, 0.0)),
+    "type_as_self": (_real, lambda x: x.type_as(x)),
+}
+
+
+def _setitem(v):
+    v[...] = 5
+
+
+# in-place ops applied to the view (or to the base, for "read_view")
+INPLACE = {
+    "add_": lambda v: v.add_(1),
+    "mul_": lambda v: v.mul_(3),
+    "fill_": lambda v: v.fill_(7),
+    "copy_": lambda v: v.copy_(torch.ones_like(v) * 2),
+    "setitem": _setitem,
+}
+
+
+def _function(view, op, use):
+    if use == "read_base":
+
+        def f(x):
+            op(view(x))
+            return x * 1
+    elif use == "read_view":  # the base is updated, the view (taken before) is read
+
+        def f(x):
+            v = view(x)
+            op(x)
+            return v * 1
+    elif use == "return_view":
+
+        def f(x):
+            v = view(x)
+            op(v)
+            return v
+    elif use == "mutate_input":
+
+        def f(x):
+            op(view(x))
+    elif use == "local_base":  # the base is created inside the function
+
+        def f(x):
+            y = x * 2
+            v = view(y)
+            op(v)
+            return y + 0, v * 1
+    else:
+        raise AssertionError(use)
+    return f
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _run_both(f, make):
+    x_eager, x_thunder = make(), make()
+    try:
+        expected = f(x_eager)
+    except RuntimeError:
+        with pytest.raises(Exception):  # noqa: B017 - eager raised: thunder must raise too
+            thunder.jit(f)(x_thunder)
+        return
+    got = thunder.jit(f)(x_thunder)
+    assert _same(expected, got), (expected, got)
+    assert _same(x_eager, x_thunder), ("the caller's tensor differs", x_eager, x_thunder)
+
+
+@pytest.mark.parametrize("use", ["read_base", "read_view", "return_view", "mutate_input", "local_base"])
+@pytest.mark.parametrize("op", list(INPLACE))
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_view_inplace_matrix(view, op, use):
+    make, view_fn = VIEWS[view]
+    if view == "unfold_overlapping" and op != "fill_" and use != "read_view":
+        # eager updates overlapping windows element by element in its kernel's order; thunder refuses
+        with pytest.raises(RuntimeError, match="single memory location"):
+            thunder.jit(_function(view_fn, INPLACE[op], use))(make())
+        return
+    _run_both(_function(view_fn, INPLACE[op], use), make)
+
+
+# ---------------------------------------------------------------- copies that look like views
+
+
+def test_reshape_of_non_contiguous_copies():
+    def f(x):
+        y = x.T.reshape(-1)
+        y.add_(1)
+        z = x.T.flatten()
+        z.mul_(2)
+        return y, z
+
+    _run_both(f, lambda: torch.arange(6.0).reshape(2, 3))
+
+
+def test_advanced_index_copies():
+    def f(x):
+        y = x[torch.tensor([0, 1])]
+        y.fill_(3)
+        return x * 1, y
+
+    _run_both(f, lambda: torch.arange(6.0).reshape(2, 3))
+
+
+# ---------------------------------------------------------------- layout queries
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_layout_queries_answer_for_the_real_input(transposed):
+    def f(x):
+        return x * (1 if x.is_contiguous() else 2), x.stride(), x.storage_offset()
+
+    def make(t):
+        base = torch.arange(13.0)[1:].reshape(3, 4)
+        return base.T if t else base
+
+    jf = thunder.jit(f)
+    for t in (transposed, not transposed):  # the second layout must not reuse the first's trace
+        assert _same(f(make(t)), jf(make(t)))
+
+
+def test_layout_of_views_follows_eager():
+    def f(x):
+        return x.T.stride(), x[:, 1:].is_contiguous(), x.select(1, 1).storage_offset(), x.T.contiguous().stride()
+
+    x = torch.zeros(3, 4)
+    assert thunder.jit(f)(x) == f(x)
+
+
+# ---------------------------------------------------------------- aliased arguments
+
+
+def test_same_tensor_twice():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    jf = thunder.jit(f)
+    x, y = torch.zeros(3), torch.zeros(3)
+    assert torch.equal(jf(x, x), f(y, y))
+    assert torch.equal(x, y)
+    # traced with two tensors first, then called with one tensor twice: a new trace, eager's answer
+    jg = thunder.jit(f)
+    a, b = torch.zeros(3), torch.zeros(3)
+    jg(a, b)
+    x, y = torch.zeros(3), torch.zeros(3)
+    assert torch.equal(jg(x, x), f(y, y))
+    assert torch.equal(x, y)
+
+
+def test_module_parameter_passed_as_argument():
+    lin = torch.nn.Linear(3, 3, bias=False)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, w):
+            with torch.no_grad():
+                w.mul_(2)
+            return self.lin.weight.sum()
+
+    m = M()
+    expected = lin.weight.detach().sum() * 2
+    got = thunder.jit(m)(lin.weight)
+    assert torch.allclose(got, expected)
+
+
+# ---------------------------------------------------------------- generated code
+
+
+def test_view_of_updated_tensor_read_with_advanced_indexing():
+    def f(x, idx):
+        v = x[:, 1:]
+        x.add_(1)
+        return v[idx], v[:, idx]
+
+    x = torch.arange(12.0).reshape(3, 4)
+    idx = torch.tensor([0, 2])
+    expected = f(x.clone(), idx)
+    assert _same(thunder.jit(f)(x.clone(), idx), expected)
+
+
+# ---------------------------------------------------------------- in-place ops that change metadata
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["unsqueeze_", "squeeze_", "t_", "transpose_", "resize_smaller", "resize_larger_prefix", "set_", "as_strided_"],
+)
+def test_metadata_changing_inplace(name):
+    def f(x):
+        y = x.clone()[:1]
+        z = x * 1
+        if name == "unsqueeze_":
+            y.unsqueeze_(0)
+        elif name == "squeeze_":
+            y.squeeze_(0)
+        elif name == "t_":
+            z = z[0:2, 0:2].clone()
+            z.t_()
+            z[0].fill_(-1)
+            return z * 1
+        elif name == "transpose_":
+            z.transpose_(0, 1)
+            z[0].fill_(-1)
+            return z * 1, z.shape
+        elif name == "resize_smaller":
+            z.resize_(2, 2)
+            return z * 1
+        elif name == "resize_larger_prefix":
+            z.resize_(20)
+            return z[:12] * 1, z.shape
+        elif name == "set_":
+            w = torch.zeros(5)
+            w.set_(z)
+            w.add_(1)
+            return z * 1, w * 1
+        elif name == "as_strided_":
+            z.as_strided_((2, 2), (1, 3))
+            z.fill_(0)
+            return z * 1
+        y.add_(1)
+        return y * 1, y.shape
+
+    _run_both(f, lambda: torch.arange(12.0).reshape(3, 4))
+
+
+def test_metadata_changing_inplace_on_input_is_a_clear_error():
+    def f(x):
+        x.unsqueeze_(0)
+        return x
+
+    with pytest.raises(NotImplementedError, match="in place"):
+        thunder.jit(f)(torch.zeros(2))
