@@ -313,3 +313,80 @@ def test_metadata_changing_inplace_on_input_is_a_clear_error():
 
     with pytest.raises(NotImplementedError, match="in place"):
         thunder.jit(f)(torch.zeros(2))
+
+
+def _update_a_read_b(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _update_both(a, b):
+    b.mul_(3)
+    a[0] = -1
+    return a + 0, b + 0
+
+
+@pytest.mark.parametrize("fn", [_update_a_read_b, _update_both])
+@pytest.mark.parametrize(
+    "views",
+    [lambda x: (x, x[0]), lambda x: (x[:, 0], x[0]), lambda x: (x.T, x[1:]), lambda x: (x[0], x[1])],
+    ids=["base_and_row", "column_and_row", "transposed_and_rows", "disjoint_rows"],
+)
+def test_overlapping_arguments(fn, views):
+    x_eager, x_thunder = torch.arange(6.0).reshape(2, 3), torch.arange(6.0).reshape(2, 3)
+    expected = fn(*views(x_eager))
+    got = thunder.jit(fn)(*views(x_thunder))
+    assert _same(expected, got)
+    assert _same(x_eager, x_thunder)
+
+
+def test_aliasing_pattern_is_part_of_the_cache_key():
+    jf = thunder.jit(_update_a_read_b)
+    jf(torch.zeros(2, 3), torch.zeros(3))  # traced with separate tensors
+    x_eager, x_thunder = torch.arange(6.0).reshape(2, 3), torch.arange(6.0).reshape(2, 3)
+    assert _same(jf(x_thunder, x_thunder[0]), _update_a_read_b(x_eager, x_eager[0]))
+    assert _same(x_eager, x_thunder)
+    # and back to separate tensors: not the aliased entry
+    a, b = torch.zeros(2, 3), torch.ones(3)
+    assert _same(jf(a, b), b * 2)
+
+
+# ---------------------------------------------------------------- small ops from the issue
+
+
+def test_copy_from_a_number():
+    def f(x):
+        y = x.clone()
+        y.copy_(1.5)
+        return y
+
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        x = torch.zeros(3, dtype=dtype)
+        assert _same(thunder.jit(f)(x), f(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.mT,
+        lambda x: x.mH,
+        lambda x: torch.movedim(x, -1, 0),
+        lambda x: x.squeeze(-1),
+        lambda x: x.squeeze(0),
+        lambda x: x.unsqueeze(-1),
+    ],
+    ids=["mT", "mH", "movedim", "squeeze_neg", "squeeze_0", "unsqueeze"],
+)
+@pytest.mark.filterwarnings("ignore::UserWarning")  # eager deprecates mT/mH on 0-d tensors
+def test_zero_dim_shape_ops(fn):
+    x = torch.tensor(2.5)
+    assert _same(thunder.jit(fn)(x), fn(x))
+
+
+def test_cat_promotes_with_empty_inputs():
+    b = torch.tensor([True, False])
+
+    def f(a):
+        return torch.cat([torch.zeros(0, dtype=torch.float64), a]), torch.cat([a, torch.zeros(0, dtype=torch.int32)])
+
+    assert _same(thunder.jit(f)(b), f(b))

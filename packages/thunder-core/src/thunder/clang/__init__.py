@@ -309,7 +309,7 @@ def squeeze(a: TensorProxy, dims=None) -> TensorProxy:
         dims = tuple(i for i, s in enumerate(a.shape) if s == 1)
     else:
         dims = canonicalize_dims(a.ndim, dims)
-        dims = tuple(d for d in dims if a.shape[d] == 1)
+        dims = tuple(d for d in dims if a.ndim and a.shape[d] == 1)
     if not dims:
         return a
     return prims.squeeze(a, dims)
@@ -331,7 +331,7 @@ def cat(tensors: Sequence[TensorProxy], dim: int) -> TensorProxy:
     check(len(tensors) > 0, "torch.cat(): expected a non-empty list of Tensors", ValueError)
     # torch skips legacy empty 1-D tensors
     nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or [tensors[0]]
-    res = result_dtype(*nonempty)
+    res = result_dtype(*tensors)  # the skipped empty tensors still take part in type promotion
     nonempty = [maybe_convert_to_dtype(t, res) for t in nonempty]
     if len(nonempty) == 1:
         return nonempty[0]

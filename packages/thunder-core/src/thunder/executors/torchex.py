@@ -116,6 +116,8 @@ def _setitem(a, key, value):
 
 
 def _copy_to(a, src, non_blocking=False):
+    if not isinstance(src, torch.Tensor):  # x.copy_(1.5)
+        return torch.full_like(a, src)
     return src.to(device=a.device, dtype=a.dtype).expand(a.shape)
 
 

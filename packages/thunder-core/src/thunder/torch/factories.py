@@ -371,6 +371,8 @@ def _fill_(a, value):
 @torchsymbol(name="copy")
 def copy(a, src, non_blocking: bool = False):
     """The value ``a.copy_(src)`` gives ``a``: ``src`` broadcast and converted to ``a``'s dtype and device."""
+    if not isinstance(src, TensorProxy):  # x.copy_(1.5): a Python number fills
+        return _fill_(a, src)
     if src.device is not a.device:
         src = prims.device_put(src, a.device)
     return clang.expand(clang.maybe_convert_to_dtype(src, a.dtype), a.shape)

@@ -74,15 +74,26 @@ def t(a):
 
 
 register_torch_alias(T.T.__get__, lambda a: permute(a, *reversed(range(a.ndim))))
-register_torch_alias(T.mT.__get__, lambda a: transpose(a, -2, -1))
+
+
+def _matrix_transpose(a):
+    check(
+        a.ndim != 1,
+        "tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.",
+        RuntimeError,
+    )
+    return a if a.ndim == 0 else transpose(a, -2, -1)
 
 
 def _adjoint(a):
+    if a.ndim == 0:
+        return a
     if a.dtype.kind == "complex":
         raise NotImplementedError("the conjugate transpose of a complex tensor runs as PyTorch's op")
     return transpose(a, -2, -1)
 
 
+register_torch_alias(T.mT.__get__, _matrix_transpose)
 register_torch_alias(T.mH.__get__, _adjoint)
 
 
@@ -277,6 +288,8 @@ def movedim(a, source, destination):
     src = canonicalize_dims(a.ndim, source)
     dst = canonicalize_dims(a.ndim, destination)
     check(len(src) == len(dst), "movedim: Invalid source or destination dims")
+    if a.ndim == 0:  # dims 0 and -1 name the scalar itself
+        return a
     perm = [-1] * a.ndim
     for s, d in zip(src, dst):
         perm[d] = s

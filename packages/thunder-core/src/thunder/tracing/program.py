@@ -17,7 +17,14 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
-from thunder.tracing.tracer import Tracer, TracingTensor, _current_tracer, _TracingMode, set_input_layout
+from thunder.tracing.tracer import (
+    Tracer,
+    TracingTensor,
+    _current_tracer,
+    _TracingMode,
+    alias_of_storage,
+    set_input_layout,
+)
 
 __all__ = ["TracedProgram", "trace_program"]
 
@@ -31,6 +38,7 @@ class _TensorInput:
     container: dict | None = None  # module state: the dict it lives in, for swapping
     key: str | None = None
     original: torch.Tensor | None = None
+    example: torch.Tensor | None = None  # the argument tensor of the call traced
 
 
 @dataclass
@@ -99,7 +107,7 @@ class _InputBuilder:
             self.by_id.setdefault(id(value), wrapper)
             if isinstance(value, torch.nn.Parameter):
                 wrapper._is_param = True
-            self.tensors.append(_TensorInput(expr, proxy, wrapper, False))
+            self.tensors.append(_TensorInput(expr, proxy, wrapper, False, example=value))
             return wrapper
         t = type(value)
         if t is tuple or t is list or (isinstance(value, tuple) and hasattr(value, "_fields")):
@@ -153,6 +161,40 @@ class _InputBuilder:
                     else:
                         self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
                     container[key] = wrapper
+
+    def alias_overlapping(self) -> bool:
+        """Distinct argument tensors sharing a storage become views of one input, the storage itself.
+
+        An update through one then reaches the others, as in eager. Returns whether there were any.
+        """
+        groups: dict[int, list[tuple[_TensorInput, torch.Tensor]]] = {}
+        for ti in self.tensors:
+            value = ti.original if ti.is_module_state else ti.example
+            if value is None or value.numel() == 0 or value.is_meta or not value.layout == torch.strided:
+                continue
+            ptr = value.untyped_storage().data_ptr()
+            members = groups.setdefault(ptr, [])
+            if all(m[1] is not value for m in members):
+                members.append((ti, value))
+        aliased = False
+        for members in groups.values():
+            if len(members) < 2 or any(ti.is_module_state for ti, _ in members):
+                continue
+            aliased = True
+            first_ti, first = members[0]
+            n = first.untyped_storage().nbytes() // first.element_size()
+            storage = torch.as_strided(first, (n,), (1,), 0)
+            proxy = TensorProxy(
+                self.trace.add_name("storage"), shape=(n,), dtype=first.dtype, device=first.device, requires_grad=False
+            )
+            expr = f"torch.as_strided({first_ti.expr}, ({n},), (1,), 0)"
+            self.prologue.check_tensor(expr, proxy, storage)
+            root = TracingTensor(proxy)
+            set_input_layout(root, storage)
+            self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
+            for ti, value in members:
+                alias_of_storage(ti.wrapper, root, value)
+        return aliased
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
         """Puts the original tensors back; returns entries whose slot the program reassigned."""
@@ -353,6 +395,8 @@ def trace_program(
         if module is not None:
             inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module
+        if inputs.alias_overlapping():
+            tracer.layout_read = True
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import warnings
 from typing import Any
 
 import torch
@@ -516,6 +517,14 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
         return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
 
 
+def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> None:
+    """Makes the input stand-in ``w`` (of the real tensor ``t``) a view of ``root``, its storage as a 1-D input."""
+    with torch._C.DisableTorchFunction():
+        w._tt_meta = shadow(root).as_strided(t.shape, t.stride(), t.storage_offset())
+    w._tt_view = (root, None)
+    w._tt_seen = root._tt_version
+
+
 def _storage_id(m: torch.Tensor) -> int:
     return m.untyped_storage()._cdata
 
@@ -548,7 +557,8 @@ def _to_shadows(x):
 def run_on_shadows(func, args, kwargs):
     """``func`` run on the arguments' shadows (None when PyTorch cannot run it on ``meta``)."""
     try:
-        with torch._C.DisableTorchFunction(), torch.no_grad():
+        with torch._C.DisableTorchFunction(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's call warns itself where eager would
             return func(*_to_shadows(args), **_to_shadows(kwargs))
     except Exception:
         return None
