@@ -716,7 +716,7 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
     if vm.is_conj() != rm.is_conj():  # a conjugate view (x.mH): the root holds the conjugate
         value = fallback_symbol(torch.conj_physical)(value)
     flat_val = clang.reshape(clang.expand(value, tuple(vm.shape)), (m,))
-    out = prims.index_put(clang.reshape(base, (n,)), (clang.reshape(idx, (m,)),), flat_val, False)
+    out = prims.scatter(clang.reshape(base, (n,)), clang.reshape(idx, (m,)), flat_val, 0)
     out = clang.reshape(out, base.shape)
     if as_pairs == "real":
         return fallback_symbol(torch.view_as_complex)(out)
@@ -753,7 +753,7 @@ def _write_view(base: TensorProxy, steps, value: TensorProxy) -> TensorProxy:
     m = vidx.numel()
     flat_idx = clang.reshape(vidx, (m,))
     flat_val = clang.reshape(clang.expand(value, vidx.shape), (m,))
-    out = prims.index_put(clang.reshape(base, (n,)), (flat_idx,), flat_val, False)
+    out = prims.scatter(clang.reshape(base, (n,)), flat_idx, flat_val, 0)
     return clang.reshape(out, base.shape)
 
 

@@ -44,6 +44,65 @@ class ForwardBackward:
     backward: TraceCtx
     output_proxies: list[TensorProxy]  # the forward's flat outputs, in order
     structure: object  # the program's output structure over those proxies
+    # inputs the program updates in place with a differentiable value: (output index of the new value,
+    # input index); autograd rebases those inputs' history on the compiled function (``mark_dirty``)
+    dirty: tuple[tuple[int, int], ...] = ()
+
+
+def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
+    """(new value, input index) for each input updated in place with a value depending on a grad input."""
+    position = {p.name: i for i, p in enumerate(trace.args) if isinstance(p, TensorProxy)}
+    depends = set(requires_grad)
+    updates = []
+    for b in trace.bound_symbols:
+        if b.sym.id == prims.copy_.id:
+            src, dst = b.args[0], b.args[1]
+            if (
+                isinstance(src, TensorProxy)
+                and dst.name in position
+                and dst.requires_grad  # (a buffer that does not require grad, e.g. BatchNorm's statistics, stays so)
+                and src.name in depends
+                and dtypes.is_inexact_dtype(dst.dtype)
+            ):
+                updates.append((src, position[dst.name]))
+            continue
+        if any(a.name in depends for a in b.flat_args):
+            depends.update(o.name for o in b.flat_outs)
+    return updates
+
+
+def _may_view(b: BoundSymbol) -> bool:
+    """Whether an executor may run ``b`` as a view of its first argument (a reshape, a slice, ...)."""
+    tags = b.sym.tags
+    return "view" in tags or "alias" in tags or prims.OpTags.SHAPE_OP in tags
+
+
+def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
+    """Saved values that the forward overwrites in place (an input, or a view of one) are saved as clones
+    taken before the write."""
+    saved_names = {p.name for p in saved}
+    aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
+    for b in forward:
+        if b.flat_args and _may_view(b):
+            first = next(iter(b.flat_args)).name
+            group = aliases.setdefault(first, {first})
+            for o in b.flat_outs:
+                group.add(o.name)
+                aliases[o.name] = group
+    taken: dict[str, TensorProxy] = {}
+    out = []
+    by_name = {p.name: p for p in saved}
+    for b in forward:
+        if b.sym.id == prims.copy_.id:
+            dst = b.args[1]
+            for name in sorted(aliases.get(dst.name, {dst.name})):
+                if name in saved_names and name not in taken:
+                    p = by_name[name]
+                    clone = TensorProxy(like=p, requires_grad=False)
+                    out.append(prims.clone.bind(p, output=clone))
+                    taken[name] = clone
+        out.append(b)
+    return out, [taken.get(p.name, p) for p in saved]
 
 
 def _differentiable(p) -> bool:
@@ -61,6 +120,12 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
             if isinstance(p, TensorProxy) and p.name not in seen:
                 seen.add(p.name)
                 outputs.append(p)
+        dirty = []
+        for new, input_index in _inplace_updates(trace, requires_grad):
+            if new.name not in seen:
+                seen.add(new.name)
+                outputs.append(new)
+            dirty.append((next(i for i, o in enumerate(outputs) if o.name == new.name), input_index))
 
         bw = from_trace(work)
         bw.fn_name = "backward_fn"
@@ -98,11 +163,13 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
 
         fw = from_trace(work)
         fw.fn_name = "augmented_forward_fn"
-        fw.bound_symbols = list(joint.forward) + [prims.python_return.bind((tuple(outputs), tuple(saved)), output=None)]
+        with tracectx(fw):
+            forward, saved_values = _save_before_overwrite(list(joint.forward), saved)
+        fw.bound_symbols = forward + [prims.python_return.bind((tuple(outputs), tuple(saved_values)), output=None)]
         fw.scopes = [fw.bound_symbols]
         t.stamp(fw)
         t.stamp(bw)
-        return ForwardBackward(fw, bw, outputs, structure)
+        return ForwardBackward(fw, bw, outputs, structure, tuple(dirty))
 
 
 _CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
@@ -174,10 +241,23 @@ class ThunderFunction(torch.autograd.Function):
     """Runs a compiled forward; its backward runs the compiled backward trace."""
 
     @staticmethod
-    def forward(ctx, forward_fn, backward_fn, non_differentiable, *inputs):
+    def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
         ctx.backward_fn = backward_fn
         ctx.save_for_backward(*saved)
+        if dirty:
+            # an input updated in place is returned as the output holding its new value, so the
+            # caller's tensor carries the new autograd history (as after an eager in-place op)
+            outputs = list(outputs)
+            marked = []
+            for out_index, in_index in dirty:
+                t = inputs[in_index]
+                if not (t.is_leaf and t.requires_grad):  # eager refuses those; no_grad updates stay as they are
+                    outputs[out_index] = t
+                    marked.append(t)
+            if marked:
+                ctx.mark_dirty(*marked)
+            outputs = tuple(outputs)
         if non_differentiable:
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
         return outputs
@@ -194,7 +274,7 @@ class ThunderFunction(torch.autograd.Function):
         # tensor right after its last use instead of when the whole backward returns
         ctx.maybe_clear_saved_tensors()
         grads = ctx.backward_fn(saved, list(cotangents))
-        return (None, None, None, *grads)
+        return (None, None, None, None, *grads)
 
 
 def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
@@ -202,17 +282,18 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     non_diff = tuple(i for i, p in enumerate(fb.output_proxies) if not _differentiable(p))
     index = {p.name: i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
+    dirty = fb.dirty
     apply = ThunderFunction.apply
 
     if isinstance(structure, TensorProxy):
 
         def computation(*inputs):
-            return apply(forward_fn, backward_fn, non_diff, *inputs)[0]
+            return apply(forward_fn, backward_fn, non_diff, dirty, *inputs)[0]
 
     else:
 
         def computation(*inputs):
-            outs = apply(forward_fn, backward_fn, non_diff, *inputs)
+            outs = apply(forward_fn, backward_fn, non_diff, dirty, *inputs)
             return _rebuild(structure, outs, index)
 
     return computation
