@@ -478,7 +478,7 @@ def kl_div(a, target, size_average=None, reduce=None, reduction: str = "mean", l
 # ---------------------------------------------------------------- linear algebra
 
 
-@torchsymbol(torch.einsum)
+@torchsymbol(torch.einsum, tags=("alias",))  # eager returns a view for a pure permutation
 def einsum(equation: str, *operands):
     """Decomposes to broadcast multiplication and sums (a fusion executor fuses them; torch runs torch.einsum)."""
     if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
