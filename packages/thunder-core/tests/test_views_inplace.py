@@ -390,3 +390,77 @@ def test_cat_promotes_with_empty_inputs():
         return torch.cat([torch.zeros(0, dtype=torch.float64), a]), torch.cat([a, torch.zeros(0, dtype=torch.int32)])
 
     assert _same(thunder.jit(f)(b), f(b))
+
+
+# ---------------------------------------------------------------- tensors held outside the inputs
+
+_GLOBAL_BUFFER = torch.zeros(2, 6)
+
+
+def test_inplace_update_of_a_global_tensor_is_written_back():
+    def f(k, pos):
+        _GLOBAL_BUFFER.index_copy_(1, pos, k)
+        _GLOBAL_BUFFER[:, 0] += 1
+        return _GLOBAL_BUFFER[:, :3] * 1
+
+    jf = thunder.jit(f)
+    k, pos = torch.ones(2, 1), torch.tensor([1])
+    expected_buffer = _GLOBAL_BUFFER.clone()
+    expected_buffer.index_copy_(1, pos, k)
+    expected_buffer[:, 0] += 1
+    out = jf(k, pos)
+    assert _same(out, expected_buffer[:, :3])
+    assert _same(_GLOBAL_BUFFER, expected_buffer)
+
+
+def test_lazily_allocated_state_from_an_earlier_trace_is_a_clear_error():
+    class LazyCache:
+        buffer = None
+
+    cache = LazyCache()
+
+    def f(x):
+        if cache.buffer is None:
+            cache.buffer = torch.zeros(3)
+        cache.buffer.add_(x)
+        return cache.buffer * 1
+
+    jf = thunder.jit(f)
+    jf(torch.ones(3))
+    with pytest.raises(Exception, match="earlier trace"):
+        jf(torch.ones(3, dtype=torch.float64))
+
+
+def test_hf_static_cache_decode_after_eager_prefill():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (1, 4))
+
+    def decode(step_fn):
+        cache = transformers.StaticCache(config=cfg, max_cache_len=8)
+        logits = []
+        with torch.no_grad():
+            out = model(input_ids=ids, past_key_values=cache, cache_position=torch.arange(4), use_cache=True)
+            token = out.logits[:, -1:].argmax(-1)
+            for step in range(2):
+                pos = torch.tensor([4 + step])
+                out = step_fn(input_ids=token, past_key_values=cache, cache_position=pos, use_cache=True)
+                logits.append(out.logits)
+                token = out.logits[:, -1:].argmax(-1)
+        return logits, cache.layers[0].keys.clone()
+
+    expected, expected_keys = decode(model)
+    got, got_keys = decode(thunder.jit(model))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(got_keys, expected_keys)

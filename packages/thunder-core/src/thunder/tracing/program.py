@@ -430,6 +430,7 @@ def trace_program(
                 written.add(ti.proxy.name)
                 prims.copy_(new, ti.proxy)
 
+        tracer.write_back_constants()
         prologue.check_layout = tracer.layout_read
         prologue.distinct_storages = bool(written)
     if written and inputs.repeated and not share_repeated:

@@ -50,6 +50,7 @@ class TracingTensor(torch.Tensor):
         t._tt_seen = 0  # the base's version this view's value was derived at
         t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
         t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
+        t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
         return t
 
     @property
@@ -179,6 +180,8 @@ class Tracer:
         self.in_symbol = False
         self.log: list[dict[str, Any]] = [] if record_log else None
         self.constants: dict[int, TensorProxy] = {}
+        # constants the program updates in place: id -> (tensor, stand-in holding its current value)
+        self.updated_constants: dict[int, tuple[torch.Tensor, TracingTensor]] = {}
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
         self.input_names: set[str] = set()
@@ -314,6 +317,13 @@ class Tracer:
     def _unwrap_inputs(self, x):
         t = type(x)
         if t is TracingTensor:
+            owner = x._tt_owner
+            if owner is not self and owner is not None:
+                raise TracingError(
+                    "a thunder stand-in tensor from an earlier trace was used: a tensor created inside a jitted "
+                    "function was stored in an object that outlives the call (for example a cache that allocates "
+                    "its buffers lazily on first use). Create such tensors before calling the jitted function."
+                )
             return x._thunder_proxy
         if t is tuple or t is list:
             return t(self._unwrap_inputs(y) for y in x)
@@ -327,6 +337,9 @@ class Tracer:
 
     def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
         """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
+        updated = self.updated_constants.get(id(t))
+        if updated is not None:  # updated in place earlier in the program: its current value
+            return updated[1]._thunder_proxy
         p = self.constants.get(id(t))
         if p is None:
             name = self.trace.add_constant(t, "_tensor_constant")
@@ -345,10 +358,32 @@ class Tracer:
             if value is None:
                 continue
             wrapper = args[i] if i < len(args) else None
+            if isinstance(wrapper, torch.Tensor) and not isinstance(wrapper, TracingTensor):
+                wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             self._rebind(func, wrapper, value, args, kwargs)
         return out
+
+    def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
+        """The stand-in of a constant tensor (a global, or one held by an object such as a KV cache) that
+        the program updates in place; the update is written back into the tensor at the end."""
+        entry = self.updated_constants.get(id(t))
+        if entry is None:
+            wrapper = TracingTensor(self._constant_tensor(t))
+            set_input_layout(wrapper, t)
+            entry = self.updated_constants[id(t)] = (t, wrapper)
+        return entry[1]
+
+    def write_back_constants(self) -> None:
+        """Writes the final value of every constant updated in place into the tensor (program end)."""
+        from thunder.core import prims
+
+        for t, wrapper in self.updated_constants.values():
+            original = self.constants[id(t)]
+            new = wrapper._thunder_proxy
+            if new is not original:
+                prims.copy_(new, original)
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
         old = wrapper._thunder_proxy
