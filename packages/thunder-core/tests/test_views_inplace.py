@@ -464,3 +464,28 @@ def test_hf_static_cache_decode_after_eager_prefill():
     for e, g in zip(expected, got):
         torch.testing.assert_close(g, e)
     torch.testing.assert_close(got_keys, expected_keys)
+
+
+def test_setitem_value_with_leading_unit_dims():
+    def f(a):
+        v = torch.sin(a)
+        v[0] = a
+        return v
+
+    a = torch.arange(3.0).reshape(1, 3)
+    assert _same(thunder.jit(f)(a), f(a))
+
+
+def test_slice_assignment_is_differentiable():
+    def f(a, b):
+        x = a * 1
+        x[..., :1] = b[..., 1:2] * 2
+        return x * a
+
+    grads = []
+    for run in (f, thunder.jit(f)):
+        a = torch.arange(6.0).reshape(2, 3).requires_grad_()
+        b = torch.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
+        run(a, b).sum().backward()
+        grads.append((a.grad, b.grad))
+    torch.testing.assert_close(grads[1], grads[0])

@@ -170,6 +170,10 @@ def index_fill(a, dim: int, index, value):
 
 def _value_like(value, a, shape):
     if isinstance(value, TensorProxy):
+        # like eager, a value with more dimensions than the selection may drop leading size-1 ones
+        extra = value.ndim - len(shape)
+        if extra > 0 and all(s == 1 for s in value.shape[:extra]):
+            value = clang.reshape(value, value.shape[extra:])
         return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), shape)
     return clang.full(shape, value, device=a.device, dtype=a.dtype)
 
@@ -183,11 +187,12 @@ def setitem(a, key, value):
         idx = clang.reshape(prims.iota(n, start=0, step=1, device=a.device, dtype=dtypes.int64), a.shape)
         sel = getitem(idx, key)
         m = sel.numel()
-        flat = prims.index_put(
+        # distinct positions: a scatter (which has a gradient rule) writes them
+        flat = prims.scatter(
             clang.reshape(a, (n,)),
-            (clang.reshape(sel, (m,)),),
+            clang.reshape(sel, (m,)),
             clang.reshape(_value_like(value, a, sel.shape), (m,)),
-            False,
+            0,
         )
         return clang.reshape(flat, a.shape)
     if len(tkey) == 1 and isinstance(tkey[0], TensorProxy):
