@@ -489,3 +489,33 @@ def test_slice_assignment_is_differentiable():
         run(a, b).sum().backward()
         grads.append((a.grad, b.grad))
     torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_add_alpha_on_bool_tensors_is_taken_as_bool():
+    def f(a):
+        v = a > 0
+        v.add_(v, alpha=-1)
+        return v, torch.add(v, v, alpha=0)
+
+    a = torch.tensor([1.0, -1.0, 2.0])
+    assert _same(thunder.jit(f)(a), f(a))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda b, i: torch.square(b),
+        lambda b, i: torch.nn.functional.hardtanh(i, -2, 2),
+        lambda b, i: torch.einsum("i,j->ij", b, b),
+    ],
+    ids=["square_bool", "hardtanh_int", "einsum_bool_outer"],
+)
+def test_traced_dtypes_of_the_issue(fn):
+    b, i = torch.tensor([True, False, True]), torch.arange(-4, 4)
+
+    def g(b, i):
+        out = fn(b, i)
+        return out, out.dtype  # the traced dtype, read inside the program
+
+    expected, got = g(b, i), thunder.jit(g)(b, i)
+    assert _same(got[0], expected[0]) and got[1] == expected[1]

@@ -122,12 +122,19 @@ def _binary(name, prim, kind=TPK.DEFAULT, python_fn=None, torch_fns=(), method=T
     return sym
 
 
+def _scaled(a, b, alpha):
+    """``b * alpha`` as torch.add computes it: alpha is taken in the result's type (bool for bool inputs)."""
+    if alpha == 1:
+        return b
+    if clang.result_dtype(a, b) is dtypes.bool8 and isinstance(alpha, (bool, int)):
+        alpha = bool(alpha)
+    return clang.mul(b, alpha)
+
+
 @torchsymbol(torch.add, T.add, T.__add__, method_name="add")
 def add(a, b, *, alpha=1, out=None):
     check(out is None, "out= is not supported", NotImplementedError)
-    if alpha != 1:
-        b = clang.mul(b, alpha)
-    return clang.add(a, b)
+    return clang.add(a, _scaled(a, b, alpha))
 
 
 register_torch_alias(T.__radd__, lambda a, b: add(b, a))
@@ -138,9 +145,7 @@ register_torch_alias(T.__iadd__, InplaceOp(add))
 @torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, method_name="sub")
 def sub(a, b, *, alpha=1, out=None):
     check(out is None, "out= is not supported", NotImplementedError)
-    if alpha != 1:
-        b = clang.mul(b, alpha)
-    return clang.sub(a, b)
+    return clang.sub(a, _scaled(a, b, alpha))
 
 
 register_torch_alias(T.__rsub__, lambda a, b: sub(b, a))
@@ -469,6 +474,8 @@ def clamp_max(a, max):
 
 @torchsymbol(torch.square, T.square, method_name="square")
 def square(a):
+    if isinstance(a, TensorProxy) and a.dtype is dtypes.bool8:  # eager computes pow(a, 2): bool becomes int64
+        a = clang.maybe_convert_to_dtype(a, dtypes.int64)
     return mul(a, a)
 
 
