@@ -396,7 +396,7 @@ def trace_program(
             inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module
         if inputs.alias_overlapping():
-            tracer.layout_read = True
+            tracer.layout_read = tracer.offsets_read = True
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
@@ -432,7 +432,9 @@ def trace_program(
 
         tracer.write_back_constants()
         prologue.check_layout = tracer.layout_read
-        prologue.distinct_storages = bool(written)
+        prologue.check_offsets = tracer.offsets_read
+        if written:  # an update reaches other arguments exactly when they share its storage
+            prologue.distinct_storages = frozenset(ti.expr for ti in inputs.tensors if not ti.is_module_state)
     if written and inputs.repeated and not share_repeated:
         return trace_program(
             fn,

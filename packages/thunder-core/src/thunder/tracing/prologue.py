@@ -66,7 +66,8 @@ class PrologueBuilder:
     # the trace depends on the inputs' layout (strides, storage offsets) and, when it updates an input in
     # place, on which inputs share storage: both become checks
     check_layout: bool = False
-    distinct_storages: bool = False
+    check_offsets: bool = False
+    distinct_storages: frozenset = frozenset()  # the argument expressions whose storages must stay distinct
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -113,13 +114,14 @@ class PrologueBuilder:
                 self._check_tensor_python(expr, proxy)
                 if self.check_layout and ex is not None:
                     self.lines.append(f"if {expr}.stride() != {tuple(ex.stride())!r}: return MISS")
-        if self.check_layout and known:
+        if self.check_offsets and known:
             for expr, _, ex in unique:
                 self.lines.append(f"if {expr}.storage_offset() != {ex.storage_offset()}: return MISS")
-        if self.distinct_storages and len(unique) > 1 and known:
+        args = [(expr, ex) for expr, _, ex in unique if expr in self.distinct_storages and ex is not None]
+        if len(args) > 1:
             # as many separate storages as when traced: a call passing aliased tensors needs its own trace
-            count = len({ex.untyped_storage().data_ptr() for ex in examples})
-            exprs = ", ".join(f"{expr}.untyped_storage().data_ptr()" for expr, _, _ in unique)
+            count = len({ex.untyped_storage().data_ptr() for _, ex in args})
+            exprs = ", ".join(f"{expr}.untyped_storage().data_ptr()" for expr, _ in args)
             self.lines.append(f"if len({{{exprs}}}) != {count}: return MISS")
 
     def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:

@@ -189,6 +189,7 @@ class Tracer:
         self.autocast = False
         # whether the trace depends on the inputs' layout (read strides, or updated a tensor in place)
         self.layout_read = False
+        self.offsets_read = False  # read a storage offset (or traced aliased arguments)
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -196,6 +197,7 @@ class Tracer:
         if func in _METADATA:
             if func in _LAYOUT_QUERIES:
                 self.layout_read = True
+                self.offsets_read = self.offsets_read or func is T.storage_offset
                 return layout_query(func, args, kwargs)
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
