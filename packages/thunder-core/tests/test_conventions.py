@@ -89,3 +89,38 @@ def test_thunder_backend_rejects_a_mode():
     gm = torch.fx.symbolic_trace(torch.nn.ReLU())
     with pytest.raises(ValueError, match="mode='max-autotune'"):
         thunder_backend(gm, [torch.randn(2)], mode="max-autotune")
+
+
+def test_checker_comparing_with_torch_dtypes():
+    # a checker receives proxies whose .dtype is a thunder dtype; comparing it with torch dtypes works
+    import thunder.torch as ltorch
+    from thunder.core import dtypes
+    from thunder.core.proxies import TensorProxy
+    from thunder.extend import OperatorExecutor
+
+    assert dtypes.float32 == torch.float32 and torch.float32 == dtypes.float32
+    assert dtypes.float32 != torch.float64 and dtypes.float32 != dtypes.float64
+    assert hash(dtypes.bfloat16) == hash(torch.bfloat16)
+    assert dtypes.float32 is not torch.float32  # `is` still compares objects: use ==
+
+    ex = OperatorExecutor("test_dtype_checker_ex")
+    calls = []
+
+    def impl(a, b):
+        calls.append(a.dtype)
+        return torch.mul(a, b)
+
+    op = ex.register_operator("test_dtype_checker_mul", meta=lambda a, b: TensorProxy(like=a), fn=impl)
+    seen = []
+
+    def checker(a, b):
+        seen.append(a.dtype)
+        return a.dtype == torch.float32 and b.dtype in (torch.float32,)
+
+    ex.register_implementation(ltorch.mul, op, checker=checker)
+    jfn = thunder.jit(lambda a, b: a * b, executors=[ex])
+    for dtype in (torch.float32, torch.float64):
+        a, b = torch.randn(3, dtype=dtype), torch.randn(3, dtype=dtype)
+        torch.testing.assert_close(jfn(a, b), a * b)
+    assert calls == [torch.float32]  # taken for float32 only
+    assert all(isinstance(d, dtypes.dtype) for d in seen)
