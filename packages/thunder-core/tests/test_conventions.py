@@ -124,3 +124,25 @@ def test_checker_comparing_with_torch_dtypes():
         torch.testing.assert_close(jfn(a, b), a * b)
     assert calls == [torch.float32]  # taken for float32 only
     assert all(isinstance(d, dtypes.dtype) for d in seen)
+
+
+def test_symbol_signature():
+    import inspect
+
+    import thunder.torch as ltorch
+    from thunder.core import prims
+    from thunder.core.proxies import TensorProxy
+    from thunder.extend import OperatorExecutor
+
+    assert list(inspect.signature(ltorch.silu).parameters) == ["a", "inplace"]
+    assert list(inspect.signature(prims.add).parameters) == ["a", "b"]
+
+    def like(x, scale: float = 2.0):
+        return x * scale
+
+    op = OperatorExecutor("test_signature_ex").register_operator("test_sig", like=like, fn=lambda x, scale=2.0: x)
+    assert str(inspect.signature(op)) == "(x, scale: 'float' = 2.0)"
+    meta_op = OperatorExecutor("test_signature_ex2").register_operator(
+        "test_sig2", meta=lambda a, b: TensorProxy(like=a), fn=lambda a, b: a
+    )
+    assert list(inspect.signature(meta_op).parameters) == ["a", "b"]

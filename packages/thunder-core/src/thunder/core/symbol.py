@@ -8,6 +8,7 @@ terms of other symbols, and what it calls is recorded as the bound symbol's ``su
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,6 +72,16 @@ class Symbol:
 
     def __repr__(self) -> str:
         return f"[Symbol name={self.name}]"
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """The signature of its meta (or ``like=``) function: ``inspect.signature(ltorch.silu)`` works."""
+        if self.meta is None:
+            return None
+        try:
+            return inspect.signature(self.meta)
+        except (TypeError, ValueError):
+            return None
 
     def __call__(self, *args, **kwargs):
         trace = _current[-1]
