@@ -148,7 +148,7 @@ class FusionExecutor(Executor):
 
     In the claiming pass a fusion executor claims the bound symbols ``can_fuse`` accepts (leaving
     them as they are); its ``fusion_pass`` then groups them into regions with the shared
-    partitioner in :mod:`thunder.executors.fusion` and calls ``fuse_region`` on each, which
+    partitioner in ``thunder.executors.fusion`` and calls ``fuse_region`` on each, which
     returns the callable that executes the region. A region prints in the trace as one call,
     ``<region_name><n>(...)``, with its contents as comments.
 
@@ -169,7 +169,7 @@ class FusionExecutor(Executor):
         return bool(subs) and all(self.can_fuse(s) for s in subs)
 
     def fuse_region(self, region) -> Callable:
-        """Compiles ``region`` (a :class:`thunder.executors.fusion.Region`) into a callable.
+        """Compiles ``region`` (a ``thunder.executors.fusion.Region``) into a callable.
 
         The callable takes the region's inputs (``region.inputs``, in order) and returns its
         outputs (``region.outputs``) as a tuple.
