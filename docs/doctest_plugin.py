@@ -1,4 +1,7 @@
-"""Runs the Python code blocks of README.md and docs/*.md as tests (``python -m tox -e doctest-docs``).
+"""A pytest plugin that runs the Python code blocks of README.md and docs/*.md as tests.
+
+``python -m tox -e doctest-docs`` runs ``pytest -p doctest_plugin README.md docs`` with ``docs/``
+on ``PYTHONPATH``; any pytest of the repository root can do the same.
 
 Each Markdown file is one test module: its ``python`` blocks run in order in one namespace, so a
 later block uses what an earlier one defined. Conventions, all visible in the rendered page:
@@ -28,7 +31,7 @@ try:
     from sybil import Example, Sybil
     from sybil.evaluators.python import PythonEvaluator
     from sybil.parsers.markdown import CodeBlockParser
-except ImportError:  # only the doctest-docs env has sybil; elsewhere this file collects nothing
+except ImportError:  # only the doctest-docs env has sybil
     Sybil = None
 
 # Pages whose owners (the executor packages' maintainers) have not marked their fragments yet:
@@ -119,6 +122,6 @@ if Sybil is not None:
 
     pytest_collect_file = Sybil(
         parsers=[PythonBlocks(), OutputBlocks()],
-        path=str(Path(__file__).parent),
+        path=str(Path(__file__).resolve().parents[1]),
         patterns=["README.md", "docs/*.md"],
     ).pytest()
