@@ -164,7 +164,7 @@ def test_discover_installed_plugins(site_dir):
     # one line per plugin: what it contributed, or why it contributed nothing
     lines = report.splitlines()
     assert (
-        "- example (thunder-example-executor 0.1.0): executor example (OperatorExecutor, version 0.1.0, priority 10)"
+        "- example (thunder-example-executor 0.1.0): executor: example (OperatorExecutor, version 0.1.0, priority 10)"
         in lines
     )
     assert (
@@ -181,7 +181,7 @@ def test_discover_installed_plugins(site_dir):
 def test_unavailable_example_and_cli(site_dir):
     proc = _run(site_dir, "import runpy; runpy.run_module('thunder.plugins', run_name='__main__')")
     assert proc.returncode == 0, proc.stderr
-    assert "executor example" in proc.stdout
+    assert "executor: example" in proc.stdout
 
     # the example plugin's runtime "missing": it contributes nothing and says why
     proc = subprocess.run(
@@ -277,8 +277,8 @@ def test_priority_order_and_skips(registered):
     plugins.report(file=buf)
     text = buf.getvalue()
     assert "    executor skipped: test_gpu_only: needs a GPU" in text
-    assert "executor test_high (OperatorExecutor, version 2, priority 5)" in text
-    assert "- t_plugin: transform noop" in text.splitlines()
+    assert "executor: test_high (OperatorExecutor, version 2, priority 5)" in text
+    assert "- t_plugin: transform: noop" in text.splitlines()
     buf = io.StringIO()
     plugins.report(file=buf, verbose=True)
     assert "    note: only transforms" in buf.getvalue()

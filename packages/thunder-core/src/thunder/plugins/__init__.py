@@ -294,16 +294,16 @@ def _plugin_line(info: PluginInfo, verbose: bool) -> list[str]:
     details = [f"    module: {info.module}"] if verbose and info.module else []
     if info.error:
         return [f"{head}: skipped: {shorten(info.error)}", *details]
-    parts = [f"executor {_describe_executor(ex)}" for ex in info.executors]
-    parts += [f"transform {name}" for name in info.transforms]
-    parts += [f"provides {api}" for api in info.provides]
+    parts = [f"executor: {_describe_executor(ex)}" for ex in info.executors]
+    parts += [f"transform: {name}" for name in info.transforms]
+    parts += [f"provides: {api}" for api in info.provides]
     if not parts:
         reason = info.unavailable_reason or (info.skipped[0][1] if info.skipped else "the plugin gave no reason")
         lines = [f"{head}: contributed nothing: {shorten(reason)}", *details]
         if verbose:
             lines += [f"    executor skipped: {name}: {r}" for name, r in info.skipped if r != reason]
         return lines
-    lines = [f"{head}: {', '.join(parts)}", *details]
+    lines = [f"{head}: {'; '.join(parts)}", *details]
     lines += [f"    executor skipped: {name}: {shorten(r)}" for name, r in info.skipped]
     if verbose and info.unavailable_reason:
         lines.append(f"    note: {info.unavailable_reason}")
