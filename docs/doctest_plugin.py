@@ -14,6 +14,11 @@ later block uses what an earlier one defined. Conventions, all visible in the re
   ignored). A line ``...`` stands for any number of lines, ``...`` inside a line for any text,
   and timings such as ``took 3 milliseconds`` match any number.
 
+When a page's code prints something new (a change in how traces print, text edited above a
+trace so its line numbers moved), ``pytest -p doctest_plugin README.md docs --update-outputs``
+rewrites the mismatching output blocks that have no ``...`` with what was printed; review the
+diff before committing it.
+
 Only the repository's Markdown is collected here; package tests have their own configuration.
 """
 
@@ -104,6 +109,12 @@ if Sybil is not None:
             actual = [ln.rstrip() for ln in printed.rstrip("\n").splitlines()]
             if _matches([_TIMING.sub("N", ln) for ln in expected], [_TIMING.sub("N", ln) for ln in actual]):
                 return None
+            if _UPDATE and not any("..." in ln for ln in expected):
+                block = example.document.text[example.start : example.end]
+                body = str(example.parsed)
+                at = example.start + block.index(body)
+                _updates.setdefault(example.path, []).append((at, at + len(body), printed.rstrip("\n") + "\n"))
+                return None
             return "the page shows:\n" + "\n".join(expected) + "\n\nbut the code printed:\n" + "\n".join(actual)
 
     def _matches(expected: list[str], actual: list[str]) -> bool:
@@ -119,6 +130,28 @@ if Sybil is not None:
             return expected == actual
         pattern = ".*".join(re.escape(part) for part in expected.split("..."))
         return re.fullmatch(pattern, actual) is not None
+
+    _UPDATE = False
+    _updates: dict[str, list[tuple[int, int, str]]] = {}
+
+    def pytest_addoption(parser):
+        parser.addoption(
+            "--update-outputs",
+            action="store_true",
+            help="rewrite mismatching <!-- output --> blocks (without '...') with what the code printed",
+        )
+
+    def pytest_configure(config):
+        global _UPDATE
+        _UPDATE = config.getoption("--update-outputs")
+
+    def pytest_sessionfinish(session):
+        for path, changes in _updates.items():
+            text = Path(path).read_text()
+            for start, end, new in sorted(changes, reverse=True):
+                text = text[:start] + new + text[end:]
+            Path(path).write_text(text)
+            print(f"\nupdated {len(changes)} output block(s) in {path}")
 
     pytest_collect_file = Sybil(
         parsers=[PythonBlocks(), OutputBlocks()],
