@@ -7,11 +7,14 @@ is taken whole when its whole decomposition is). Thunder's shared partitioner
 one :class:`NvFusion` call, printed in the trace as ``nvFusion0(...)`` with the region's
 contents as comments below it.
 
-An :class:`NvFusion` builds one nvFuser ``FusionDefinition`` per input signature (dtypes, ranks,
+An :class:`NvFusion` builds one ``nvfuser_direct.FusionDefinition`` per input signature (dtypes, ranks,
 which dims are size 1, contiguity and stride order of the tensors; the types of the scalars) the
 first time it sees it, keeps it, and executes it. nvFuser itself compiles a kernel per concrete
-shape on first execution and caches it. Nothing is imported from nvFuser until a fusion first
-runs; then the nvFuser and torch versions are checked (:func:`thunder_nvfuser.runtime.check_versions`).
+shape on first execution (the definition's ``FusionExecutorCache``) and caches it, so the
+per-signature dictionary plays the part of nvFuser's ``LruFusionCache``. Nothing is imported from
+nvFuser until a fusion first runs; then the nvFuser and torch versions are checked
+(:func:`thunder_nvfuser.runtime.check_versions`) and ``nvfuser_direct`` is imported (the legacy
+``nvfuser`` module of older wheels when it is absent: the lowering only uses calls both have).
 """
 
 from __future__ import annotations
