@@ -131,6 +131,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd:
         requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad}
         fb = split_forward_backward(trace, requires_grad, cd.executors)
+        for ex in cd.executors:  # rematerialisation hooks see both traces before claiming
+            if isinstance(ex, FusionExecutor):
+                fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
         traces.append(fb.forward)
         traces.extend(_executable_traces(fb.forward, cd.executors))
         backward_traces = [fb.backward, *_executable_traces(fb.backward, cd.executors)]

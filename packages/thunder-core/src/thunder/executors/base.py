@@ -176,6 +176,17 @@ class FusionExecutor(Executor):
         """
         raise NotImplementedError(f"{self.name} does not implement fuse_region")
 
+    def rematerialize(self, forward, backward):
+        """Moves work across the forward/backward boundary; returns ``(forward, backward)``.
+
+        ``thunder.jit`` calls it on training compiles, after the forward/backward split and
+        before claiming, with the augmented forward trace (returning ``(outputs,
+        saved_for_backward)``) and the backward trace. By default nothing changes; an executor
+        that fuses cheap operations can recompute them in the backward instead of saving them,
+        e.g. with :func:`thunder.extend.rematerialize_forward_backward`.
+        """
+        return forward, backward
+
     def fusion_pass(self, trace):
         """Replaces the bound symbols this executor claimed by calls of fused regions."""
         from thunder.executors.fusion import fusion_pass
