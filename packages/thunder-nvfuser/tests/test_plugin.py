@@ -128,6 +128,11 @@ def test_reason_wheel_for_another_torch_without_importing_it(monkeypatch):
         "nvFuser wheel nvfuser-cu130-torch210 is built for torch 2.10, not 2.11.0+cu130: "
         "pip install 'torch==2.10.*' --index-url https://download.pytorch.org/whl/cu130"
     )
+    monkeypatch.setenv(runtime.ALLOW_MISMATCH_ENV, "1")  # try it anyway: importing it decides
+    m.nvfuser("nvfuser_cu130_torch210", load=lambda name: types.SimpleNamespace(__version__="0.2.36"))
+    assert runtime.unavailable_reason() is None
+    monkeypatch.delenv(runtime.ALLOW_MISMATCH_ENV)
+    m.nvfuser("nvfuser_cu130_torch210")
     m.torch("2.9.1+cu128", "12.8")  # a wheel exists for this torch: swap the wheel
     assert _one_line(runtime.unavailable_reason()) == (
         "nvFuser wheel nvfuser-cu130-torch210 is built for torch 2.10, not 2.9.1+cu128: "

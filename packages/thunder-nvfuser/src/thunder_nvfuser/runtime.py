@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import re
 from types import ModuleType
 
@@ -28,6 +29,7 @@ import torch
 from packaging.version import InvalidVersion, Version
 
 __all__ = [
+    "ALLOW_MISMATCH_ENV",
     "DEFAULT_WHEEL",
     "MODULE_NAMES",
     "MIN_NVFUSER_VERSION",
@@ -59,6 +61,9 @@ MIN_TORCH_VERSION = Version("2.4")
 
 WHEEL_PYTHONS = ("3.10", "3.12")
 """The Python versions the per-torch wheels are built for (CPython, Linux x86_64 only)."""
+
+ALLOW_MISMATCH_ENV = "THUNDER_NVFUSER_ALLOW_TORCH_MISMATCH"
+"""Set to ``1`` to try a wheel built for another torch anyway (only whether it imports decides)."""
 
 _WHEEL_NAME = re.compile(r"^nvfuser-cu(?P<cuda>\d+)-torch(?P<torch>\d+)$")
 
@@ -174,7 +179,7 @@ def cuda_unavailable_reason() -> str | None:
 def _mismatch(distribution: str | None, torch_version: str, cuda_version: str | None) -> str | None:
     """Why the installed wheel does not fit ``torch_version`` (its name encodes another torch) and the fix, or ``None``."""
     match = _WHEEL_NAME.match(distribution or "")
-    if match is None:
+    if match is None or os.environ.get(ALLOW_MISMATCH_ENV) == "1":
         return None
     built_for, running = match.group("torch"), _torch_tag(torch_version)
     if built_for == running:
