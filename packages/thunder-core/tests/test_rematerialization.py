@@ -102,3 +102,18 @@ def test_default_hook_changes_nothing():
 
     fw, bw = object(), object()
     assert Plain("plain").rematerialize(fw, bw) == (fw, bw)
+
+
+def test_the_cut_minimises_bytes_not_count():
+    def fn(a):  # exp's backward needs its f32 output; its bf16 input is half the size
+        return a.to(torch.bfloat16).float().exp()
+
+    a = torch.randn(8, 16, requires_grad=True)
+    plain = thunder.jit(fn)
+    _check_against_eager(fn, plain, a)
+    remat = thunder.jit(fn, executors=[_RematOnly(), *thunder.get_default_executors()])
+    _check_against_eager(fn, remat, a)
+    before, after = _saved(plain), _saved(remat)
+    assert [p.dtype for p in before] == [thunder.dtypes.float32]
+    assert [p.dtype for p in after] == [thunder.dtypes.bfloat16]
+    assert _nbytes(after) * 2 == _nbytes(before)
