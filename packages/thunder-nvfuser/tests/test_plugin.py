@@ -195,3 +195,21 @@ def test_executor_options_are_checked():
 
     with pytest.raises(ValueError, match="unknown nvfuser executor options"):
         NvFuserExecutor(options=("sdpa",))
+
+
+def test_extras_name_published_wheels_with_a_prerelease_bound():
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extras = {k: v for k, v in pyproject["project"]["optional-dependencies"].items() if k != "test"}
+    assert [Requirement(r).name for r in extras["nvfuser"]] == [runtime.DEFAULT_WHEEL]
+    for name, reqs in extras.items():
+        for req in map(Requirement, reqs):
+            assert req.name in runtime.PUBLISHED_WHEELS, (name, req.name)
+            # a pre-release in the specifier lets pip take the (pre-release only) wheels without --pre
+            assert any(s.version and "dev" in s.version for s in req.specifier), (name, str(req))
+            if name != "nvfuser":
+                assert req.name == f"nvfuser-{name}"
