@@ -136,6 +136,10 @@ def test_api_file_is_from_nvfuser_sources():
     assert API["source"].startswith("NVIDIA/Fuser@")
     assert {"FusionDefinition", "DataType", "ops", "define_tensor", "compute_tensor_descriptor"} <= set(API["module"])
     assert len(API["ops"]) > 100
+    # the names were also found in a published wheel's compiled extension (tools/nvfuser_direct_api.py --wheel)
+    assert API["wheel"]["wheel"].startswith("nvfuser_cu130_torch210-")
+    assert API["wheel"]["names_missing_in_extension"] == []
+    assert API["wheel"]["same_fusion_definition_methods"] is True
 
 
 def test_every_op_and_keyword_exists():
@@ -246,3 +250,20 @@ void bindDefineTensor(py::module& nvfuser) {
     }
     enum_cpp = 'py::enum_<PrimDataType>(nvfuser, "DataType", py::module_local())\n.value("Float", X)\n.value("Int", Y);'
     assert tool.parse_datatype(enum_cpp) == ["Float", "Int"]
+
+
+def test_extraction_tool_checks_a_wheel(tool, tmp_path):
+    import zipfile
+
+    init_py = "class FusionDefinition:\n    def execute(self, inputs, *, device=None):\n        pass\n"
+    wheel = tmp_path / "nvfuser_cu130_torch210-0.0.1-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("nvfuser_direct/__init__.py", init_py)
+        z.writestr("nvfuser_direct/_C_DIRECT.cpython-312-x86_64-linux-gnu.so", b"\0ELF\0add\0Float\0arg\0")
+    api = {"ops": {"add": [], "sub": ["arg"]}, "functions": {}, "DataType": ["Float"]}
+    api["FusionDefinition"] = {"execute": ["inputs", "device"]}
+    assert tool.check_wheel(api, wheel) == {
+        "wheel": wheel.name,
+        "names_missing_in_extension": ["sub"],
+        "same_fusion_definition_methods": True,
+    }

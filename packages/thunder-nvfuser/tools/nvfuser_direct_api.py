@@ -12,6 +12,10 @@ wrapper ``python/nvfuser_direct/__init__.py``. Run it on a checkout of NVIDIA/Fu
     python packages/thunder-nvfuser/tools/nvfuser_direct_api.py /tmp/Fuser
 
 or on a bare mirror with ``--git-dir /path/to/Fuser.git`` (reads ``HEAD`` with ``git show``).
+With ``--wheel nvfuser_cu130_torch210-....whl`` it also checks the names against a published
+wheel (no install, no import): every extracted name must end a string in the wheel's
+``_C_DIRECT`` extension, and its ``nvfuser_direct/__init__.py`` must define the same
+``FusionDefinition`` methods; the result is recorded under ``"wheel"``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 OUTPUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "nvfuser_direct_api.json"
@@ -184,6 +189,25 @@ def extract(read) -> dict:
     }
 
 
+def check_wheel(api: dict, wheel: Path) -> dict:
+    """Checks ``api`` against a wheel's ``_C_DIRECT`` strings and its ``__init__.py``; returns the findings."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        [ext] = [n for n in names if n.startswith("nvfuser_direct/_C_DIRECT") and n.endswith(".so")]
+        binary = z.read(ext)
+        init_py = z.read("nvfuser_direct/__init__.py").decode()
+    wanted = set(api["ops"]) | set(api["functions"]) | set(api["DataType"])
+    wanted |= {a for args in [*api["ops"].values(), *api["functions"].values()] for a in args}
+    # a NUL-terminated string, possibly the tail of a longer one (linkers share string tails)
+    missing = sorted(n for n in wanted if n.encode() + b"\0" not in binary)
+    _, methods = parse_python_wrapper(init_py)
+    return {
+        "wheel": wheel.name,
+        "names_missing_in_extension": missing,
+        "same_fusion_definition_methods": methods == api["FusionDefinition"],
+    }
+
+
 class _Dir:
     def __init__(self, root: Path):
         self.root = root
@@ -233,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkout", nargs="?", type=Path, help="a working tree of NVIDIA/Fuser")
     parser.add_argument("--git-dir", type=Path, help="a (bare) git repository of NVIDIA/Fuser instead")
     parser.add_argument("--rev", default="HEAD", help="the revision to read with --git-dir (default HEAD)")
+    parser.add_argument("--wheel", type=Path, help="a downloaded nvfuser-cu*-torch* wheel to check the names against")
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     if (args.checkout is None) == (args.git_dir is None):
@@ -242,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         reader = _Dir(args.checkout)
     api = extract(reader)
+    if args.wheel is not None:
+        api["wheel"] = check_wheel(api, args.wheel)
+        print(f"checked against {args.wheel.name}: {api['wheel']}", file=sys.stderr)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(api, indent=1, sort_keys=False) + "\n")
     print(f"wrote {args.output}: {len(api['ops'])} ops, {len(api['module'])} module names", file=sys.stderr)
