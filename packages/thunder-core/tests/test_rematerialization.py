@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import thunder
@@ -117,3 +118,27 @@ def test_the_cut_minimises_bytes_not_count():
     assert [p.dtype for p in before] == [thunder.dtypes.float32]
     assert [p.dtype for p in after] == [thunder.dtypes.bfloat16]
     assert _nbytes(after) * 2 == _nbytes(before)
+
+
+def test_litgpt_llama_saves_less_with_equal_grads():
+    pytest.importorskip("litgpt", reason="litgpt (a test dependency of thunder-core) is not installed")
+    from thunder.tests.litgpt_model import GPT, Config
+
+    torch.manual_seed(0)
+    config = Config.from_name("llama-tiny", n_layer=1)
+    model = GPT(config)
+    idx = torch.randint(0, config.padded_vocab_size, (1, 8))
+    ref = model(idx)
+    cotangent = torch.randn_like(ref)
+    params = list(model.parameters())
+    want = torch.autograd.grad(ref, params, cotangent)
+    saved = []
+    for executors in ([], [_RematOnly()]):
+        jm = thunder.jit(model, executors=[*executors, *thunder.get_default_executors()])
+        out = jm(idx)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        for got, expected in zip(torch.autograd.grad(out, params, cotangent), want):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+        saved.append([p for p in _saved(jm) if hasattr(p, "numel")])
+    plain, remat = saved
+    assert len(remat) < len(plain) and _nbytes(remat) < _nbytes(plain)
