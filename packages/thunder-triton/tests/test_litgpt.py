@@ -23,7 +23,7 @@ class _WithLoss(torch.nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
 
-def test_litgpt_training_step_uses_triton_cross_entropy():
+def test_litgpt_training_step_uses_the_triton_kernels():
     from thunder.tests.litgpt_model import GPT, Config
 
     torch.manual_seed(0)
@@ -53,3 +53,8 @@ def test_litgpt_training_step_uses_triton_cross_entropy():
     bwd = str(thunder.last_backward_traces(jmodel)[-1])
     assert "triton_cross_entropy(" in fwd, fwd
     assert "triton_cross_entropy_backward(" in bwd, bwd
+    # every RMSNorm (two per block, the final one) and the MLP's silu(fc_1) * fc_2
+    assert fwd.count("triton_rms_norm(") == 3, fwd
+    assert bwd.count("triton_rms_norm_backward(") == 3, bwd
+    assert "triton_swiglu(" in fwd, fwd
+    assert "triton_swiglu_backward(" in bwd, bwd
