@@ -10,6 +10,7 @@ from __future__ import annotations
 from thunder.extend import OperatorExecutor
 from thunder_triton import __version__
 from thunder_triton import cross_entropy as _cross_entropy
+from thunder_triton import linear_cross_entropy as _linear_cross_entropy
 from thunder_triton import rms_norm as _rms_norm
 from thunder_triton import swiglu as _swiglu
 from thunder_triton.patterns import rewrite as _rewrite
@@ -24,6 +25,8 @@ __all__ = [
     "triton_rms_norm_backward",
     "triton_swiglu",
     "triton_swiglu_backward",
+    "triton_linear_cross_entropy",
+    "triton_linear_cross_entropy_backward",
 ]
 
 
@@ -57,5 +60,7 @@ triton_ex = TritonExecutor("triton", version=__version__, priority=30)
 triton_cross_entropy, triton_cross_entropy_backward = _cross_entropy.register(triton_ex)
 triton_rms_norm, triton_rms_norm_backward = _rms_norm.register(triton_ex)
 triton_swiglu, triton_swiglu_backward = _swiglu.register(triton_ex)
+triton_linear_cross_entropy, triton_linear_cross_entropy_backward = _linear_cross_entropy.register(triton_ex)
 triton_ex.patterns["rms_norm"] = _rms_norm.match_rms_norm
 triton_ex.patterns["swiglu"] = _swiglu.match_swiglu
+triton_ex.patterns["linear_cross_entropy"] = _linear_cross_entropy.match_linear_cross_entropy
