@@ -67,6 +67,9 @@ def _step(return_logits):
     assert bwd.count("triton_rms_norm_backward(") == 3, bwd
     assert "triton_swiglu(" in fwd, fwd
     assert "triton_swiglu_backward(" in bwd, bwd
+    # apply_rope on the queries and the keys
+    assert fwd.count("triton_rope(") == 2, fwd
+    assert bwd.count("triton_rope_backward(") == 2, bwd
     return fwd, bwd
 
 

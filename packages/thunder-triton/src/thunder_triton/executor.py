@@ -12,6 +12,7 @@ from thunder_triton import __version__
 from thunder_triton import cross_entropy as _cross_entropy
 from thunder_triton import linear_cross_entropy as _linear_cross_entropy
 from thunder_triton import rms_norm as _rms_norm
+from thunder_triton import rope as _rope
 from thunder_triton import swiglu as _swiglu
 from thunder_triton.patterns import rewrite as _rewrite
 from thunder_triton.plugin import unavailable_reason as _unavailable_reason
@@ -27,6 +28,8 @@ __all__ = [
     "triton_swiglu_backward",
     "triton_linear_cross_entropy",
     "triton_linear_cross_entropy_backward",
+    "triton_rope",
+    "triton_rope_backward",
 ]
 
 
@@ -61,6 +64,8 @@ triton_cross_entropy, triton_cross_entropy_backward = _cross_entropy.register(tr
 triton_rms_norm, triton_rms_norm_backward = _rms_norm.register(triton_ex)
 triton_swiglu, triton_swiglu_backward = _swiglu.register(triton_ex)
 triton_linear_cross_entropy, triton_linear_cross_entropy_backward = _linear_cross_entropy.register(triton_ex)
+triton_rope, triton_rope_backward = _rope.register(triton_ex)
 triton_ex.patterns["rms_norm"] = _rms_norm.match_rms_norm
 triton_ex.patterns["swiglu"] = _swiglu.match_swiglu
+triton_ex.patterns["rope"] = _rope.match_rope
 triton_ex.patterns["linear_cross_entropy"] = _linear_cross_entropy.match_linear_cross_entropy
