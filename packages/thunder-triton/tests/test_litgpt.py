@@ -31,12 +31,12 @@ class _WithLoss(torch.nn.Module):
         return (loss, logits) if self.return_logits else loss
 
 
-def _step(return_logits):
+def _step(return_logits, dtype=torch.float32):
     from thunder.tests.litgpt_model import GPT, Config
 
     torch.manual_seed(0)
     config = Config.from_name("llama-tiny", n_layer=1, vocab_size=97, padded_vocab_size=101, n_embd=64)
-    model = _WithLoss(GPT(config), return_logits)
+    model = _WithLoss(GPT(config), return_logits).to(dtype)
     reference = copy.deepcopy(model)
 
     executors = thunder.discover()
@@ -55,10 +55,18 @@ def _step(return_logits):
     out.backward()
     expected.backward()
 
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     grads = dict(model.named_parameters())
-    for name, p in reference.named_parameters():
-        torch.testing.assert_close(grads[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+    if dtype is torch.float32:
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        for name, p in reference.named_parameters():
+            torch.testing.assert_close(grads[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+    else:
+        # bfloat16: the kernels round once where eager rounds after each op; compare relative to
+        # each gradient's scale
+        torch.testing.assert_close(out, expected, atol=2e-2, rtol=1e-2)
+        for name, p in reference.named_parameters():
+            scale = p.grad.float().abs().max().item()
+            torch.testing.assert_close(grads[name].grad.float(), p.grad.float(), atol=0.05 * scale, rtol=0, msg=name)
 
     fwd = str(thunder.last_traces(jmodel)[-1])
     bwd = str(thunder.last_backward_traces(jmodel)[-1])
@@ -78,6 +86,11 @@ def test_litgpt_training_step_uses_the_triton_kernels():
     assert "triton_linear_cross_entropy(" in fwd, fwd
     assert "triton_linear_cross_entropy_backward(" in bwd, bwd
     assert "triton_cross_entropy(" not in fwd
+
+
+def test_litgpt_bfloat16_training_step():
+    fwd, bwd = _step(return_logits=False, dtype=torch.bfloat16)
+    assert "triton_linear_cross_entropy_backward(" in bwd, bwd
 
 
 def test_returned_logits_keep_the_plain_cross_entropy_kernel():
