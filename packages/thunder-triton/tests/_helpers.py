@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 
 import thunder
 from thunder_triton import get_executor
+
+# where the tests' tensors live (conftest.py): the CPU through the interpreter, or CUDA
+DEVICE = "cuda" if os.environ.get("THUNDER_TRITON_TEST_DEVICE", "").strip().lower() == "cuda" else "cpu"
 
 triton_ex = get_executor()
 EXECUTORS = [triton_ex, *thunder.get_default_executors()]

@@ -41,6 +41,10 @@ def _run(script: str, *args: str, env=None) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.skipif(
+    os.environ.get("THUNDER_TRITON_TEST_DEVICE", "").strip().lower() == "cuda",
+    reason="--smoke runs the kernels in the CPU interpreter; on a GPU run the benchmarks themselves",
+)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_smoke(script, monkeypatch, capsys):
     # in this process (the interpreter is already on, see conftest.py): no start-up per script

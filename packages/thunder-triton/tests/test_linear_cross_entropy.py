@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import check_against_eager
+from _helpers import DEVICE, check_against_eager
 
 from thunder.core import dtypes
 from thunder.core.devices import to_device
@@ -113,7 +113,7 @@ def test_fallbacks():
 
 def test_checker():
     def p(shape, dtype=dtypes.float32):
-        return TensorProxy(shape=shape, dtype=dtype, device=to_device("cpu"))
+        return TensorProxy(shape=shape, dtype=dtype, device=to_device(DEVICE))
 
     h, w, t = p((2, 3, 8)), p((11, 8)), p((6,), dtypes.int64)
     assert linear_cross_entropy_checker(h, w, t, -100, "mean", 0.0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import check_against_eager
+from _helpers import DEVICE, check_against_eager
 
 from thunder.core import dtypes
 from thunder.core.devices import to_device
@@ -172,7 +172,7 @@ def test_bfloat16_arithmetic_without_upcast_falls_back():
 
 
 def _proxy(shape, dtype=dtypes.float32):
-    return TensorProxy(shape=shape, dtype=dtype, device=to_device("cpu"))
+    return TensorProxy(shape=shape, dtype=dtype, device=to_device(DEVICE))
 
 
 def test_checker():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _helpers import check_against_eager
+from _helpers import DEVICE, check_against_eager
 
 import thunder
 from thunder.core import dtypes
@@ -124,7 +124,7 @@ def test_fallbacks():
 
 def test_checker():
     def p(shape, dtype=dtypes.float32, requires_grad=False):
-        return TensorProxy(shape=shape, dtype=dtype, device=to_device("cpu"), requires_grad=requires_grad)
+        return TensorProxy(shape=shape, dtype=dtype, device=to_device(DEVICE), requires_grad=requires_grad)
 
     x, c = p((2, 3, 5, 8)), p((1, 1, 5, 8))
     assert rope_checker(x, c, c, torch.float32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import check_against_eager
+from _helpers import DEVICE, check_against_eager
 
 from thunder.core import dtypes
 from thunder.core.devices import to_device
@@ -86,7 +86,7 @@ def test_fallbacks():
 
 def test_checker():
     def p(shape, dtype=dtypes.float32):
-        return TensorProxy(shape=shape, dtype=dtype, device=to_device("cpu"))
+        return TensorProxy(shape=shape, dtype=dtype, device=to_device(DEVICE))
 
     assert swiglu_checker(p((2, 3)), p((2, 3)))
     assert swiglu_checker(p((2, 3), dtypes.bfloat16), p((2, 3), dtypes.bfloat16))
