@@ -67,6 +67,22 @@ def test_automatic_chunk_size():
     check_against_eager(lm_loss(), h, w, _target((3, 5), 40), **OPS)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_hf_upcast_logits(reduction):
+    # HF's ForCausalLMLoss: logits = lm_head(h).float(), then the loss on the flattened float32
+    # logits; the loss comes out in float32 like eager's
+    torch.manual_seed(6)
+
+    def fn(h, w, target):
+        logits = F.linear(h, w).float()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1), reduction=reduction)
+
+    h = torch.randn(2, 5, 16, dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(29, 16, dtype=torch.bfloat16) / 4).requires_grad_()
+    jfn = check_against_eager(fn, h, w, _target((2, 5), 29), **OPS)
+    assert jfn(h, w, _target((2, 5), 29)).dtype is torch.float32
+
+
 def test_frozen_weight():
     torch.manual_seed(3)
     h = torch.randn(6, 8, requires_grad=True)

@@ -6,13 +6,18 @@ logits feed *only* the loss, :func:`match_linear_cross_entropy` replaces ``linea
 optional ``reshape``/``view`` to ``[N, V]``) + ``cross_entropy`` by the composite symbol
 :data:`linear_cross_entropy_pattern`. Its kernels:
 
+The chain may upcast the logits to float32 before the loss, as HF's ``ForCausalLMLoss`` does
+(``logits.float()``): the loss then comes out in float32, and nothing else changes (the kernels'
+arithmetic is float32 anyway).
+
 - forward: for each chunk of rows, ``logits = h_chunk @ W.T`` (PyTorch's matmul, ``[chunk, V]``)
   and the cross-entropy forward kernel (:mod:`thunder_triton.cross_entropy`) writes each row's
   loss and log-sum-exp; the chunk's logits are then freed. Only the per-row log-sum-exp
   (float32, ``N`` numbers) is saved for backward;
 - backward: for each chunk, the logits are recomputed, the cross-entropy backward kernel turns
   them into their gradient in place of a new buffer, and ``grad_h[chunk] = dlogits @ W``,
-  ``grad_W += dlogits.T @ h_chunk`` (accumulated in float32).
+  ``grad_W += dlogits.T @ h_chunk`` (``addmm`` into the weight-dtype gradient: float32
+  accumulation inside each chunk's product, one rounding per chunk).
 
 Peak extra memory is one ``[chunk, V]`` block instead of ``[N, V]`` logits plus their
 gradient; the price is one more matmul (the recomputation) in backward.
@@ -45,7 +50,7 @@ from thunder.core.symbol import Symbol
 from thunder.core.transforms import get_grad, put_grads
 from thunder.extend import OperatorExecutor
 from thunder_triton import cross_entropy as _ce
-from thunder_triton.patterns import Match, TraceGraph
+from thunder_triton.patterns import Match, TraceGraph, cast_source
 from thunder_triton.plugin import accepted_devicetypes
 
 __all__ = [
@@ -79,8 +84,13 @@ def linear_cross_entropy_forward(
     ignore_index: int,
     reduction: str,
     label_smoothing: float,
+    loss_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, lse)`` of ``cross_entropy(h @ weight.T, target)``, chunk by chunk (see the module docstring)."""
+    """``(loss, lse)`` of ``cross_entropy(h @ weight.T, target)``, chunk by chunk (see the module docstring).
+
+    The loss has ``loss_dtype`` (default: ``h``'s dtype; float32 when the model upcasts its logits).
+    """
+    loss_dtype = loss_dtype or h.dtype
     hidden = h.shape[-1]
     h2 = h.reshape(-1, hidden)
     t = target.reshape(-1)
@@ -112,11 +122,11 @@ def linear_cross_entropy_forward(
         )
         del logits
     if reduction == "none":
-        return losses.to(h.dtype).view(target.shape), lse
+        return losses.to(loss_dtype).view(target.shape), lse
     total = losses.sum()
     if reduction == "sum":
-        return total.to(h.dtype), lse
-    return (total / (t != ignore_index).sum()).to(h.dtype), lse
+        return total.to(loss_dtype), lse
+    return (total / (t != ignore_index).sum()).to(loss_dtype), lse
 
 
 def linear_cross_entropy_backward(
@@ -144,7 +154,9 @@ def linear_cross_entropy_backward(
         g = g.reshape(1)
         g_stride = 0
     dh = torch.empty((n_rows, hidden), dtype=h.dtype, device=h.device)
-    dw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+    # the weight's gradient is accumulated in its own dtype by addmm (which accumulates each
+    # chunk's product in float32 and rounds once per chunk): no [V, H] temporary per chunk
+    dw = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device)
     block, num_warps = _ce._block(vocab)
     chunk = _chunk_rows(n_rows, vocab, hidden)
     for start in range(0, n_rows, chunk):
@@ -177,12 +189,13 @@ def linear_cross_entropy_backward(
         )
         del logits
         torch.mm(dlogits, weight, out=dh[start:end])
-        dw += (dlogits.t() @ h_c).float()
-    return dh.view(h.shape), dw.to(weight.dtype)
+        dw.addmm_(dlogits.t(), h_c)
+    return dh.view(h.shape), dw
 
 
-def _forward_meta(h, weight, target, ignore_index, reduction, label_smoothing):
-    loss = TensorProxy(like=h, shape=tuple(target.shape) if reduction == "none" else ())
+def _forward_meta(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype):
+    loss_shape = tuple(target.shape) if reduction == "none" else ()
+    loss = TensorProxy(like=h, shape=loss_shape, dtype=dtypes.to_dtype(loss_dtype))
     lse = TensorProxy(like=h, shape=(target.numel(),), dtype=dtypes.float32, requires_grad=False)
     return loss, lse
 
@@ -191,9 +204,9 @@ def _backward_meta(grad, h, weight, target, lse, ignore_index, reduction, label_
     return TensorProxy(like=h, requires_grad=False), TensorProxy(like=weight, requires_grad=False)
 
 
-def _reference(h, weight, target, ignore_index, reduction, label_smoothing):
+def _reference(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype):
     """What :data:`linear_cross_entropy_pattern` computes, in thunder operations."""
-    logits = ltorch.linear(h, weight)
+    logits = ltorch.to(ltorch.linear(h, weight), loss_dtype)
     logits = ltorch.reshape(logits, -1, weight.shape[0])
     return ltorch.cross_entropy(
         logits, target, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing
@@ -206,7 +219,10 @@ linear_cross_entropy_pattern = Symbol(
     id="thunder_triton::linear_cross_entropy_pattern",
     print_name="thunder_triton.linear_cross_entropy_pattern",
 )
-"""``linear_cross_entropy_pattern(h, weight, target, ignore_index, reduction, label_smoothing)``."""
+"""``linear_cross_entropy_pattern(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype)``.
+
+``loss_dtype`` is the logits' dtype as the loss sees them: the matmul's, or float32 when the
+model upcasts them (HF's ``logits.float()``)."""
 
 _CE_PARAMS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 _CE_DEFAULTS = dict(
@@ -235,6 +251,13 @@ def match_linear_cross_entropy(g: TraceGraph, anchor: int) -> Match | None:
         if not isinstance(lin_out, TensorProxy) or lin_out.ndim < 2 or lin_out.shape[-1] != logits.shape[-1]:
             return None
         indices.append(found[0])
+    # HF upcasts the logits before the loss (logits.float()): exact, the kernel's arithmetic is float32
+    cast = cast_source(g, lin_out)
+    if cast is not None:
+        if lin_out.dtype is not dtypes.float32:
+            return None
+        indices.append(cast[0])
+        lin_out = cast[1]
     fl = g.producer(lin_out, ltorch.linear)
     if fl is None:
         return None
@@ -244,11 +267,12 @@ def match_linear_cross_entropy(g: TraceGraph, anchor: int) -> Match | None:
     if bias is not None or not isinstance(h, TensorProxy) or not isinstance(w, TensorProxy):
         return None
     indices.append(fl[0])
-    args = (h, w, target, params["ignore_index"], params["reduction"], params["label_smoothing"])
+    loss_dtype = b_ce.output.dtype.torch_dtype if isinstance(b_ce.output, TensorProxy) else None
+    args = (h, w, target, params["ignore_index"], params["reduction"], params["label_smoothing"], loss_dtype)
     return Match([anchor, *indices], linear_cross_entropy_pattern, args)
 
 
-def linear_cross_entropy_checker(h, weight, target, ignore_index, reduction, label_smoothing) -> bool:
+def linear_cross_entropy_checker(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype=None) -> bool:
     """Whether the kernels compute this :data:`linear_cross_entropy_pattern` call (see the module docstring)."""
     if not all(isinstance(x, TensorProxy) for x in (h, weight, target)):
         return False
@@ -266,6 +290,8 @@ def linear_cross_entropy_checker(h, weight, target, ignore_index, reduction, lab
         return False
     if not 0.0 <= label_smoothing <= 1.0:
         return False
+    if loss_dtype is not None and dtypes.to_dtype(loss_dtype) not in (h.dtype, dtypes.float32):
+        return False
     devices = {h.device, weight.device, target.device}
     return len(devices) == 1 and h.device.devicetype in accepted_devicetypes()
 
@@ -277,12 +303,12 @@ def register(ex: OperatorExecutor) -> tuple:
         "triton_linear_cross_entropy_backward", meta=_backward_meta, fn=linear_cross_entropy_backward
     )
 
-    def execution_transform(h, weight, target, ignore_index, reduction, label_smoothing):
-        loss, _ = fwd(h, weight, target, int(ignore_index), reduction, float(label_smoothing))
+    def execution_transform(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype=None):
+        loss, _ = fwd(h, weight, target, int(ignore_index), reduction, float(label_smoothing), loss_dtype)
         return loss
 
-    def grad_transform(h, weight, target, ignore_index, reduction, label_smoothing):
-        loss, lse = fwd(h, weight, target, int(ignore_index), reduction, float(label_smoothing))
+    def grad_transform(h, weight, target, ignore_index, reduction, label_smoothing, loss_dtype=None):
+        loss, lse = fwd(h, weight, target, int(ignore_index), reduction, float(label_smoothing), loss_dtype)
         gh, gw = bwd(get_grad(loss), h, weight, target, lse, int(ignore_index), reduction, float(label_smoothing))
         put_grads((h, weight), (gh, gw))
         return loss
