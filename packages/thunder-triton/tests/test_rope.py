@@ -133,3 +133,11 @@ def test_checker():
     assert not rope_checker(x, p((2, 3, 6, 8)), p((2, 3, 6, 8)), torch.float32)
     assert not rope_checker(x, c, p((1, 1, 5, 8), dtypes.bfloat16), torch.float32)
     assert not rope_checker(x, p((1, 1, 5, 8), requires_grad=True), c, torch.float32)
+
+
+def test_tiles_of_several_rows(monkeypatch):
+    # 2 * 3 * 5 = 30 rows in tiles of 4 (the last one partial), half-width 3 in a block of 4
+    monkeypatch.setattr(rope_module, "TILE", 16)
+    torch.manual_seed(6)
+    cos, sin = _cache(5, 6)
+    check_against_eager(lambda x: litgpt_apply_rope(x, cos, sin), torch.randn(2, 3, 5, 6, requires_grad=True), **OPS)

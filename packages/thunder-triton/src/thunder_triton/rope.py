@@ -51,6 +51,7 @@ def _rope_kernel(
     c_ptr,
     s_ptr,
     y_ptr,
+    n_rows,
     n_h,
     n_t,
     xs0,
@@ -67,24 +68,28 @@ def _rope_kernel(
     ss3,
     half,
     BACKWARD: tl.constexpr,
+    ROWS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    t = row % n_t
-    bh = row // n_t
+    # a [ROWS, BLOCK] tile: ROWS (batch, head, position) rows, BLOCK of each row's half
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    t = rows % n_t
+    bh = rows // n_t
     h = bh % n_h
     b = bh // n_h
     cols = tl.arange(0, BLOCK)
-    mask = cols < half
-    xb = x_ptr + b * xs0 + h * xs1 + t * xs2
-    cb = c_ptr + b * cs0 + h * cs1 + t * cs2
-    sb = s_ptr + b * ss0 + h * ss1 + t * ss2
-    x1 = tl.load(xb + cols * xs3, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(xb + (cols + half) * xs3, mask=mask, other=0.0).to(tl.float32)
-    c1 = tl.load(cb + cols * cs3, mask=mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cb + (cols + half) * cs3, mask=mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sb + cols * ss3, mask=mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sb + (cols + half) * ss3, mask=mask, other=0.0).to(tl.float32)
+    mask = (rows < n_rows)[:, None] & (cols < half)[None, :]
+    xo = (b * xs0 + h * xs1 + t * xs2)[:, None]
+    co = (b * cs0 + h * cs1 + t * cs2)[:, None]
+    so = (b * ss0 + h * ss1 + t * ss2)[:, None]
+    c1o = cols[None, :]
+    c2o = (cols + half)[None, :]
+    x1 = tl.load(x_ptr + xo + c1o * xs3, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + xo + c2o * xs3, mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(c_ptr + co + c1o * cs3, mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(c_ptr + co + c2o * cs3, mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(s_ptr + so + c1o * ss3, mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(s_ptr + so + c2o * ss3, mask=mask, other=0.0).to(tl.float32)
     if BACKWARD:
         # the transpose of y1 = x1*c1 - x2*s1, y2 = x2*c2 + x1*s2
         y1 = x1 * c1 + x2 * s2
@@ -92,9 +97,13 @@ def _rope_kernel(
     else:
         y1 = x1 * c1 - x2 * s1
         y2 = x2 * c2 + x1 * s2
-    yb = y_ptr + row * (2 * half)
-    tl.store(yb + cols, y1.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(yb + half + cols, y2.to(y_ptr.dtype.element_ty), mask=mask)
+    yo = (rows * (2 * half))[:, None]
+    tl.store(y_ptr + yo + c1o, y1.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + yo + c2o, y2.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# Elements of a half-row tile one program handles (rows x half-width), at least one row.
+TILE = 2048
 
 
 def _launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out_dtype: torch.dtype, backward: bool):
@@ -108,11 +117,14 @@ def _launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out_dtype: to
     rows = b * n_h * n_t
     if rows and d:
         half = d // 2
-        _rope_kernel[(rows,)](
+        block = triton.next_power_of_2(half)
+        per_program = max(1, min(triton.next_power_of_2(rows), TILE // block))
+        _rope_kernel[(triton.cdiv(rows, per_program),)](
             x4,
             c4,
             s4,
             y,
+            rows,
             n_h,
             n_t,
             *x4.stride(),
@@ -120,7 +132,8 @@ def _launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out_dtype: to
             *s4.stride(),
             half,
             BACKWARD=backward,
-            BLOCK=triton.next_power_of_2(half),
+            ROWS=per_program,
+            BLOCK=block,
         )
     return y.view(shape)
 
