@@ -184,3 +184,11 @@ def test_checker():
     assert not rms_norm_checker(_proxy((4, 10), dtypes.float64), w, 1e-6, None, torch.float64)
     assert not rms_norm_checker(_proxy((4, 0)), _proxy((0,)), 1e-6, None, torch.float32)
     assert not rms_norm_checker(x, w, 1e-6, None, torch.int64)
+
+
+@pytest.mark.parametrize("grad_of", ["x", "weight"])
+def test_only_one_input_requires_grad(grad_of):
+    torch.manual_seed(10)
+    x = torch.randn(4, 8, requires_grad=grad_of == "x")
+    w = torch.randn(8, requires_grad=grad_of == "weight")
+    check_against_eager(lambda x, w: F.rms_norm(x, (8,), w), x, w, **OPS)
