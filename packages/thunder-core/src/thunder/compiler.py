@@ -120,6 +120,13 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     traces = [_stamp(program.computation, "Tracing", start)]
 
     trace = program.computation
+    for ex in cd.executors:
+        t0 = time.perf_counter_ns()
+        rewritten = ex.rewrite_trace(trace)
+        if rewritten is not trace:
+            trace = rewritten
+            _stamp(trace, f"Rewritten by the {ex.name} executor", t0)
+            traces.append(trace)
     for transform in cd.transforms:
         t0 = time.perf_counter_ns()
         trace = transform(trace)

@@ -54,6 +54,18 @@ class Executor:
         """
         return None
 
+    def rewrite_trace(self, trace):
+        """Rewrites the computation trace right after tracing, before user transforms and autodiff.
+
+        The default returns ``trace`` unchanged. An executor overrides it to match patterns of
+        traced operations (say, the ``mul``/``mean``/``rsqrt`` chain a hand-written RMSNorm
+        records) and to replace each match by one bound symbol of a composite symbol whose
+        ``subsymbols`` are the matched bound symbols, so that when no executor claims the
+        composite the original operations run (and are differentiated) unchanged. It returns a
+        new trace (``thunder.core.trace.from_trace``), or ``trace`` itself when nothing matched.
+        """
+        return trace
+
     def get_impl(self, sym: Symbol) -> ImplInfo | None:
         return self.implmap.get(sym.id)
 
