@@ -120,6 +120,13 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     traces = [_stamp(program.computation, "Tracing", start)]
 
     trace = program.computation
+    for ex in cd.executors:
+        t0 = time.perf_counter_ns()
+        rewritten = ex.rewrite_trace(trace)
+        if rewritten is not trace:
+            trace = rewritten
+            _stamp(trace, f"Rewritten by the {ex.name} executor", t0)
+            traces.append(trace)
     for transform in cd.transforms:
         t0 = time.perf_counter_ns()
         trace = transform(trace)
@@ -131,6 +138,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd:
         requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad}
         fb = split_forward_backward(trace, requires_grad, cd.executors)
+        for ex in cd.executors:  # rematerialisation hooks see both traces before claiming
+            if isinstance(ex, FusionExecutor):
+                fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
         traces.append(fb.forward)
         traces.extend(_executable_traces(fb.forward, cd.executors))
         backward_traces = [fb.backward, *_executable_traces(fb.backward, cd.executors)]
