@@ -39,11 +39,6 @@ try:
 except ImportError:  # only the doctest-docs env has sybil
     Sybil = None
 
-# Pages whose owners (the executor packages' maintainers) have not marked their fragments yet:
-# a failing block there is reported as an expected failure, with its error, instead of failing
-# the run. Remove a page from this set once its blocks run or carry a marker.
-_NOT_YET_MARKED = {"apex.md", "nvfuser.md", "triton.md"}
-
 _TIMING = re.compile(r"\b\d+(\.\d+)? (milliseconds|ms|s|seconds|µs)\b")
 
 
@@ -86,10 +81,6 @@ if Sybil is not None:
             try:
                 with contextlib.redirect_stdout(tee):
                     self._run(example)
-            except Exception as e:
-                if Path(example.path).name in _NOT_YET_MARKED:
-                    pytest.xfail(f"page not yet marked up for the doc tests: {type(e).__name__}: {e}")
-                raise
             finally:
                 example.namespace["_printed"] = example.namespace.get("_printed", "") + tee.copy.getvalue()
 
