@@ -29,7 +29,7 @@ KNOWN_FAILURES_FILE = Path(__file__).with_name("op_db_known_failures.txt")
 # Ops whose outputs are random or uninitialised memory: only shapes and dtypes are compared.
 _NONDETERMINISTIC = re.compile(
     r"(rand|dropout|normal|bernoulli|multinomial|uniform|exponential|geometric|cauchy|log_normal|"
-    r"rrelu|fractional_max_pool|empty|feature_alpha_dropout|alpha_dropout)"
+    r"rrelu|fractional_max_pool|empty|feature_alpha_dropout|alpha_dropout|multi_head_attention_forward)"
 )
 
 VALUE_DTYPE = torch.float32

@@ -107,6 +107,36 @@ def test_native_layer_norm_statistics_do_not_require_grad():
     _assert_same(lambda a, w, b: torch.native_layer_norm(a, (3,), w, b, 1e-5), _x(2, 3), w, b)
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="inplace-op-backward-uses-updated-value (issue 13.4)")
+def test_inplace_mul_of_input_by_parameter_grad():
+    def fn(a, w):
+        a.mul_(w)  # timm's LayerScale(inplace=True): w's gradient needs a's value before the update
+        return a
+
+    _assert_same(fn, _x(2, 3, requires_grad=False), _x(3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="nan-grad-at-singular-point (issue 13.6)")
+def test_prod_with_a_zero_grad():
+    _assert_same(lambda a: (a - a).prod(1) + a.sum(1), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="nan-grad-at-singular-point (issue 13.6)")
+def test_std_and_norm_of_constant_grad():
+    _assert_same(lambda a: (a * 0 + 1).std() + (a * 0).norm() + a.sum(), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason="no-grad-region-ignored-by-autodiff (issue 13.2)")
+def test_slice_assignment_under_no_grad():
+    def fn(a):
+        b = torch.sin(a)
+        with torch.no_grad():
+            b[..., :1] = 0.5
+        return b
+
+    _assert_same(fn, _x(2, 3), grads=True)
+
+
 # --- issue 14: views, aliases, in-place ----------------------------------------------------------
 
 
