@@ -41,6 +41,7 @@ DISABLED_IN_CI: dict[str, str] = {
     "autograd_function": "issue 13.3: a custom autograd.Function's backward is ignored",
     "singular_values": "issue 13.6: NaN gradients of prod with a zero (and ties of max(dim))",
     "zero_dim_views": "issue 14.8: .mT / .t() of a 0-d tensor raise IndexError",
+    "aliased_inputs": "issue 14.2: an argument passed twice is traced as two independent tensors",
 }
 # Checks left out of the CI run, likewise.
 SKIPPED_CHECKS_IN_CI: dict[str, str] = {
@@ -58,7 +59,7 @@ _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_to
 
 
 @settings(
-    max_examples=int(_EXAMPLES or 150),
+    max_examples=int(_EXAMPLES or 200),
     derandomize=_EXAMPLES is None,
     deadline=None,
     database=None,
@@ -117,4 +118,4 @@ def test_programs_use_only_enabled_features(data) -> None:
     source = program.function_source()
     for banned in ("_(", "torch.no_grad", ".apply(", "@", ".detach()", "] ="):
         assert banned not in source, source
-    assert all(spec.dtype == torch.float64 for spec in program.inputs)
+    assert all(spec.dtype == torch.float64 and spec.alias is None for spec in program.inputs)

@@ -160,6 +160,22 @@ def test_inplace_through_detach_updates_input():
     _assert_same(fn, _x(2, 3, requires_grad=False))
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="aliased-arguments-traced-as-independent (issue 14.2)")
+def test_same_tensor_passed_twice():
+    def fn(a, b):
+        a.add_(a)
+        return torch.sin(b)
+
+    def run(f):
+        x = _x(2, 3, requires_grad=False)
+        return f(x, x), x
+
+    expected, e_x = run(fn)
+    actual, t_x = run(thunder.jit(fn))
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(t_x, e_x)
+
+
 @pytest.mark.xfail(strict=True, raises=IndexError, reason="mT-of-0d-tensor (issue 14.8)")
 def test_inplace_through_mT_of_0d_tensor():
     def fn(a):

@@ -89,7 +89,7 @@ def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozens
         return True
 
     diff = [i for i, e in enumerate(expected) if e.requires_grad and actual[i].requires_grad]
-    e_leaves = [t for t in e_inputs if t.requires_grad]
+    e_leaves = [t for t in e_inputs if t.requires_grad and t.is_leaf]
     if not diff or not e_leaves:
         return True
     gen = torch.Generator().manual_seed(1234)
@@ -98,13 +98,13 @@ def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozens
         e_grads = torch.autograd.grad([expected[i] for i in diff], e_leaves, cotangents, allow_unused=True)
     except RuntimeError:
         return True  # eager's backward refuses (a value it saved was overwritten in place): nothing to compare
-    t_leaves = [t for t in t_inputs if t.requires_grad]
+    t_leaves = [t for t in t_inputs if t.requires_grad and t.is_leaf]
     try:
         t_grads = torch.autograd.grad([actual[i] for i in diff], t_leaves, cotangents, allow_unused=True)
     except Exception as exc:
         raise Divergence("error", f"backward: {type(exc).__name__}: {exc}", program) from exc
     for k, (a, e) in enumerate(zip(t_grads, e_grads)):
-        name = f"grad of a{[i for i, t in enumerate(e_inputs) if t.requires_grad][k]}"
+        name = f"grad of a{[i for i, t in enumerate(e_inputs) if t.requires_grad and t.is_leaf][k]}"
         a = torch.zeros_like(t_leaves[k]) if a is None else a
         e = torch.zeros_like(e_leaves[k]) if e is None else e
         try:

@@ -35,6 +35,7 @@ FEATURES = {
     "inplace": "in-place ops (add_, mul_, sigmoid_, clamp_, index assignment ...) on intermediates",
     "inplace_view": "in-place ops through a view of an intermediate or an input",
     "inplace_input": "in-place ops on the inputs themselves",
+    "aliased_inputs": "the same tensor (or a view of it) passed as two arguments",
     "detach": "x.detach() and straight-through estimators",
     "no_grad": "statements inside `with torch.no_grad():` (in-place updates of leaves included)",
     "autograd_function": "custom torch.autograd.Function.apply (their backwards differ from the forward's derivative)",
@@ -143,13 +144,25 @@ class InputSpec:
     values: list | float | int | bool
     dtype: torch.dtype
     requires_grad: bool
+    alias: str | None = None  # e.g. "a0.mT": this argument is (a view of) an earlier one
 
-    def make(self) -> torch.Tensor:
+    def make(self, earlier: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.alias is not None:
+            return eval(self.alias, {"torch": torch}, dict(earlier))
         return torch.tensor(self.values, dtype=self.dtype).requires_grad_(self.requires_grad)
 
     def source(self) -> str:
+        if self.alias is not None:
+            return self.alias
         rg = ", requires_grad=True" if self.requires_grad else ""
         return f"torch.tensor({self.values!r}, dtype={self.dtype}{rg})"
+
+
+def _make_all(specs: list[InputSpec]) -> list[torch.Tensor]:
+    made: dict[str, torch.Tensor] = {}
+    for i, spec in enumerate(specs):
+        made[f"a{i}"] = spec.make(made)
+    return list(made.values())
 
 
 @dataclass
@@ -173,7 +186,8 @@ class Program:
         return namespace["fn"]
 
     def make_inputs(self) -> list[torch.Tensor]:
-        return [spec.make() for spec in self.inputs]
+        """Fresh input tensors (arguments that alias an earlier one alias the fresh one)."""
+        return _make_all(self.inputs)
 
     def repro(self) -> str:
         """A standalone script that runs the program eagerly and through thunder.jit."""
@@ -183,12 +197,12 @@ class Program:
             parts.append("from torch.autograd.function import once_differentiable")
             parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
         parts.append(self.function_source())
-        for i, spec in enumerate(self.inputs):
-            parts.append(f"a{i} = {spec.source()}")
-        args = ", ".join(f"a{i}" for i in range(len(self.inputs)))
-        clones = ", ".join(f"a{i}.detach().clone().requires_grad_(a{i}.requires_grad)" for i in range(len(self.inputs)))
-        parts.append(f"expected = fn({clones})")
-        parts.append(f"actual = thunder.jit(fn)({args})")
+        names = ", ".join(f"a{i}" for i in range(len(self.inputs)))
+        parts.append("def make_inputs():")
+        parts.extend(f"    a{i} = {spec.source()}" for i, spec in enumerate(self.inputs))
+        parts.append(f"    return {names},\n")
+        parts.append("expected = fn(*make_inputs())")
+        parts.append("actual = thunder.jit(fn)(*make_inputs())")
         return "\n".join(parts) + "\n"
 
     def __repr__(self) -> str:
@@ -316,7 +330,7 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
     raise ValueError(f"unknown feature {feature!r}")
 
 
-_MODIFIERS = {"singular_values", "zero_dim_views"}  # features that change other features' draws
+_MODIFIERS = {"singular_values", "zero_dim_views", "aliased_inputs"}  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
 
@@ -335,9 +349,17 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
         shape = torch.tensor(inputs[0].values).shape
         values = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         inputs[0] = InputSpec(values.tolist(), torch.float64, True)
+    if "aliased_inputs" in features:
+        for i in range(1, len(inputs)):
+            if draw(st.booleans()):
+                ndim = torch.tensor(inputs[0].values).ndim
+                views = ["a0"] + (["a0[0]", "a0[..., :1]"] if ndim >= 1 else []) + (["a0.mT"] if ndim >= 2 else [])
+                inputs[i] = InputSpec(
+                    None, inputs[0].dtype, inputs[0].requires_grad, alias=draw(st.sampled_from(views))
+                )
     env: dict = {"torch": torch, "F": F, **FUNCTIONS}
-    for i, spec in enumerate(inputs):
-        env[f"a{i}"] = spec.make()
+    for i, t in enumerate(_make_all(inputs)):
+        env[f"a{i}"] = t
     lines: list[str] = []
     n_lines = draw(st.integers(1, max_lines))
     counter = 0
