@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 import time
 import warnings
@@ -36,6 +37,30 @@ def _divergence(program, skip) -> Divergence | None:
     except Divergence as d:
         return d
     return None
+
+
+def _minimize(program, cls: str, skip) -> object:
+    """Drop lines, outputs and inputs one at a time while the program still shows mismatch ``cls``."""
+
+    def same(candidate) -> bool:
+        try:
+            return getattr(_divergence(candidate, skip), "cls", None) == cls
+        except Exception:  # e.g. a dropped line defined a name a later one reads
+            return False
+
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(program.lines))):
+            candidate = dataclasses.replace(program, lines=program.lines[:i] + program.lines[i + 1 :])
+            if same(candidate):
+                program, changed = candidate, True
+        for i in reversed(range(len(program.outputs))):
+            if len(program.outputs) > 1:
+                candidate = dataclasses.replace(program, outputs=program.outputs[:i] + program.outputs[i + 1 :])
+                if same(candidate):
+                    program, changed = candidate, True
+    return program
 
 
 def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrink: bool, skip: set[str]) -> dict:
@@ -78,6 +103,7 @@ def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrin
                     )
             except NoSuchExample:
                 smallest = d.program
+            smallest = _minimize(smallest, cls, skip)
             d = _divergence(smallest, skip) or d
             print(f"\n===== {cls} =====\n{d.detail.splitlines()[0][:300]}{smallest!r}")
     return dict(tally)

@@ -176,6 +176,16 @@ def test_same_tensor_passed_twice():
     torch.testing.assert_close(t_x, e_x)
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="ops-returning-their-input-lose-the-alias (issue 14.1)")
+def test_inplace_through_float_of_float_tensor_updates_input():
+    def fn(a):
+        b = a.float()  # a is float32: eager returns a itself
+        b.add_(1)
+        return a * 1
+
+    _assert_same(fn, _x(2, 3, requires_grad=False).float())
+
+
 @pytest.mark.xfail(strict=True, raises=IndexError, reason="mT-of-0d-tensor (issue 14.8)")
 def test_inplace_through_mT_of_0d_tensor():
     def fn(a):
