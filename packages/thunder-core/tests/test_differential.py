@@ -92,6 +92,17 @@ def test_harness_accepts_thunder_on_a_fixed_program() -> None:
     assert check_program(_program())
 
 
+def _wrong_on_second_call(fn):
+    calls = []
+
+    def run(*args):
+        calls.append(None)
+        out = fn(*args)
+        return out if len(calls) == 1 else tuple(t + 1 for t in out)
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("wrong_jit", "kind"),
     [
@@ -100,8 +111,9 @@ def test_harness_accepts_thunder_on_a_fixed_program() -> None:
         (lambda fn: lambda *a: tuple(t.detach() for t in fn(*a)), "requires_grad"),
         (lambda fn: lambda *a: tuple(t + (t - t.detach()) for t in fn(*a)), "grad"),
         (lambda fn: lambda *a: (lambda out: (a[1].add_(1), out)[1])(fn(*a)), "input_mutation"),
+        (_wrong_on_second_call, "second_call"),
     ],
-    ids=["value", "dtype", "requires_grad", "grad", "input_mutation"],
+    ids=["value", "dtype", "requires_grad", "grad", "input_mutation", "second_call"],
 )
 def test_harness_reports_a_wrong_compiler(monkeypatch, wrong_jit, kind) -> None:
     monkeypatch.setattr(thunder, "jit", wrong_jit)
