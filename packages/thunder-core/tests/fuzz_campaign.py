@@ -28,6 +28,12 @@ from hypothesis import HealthCheck, Phase, find, given, settings  # noqa: E402
 from hypothesis.errors import NoSuchExample  # noqa: E402
 
 _BASE = {"elementwise", "broadcast"}
+# features that only change how other features draw, and the features they act on
+_NEEDS = {
+    "singular_values": {"reduction"},
+    "zero_dim_views": {"view", "reduction"},
+    "aliased_inputs": {"inplace_input"},
+}
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 
@@ -113,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=500, help="programs per run")
     parser.add_argument("--features", default=",".join(FEATURES), help=f"comma-separated among {sorted(FEATURES)}")
-    parser.add_argument("--per-feature", action="store_true", help="one run per feature, beside elementwise+broadcast")
+    parser.add_argument(
+        "--per-feature",
+        action="store_true",
+        help="one run per feature, beside elementwise+broadcast (and what it acts on)",
+    )
     parser.add_argument("--max-lines", type=int, default=10)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--skip", default="", help=f"comma-separated checks to leave out, among {CHECKS}")
@@ -122,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     if args.per_feature:
         for feature in FEATURES:
-            campaign(_BASE | {feature}, args.n, args.max_lines, args.seed, shrink=not args.no_shrink, skip=skip)
+            campaign(
+                _BASE | {feature} | _NEEDS.get(feature, set()),
+                args.n,
+                args.max_lines,
+                args.seed,
+                shrink=not args.no_shrink,
+                skip=skip,
+            )
     else:
         campaign(set(args.features.split(",")), args.n, args.max_lines, args.seed, shrink=not args.no_shrink, skip=skip)
     return 0

@@ -25,8 +25,8 @@ FEATURES = {
     "elementwise": "unary elementwise ops and scalar arithmetic",
     "broadcast": "binary ops between tensors of broadcastable shapes",
     "mixed_dtype": "int64/bool/float32 inputs beside float64 ones, dtype casts and comparisons",
-    "singular_values": "inputs with zeros and ties, and the reductions singular there (prod, norm, std, max(dim))",
-    "reduction": "sum/mean/amax/var/logsumexp (prod/norm/std/max(dim) with singular_values)",
+    "singular_values": "inputs with zeros and ties, and the reductions singular there (prod, norm, std, var, max(dim))",
+    "reduction": "sum/mean/amax/logsumexp (prod/norm/std/var/max(dim) with singular_values)",
     "view": "transpose, .mT, unsqueeze, reshape, view, indexing with ints and slices, expand, diagonal",
     "zero_dim_views": "view ops (and in-place through views) on 0-d tensors too",
     "indexing": "advanced indexing, index_select, gather, masked_fill",
@@ -67,18 +67,19 @@ _BINARY = [
     "torch.add({a}, {b}, alpha=2)",
 ]
 _CAST = ["{a}.double()", "{a}.float()", "{a}.to(torch.int64)", "{a} > 0", "{a} == {b}", "{a}.to({b}.dtype)"]
-_REDUCE_ALL = ["{a}.sum()", "{a}.mean()", "{a}.amax()", "{a}.var()"]
+_REDUCE_ALL = ["{a}.sum()", "{a}.mean()", "{a}.amax()"]
 _REDUCE_DIM = [
     "{a}.sum({d})",
     "{a}.sum({d}, keepdim=True)",
     "{a}.mean({d}, keepdim=True)",
     "{a}.amax({d})",
-    "{a}.var({d})",
     "torch.logsumexp({a}, {d})",
 ]
-# reductions whose gradient has singular points (a zero factor, a zero norm, ties): "singular_values"
-_REDUCE_ALL_SINGULAR = ["{a}.prod()", "{a}.norm()", "{a}.std()"]
+# reductions with singular points (a zero factor, a zero norm, ties, var of one element is NaN):
+# drawn with "singular_values"
+_REDUCE_ALL_SINGULAR = ["{a}.prod()", "{a}.norm()", "{a}.std()", "{a}.var()"]
 _REDUCE_DIM_SINGULAR = [
+    "{a}.var({d})",
     "{a}.max({d}).values",
     "{a}.min({d}, keepdim=True)[0]",
     "{a}.prod({d})",
