@@ -21,6 +21,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
 
@@ -211,6 +212,16 @@ class Tracer:
         if mapped is None:
             sym = fallback_symbol(func)
             mapped = torch_to_thunder.get(func, sym) if sym.inplace else sym
+        torch_uargs, torch_ukwargs = uargs, ukwargs  # as PyTorch names them, for the opaque fallback
+        if ukwargs and not fell_back and not isinstance(func, Symbol):
+            # PyTorch's argument names (torch.baddbmm(batch1=...)) mapped onto the symbol's
+            target = mapped.fn if type(mapped) is InplaceOp else mapped
+            if type(target) is Symbol:
+                try:
+                    uargs, ukwargs = bind_torch_kwargs(func, target, uargs, ukwargs)
+                except NotImplementedError:
+                    fell_back = True
+                    mapped = fallback_inplace_op(func) if type(mapped) is InplaceOp else fallback_symbol(func)
         inplace_kw = None
         if type(mapped) is Symbol and getattr(mapped, "inplace_param", None) is not None:
             # F.relu(x, inplace=True) and friends: compute out of place, then update x
@@ -229,7 +240,7 @@ class Tracer:
                     del trace.bound_symbols[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
-                    out = self._inplace(func, mapped, args, uargs, ukwargs)
+                    out = self._inplace(func, mapped, args, torch_uargs, torch_ukwargs)
             else:
                 try:
                     out = mapped(*uargs, **ukwargs)
@@ -238,7 +249,7 @@ class Tracer:
                         raise
                     del trace.bound_symbols[start:]
                     fell_back = True
-                    out = self._fallback(func, uargs, ukwargs)
+                    out = self._fallback(func, torch_uargs, torch_ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
                     self._rebind(func, args[0], out)
         except (TracingError, RecursionError):
