@@ -109,7 +109,7 @@ ARCHS: dict[str, tuple] = {
         "FalconForCausalLM",
         dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=False),
         "causal",
-        "torch.vmap inside traced code (mask creation) is not supported yet",
+        None,
     ),
     "opt": (
         "OPTConfig",

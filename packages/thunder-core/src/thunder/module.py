@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -40,7 +42,11 @@ class ThunderModule(torch.nn.Module):
             model = self._modules.get("_model")
             if model is None:
                 raise
-            return getattr(model, name)
+            value = getattr(model, name)
+            if inspect.ismethod(value) and value.__self__ is model:
+                # model.generate(...) and other methods calling the model run its jitted forward
+                return _with_jitted_forward(self, value)
+            return value
 
     def get_parameter(self, target: str) -> torch.nn.Parameter:
         """Return the parameter given by ``target`` (the original module's name for it)."""
@@ -82,3 +88,53 @@ class ThunderModule(torch.nn.Module):
             yield
         finally:
             self._no_sync = previous
+
+
+def _with_jitted_forward(tm: ThunderModule, method: Callable) -> Callable:
+    """``method`` of the original module, run with ``tm``'s compiled program as the module's forward.
+
+    ``jm.generate(...)`` calls Hugging Face's ``generate`` on the original model, which calls
+    ``self(...)``: ``nn.Module.__call__`` runs the model's hooks as usual and then its ``forward``,
+    which for the duration of the call is the jitted one. While thunder traces (a cache miss), the
+    original forward runs, so the traced program is the model's own.
+    """
+
+    @functools.wraps(method)
+    def run_with_jitted_forward(*args, **kwargs):
+        with _jitted_forward(tm):
+            return method(*args, **kwargs)
+
+    return run_with_jitted_forward
+
+
+@contextmanager
+def _jitted_forward(tm: ThunderModule):
+    model = tm._model
+    if getattr(model, "_thunder_jitted_forward_depth", 0):
+        model._thunder_jitted_forward_depth += 1
+        try:
+            yield
+        finally:
+            model._thunder_jitted_forward_depth -= 1
+        return
+    from thunder.tracing.tracer import _current_tracer
+
+    had_instance_forward = "forward" in model.__dict__
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        if _current_tracer[-1] is not None:  # thunder is tracing the model: its own forward
+            return original(*args, **kwargs)
+        return tm._forward_fn(*args, **kwargs)
+
+    object.__setattr__(model, "forward", forward)
+    object.__setattr__(model, "_thunder_jitted_forward_depth", 1)
+    try:
+        yield
+    finally:
+        object.__delattr__(model, "_thunder_jitted_forward_depth")
+        if had_instance_forward:
+            object.__setattr__(model, "forward", original)
+        else:
+            object.__delattr__(model, "forward")

@@ -284,6 +284,23 @@ def _replacement(sym, original):
     return call_operator
 
 
+def _as_called(signature: inspect.Signature, values: dict, given: set, n_positional: int) -> tuple[tuple, dict]:
+    """``values`` (by parameter name) split into the positional and keyword arguments of the user's call."""
+    args, kwargs = [], {}
+    for i, (name, param) in enumerate(signature.parameters.items()):
+        if name not in given:
+            continue
+        if param.kind is param.VAR_POSITIONAL:
+            args.extend(values[name])
+        elif param.kind is param.VAR_KEYWORD:
+            kwargs.update(values[name])
+        elif param.kind is not param.KEYWORD_ONLY and i < n_positional:
+            args.append(values[name])
+        else:
+            kwargs[name] = values[name]
+    return tuple(args), kwargs
+
+
 def trace_program(
     fn,
     args: tuple,
@@ -331,9 +348,10 @@ def trace_program(
                 wrapped[name] = {k: inputs.argument(v, f"{name}[{k!r}]", k) for k, v in value.items()}
             else:
                 wrapped[name] = inputs.argument(value, name, name)
-        # the function is called as the user called it: defaults left to it (wrappers may pass them by keyword)
-        call = inspect.BoundArguments(signature, {k: v for k, v in wrapped.items() if k in given})
-        wrapped_args, wrapped_kwargs = call.args, call.kwargs
+        # the function is called as the user called it, as nn.Module.__call__ does: positional arguments
+        # stay positional, keywords stay keywords, defaults are left to it (decorators such as
+        # transformers' may read arguments from **kwargs)
+        wrapped_args, wrapped_kwargs = _as_called(signature, wrapped, given, len(args))
         if module is not None:
             inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module

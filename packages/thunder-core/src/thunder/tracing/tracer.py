@@ -24,6 +24,7 @@ from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
+from thunder.tracing.vmap import batched_call, has_batched, patched_vmap, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 
@@ -90,6 +91,22 @@ class _TracingMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return self.tracer.handle(func, args, kwargs or {})
+
+    def __enter__(self):
+        # torch.vmap inside the traced code batches stand-in tensors (thunder/tracing/vmap.py)
+        self._vmap = patched_vmap()
+        self._vmap.__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._vmap.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._vmap.__exit__(*exc)
 
 
 def unwrap(x):
@@ -183,6 +200,8 @@ class Tracer:
                 return func(*args, **kwargs)
         if func in _NONE_ATTRIBUTES:
             return None
+        if vmap_active[0] and has_batched(args, kwargs):
+            return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
             raise data_dependent_error(what, user_frame(2))
