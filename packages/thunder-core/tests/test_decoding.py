@@ -55,10 +55,9 @@ def test_keywords_reach_forward_as_keywords():
 
 # ---------------------------------------------------------------- LitGPT KV cache
 
-litgpt = pytest.importorskip("litgpt", reason="the litgpt package is an optional test dependency")
-
 
 def _litgpt_llama():
+    pytest.importorskip("litgpt", reason="the litgpt package is an optional test dependency")
     from litgpt import GPT, Config
 
     cfg = Config(
@@ -118,10 +117,9 @@ def test_litgpt_kv_cache_decoding_matches_eager(sample_seed):
 
 # ---------------------------------------------------------------- Hugging Face generate()
 
-transformers = pytest.importorskip("transformers", reason="transformers is an optional test dependency")
-
 
 def _hf_llama():
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional test dependency")
     cfg = transformers.LlamaConfig(
         vocab_size=96,
         hidden_size=32,

@@ -17,6 +17,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
+from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import Tracer, TracingTensor, _current_tracer, _TracingMode
 
 __all__ = ["TracedProgram", "trace_program"]
@@ -360,7 +361,7 @@ def trace_program(
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
         _current_tracer.append(tracer)
         try:
-            with _patched_replacements(executors, fn), _TracingMode(tracer):
+            with _patched_replacements(executors, fn), inline_script_functions(module, fn), _TracingMode(tracer):
                 if compiling_flag is not None:
                     torch.compiler._is_compiling_flag = True
                 try:
