@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 from thunder.core import prims
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
+from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.tracer import Tracer, TracingTensor, _current_tracer, _TracingMode
@@ -45,6 +47,7 @@ class TracedProgram:
     grad_enabled: bool
     requires_grad: bool = False
     autocast: bool = False  # traced with autocast on: the program holds its casts
+    side_effects: bool = False  # the traced code changed module attributes or globals it depends on
 
 
 def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: set[str]) -> None:
@@ -69,6 +72,15 @@ class _InputBuilder:
         self.tensors: list[_TensorInput] = []
         self.by_id: dict[int, TracingTensor] = {}
         self.state_reads: list = []  # (local name, expression, proxy, example) for module tensors
+        self.shadows: dict = {}  # id(user's module) -> the shadow the traced code runs on
+        self.guarded_modules: set[int] = set()
+        self.first_read: dict[int, str] = {}  # id(tensor) -> where the prologue reads it first
+        self.module_names: dict[str, str] = {}  # prologue constant -> the module's name for messages
+        self.attribute_snapshots: dict[int, dict] = {}
+
+    @property
+    def originals(self) -> list:
+        return self.shadows.get("_originals", [])
 
     # user arguments: returns what user code sees
     def argument(self, value, expr: str, name: str):
@@ -78,6 +90,11 @@ class _InputBuilder:
                 "a thunder stand-in tensor was passed to a jitted function; don't jit inside a jitted function"
             )
         if isinstance(value, torch.Tensor):
+            if value.is_nested or value.layout is not torch.strided:
+                raise TypeError(
+                    f"thunder.jit does not support {'nested' if value.is_nested else str(value.layout)} tensors "
+                    f"as inputs (argument {expr}); pass a regular (strided) tensor"
+                )
             proxy = TensorProxy(
                 self.trace.add_name(name),
                 shape=value.shape,
@@ -102,57 +119,169 @@ class _InputBuilder:
             return {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
         if isinstance(value, torch.nn.Module):
             pb.check_value(expr, value)
-            self.module_state(value, pb.constant(value, "_module"), f"t_{name}_" if name else "t_")
-            return value
+            return self.module_state(value, pb.constant(value, "_module"), f"t_{name}_" if name else "t_")
+        if type(value).__module__ == "numpy" and hasattr(value, "__array__") and hasattr(value, "dtype"):
+            raise TypeError(
+                f"argument {expr} is a NumPy {type(value).__name__}; thunder.jit takes tensors: "
+                "pass torch.from_numpy(...) (or torch.as_tensor) instead"
+            )
         pb.check_value(expr, value)
         return value
 
-    def module_state(self, module: torch.nn.Module, module_expr: str, prefix: str) -> None:
-        """Swaps every parameter and buffer of ``module`` (recursively) for a stand-in."""
+    def module_state(self, module: torch.nn.Module, module_expr: str, prefix: str) -> torch.nn.Module:
+        """A shadow of ``module`` (recursively) whose parameters, buffers and tensor attributes are stand-ins.
+
+        The user's module is never modified while tracing (another thread may be running it): the
+        traced code runs on shallow copies of the modules that share everything else with them. The
+        prologue checks what the trace specialised on: the module tree, hooks, training flags and
+        attributes of any type.
+        """
         pb = self.prologue
+        shadows = self.shadows
+        root = _shadow(module, shadows)
+        version_checked = False
         for mname, m in module.named_modules():
+            if id(m) in self.guarded_modules:
+                continue
+            self.guarded_modules.add(id(m))
+            guards.track_module(m)
+            if not version_checked:
+                version_checked = True
+                pb.trace.constants["_structure_version"] = guards.structure_version()
+                pb.fail_if(
+                    f"_structure_version[0] != {guards.structure_version()[0]}",
+                    "the module tree (a submodule, parameter or buffer was registered or replaced)",
+                )
+            shadow = shadows[id(m)]
             m_expr = pb.constant(m, "_module") if mname else module_expr
-            pb.fail_if(f"{m_expr}.training is not {m.training}")
-            # plain Python attributes (eps, scale, flags) the forward may read are specialised on
-            for attr, value in m.__dict__.items():
-                if attr in _UNGUARDED_MODULE_ATTRIBUTES or not attr.isidentifier():
+            qual = f"{prefix[:-1] if mname else 'self'}{'.' + mname if mname else ''}"
+            self.module_names[m_expr] = qual
+            d = m.__dict__
+            cond = [f"{m_expr}.training is not {m.training}"]
+            if m._modules:
+                cond.append(f"{m_expr}._modules != {pb.constant(dict(m._modules), '_submodules')}")
+            for hooks in _HOOK_DICTS:
+                current = d.get(hooks)
+                if current:
+                    cond.append(f"{m_expr}.{hooks}.keys() != {pb.constant(frozenset(current), '_hook_ids')}")
+                else:
+                    cond.append(f"{m_expr}.{hooks}")
+            if "forward" not in d:
+                cond.append(f"'forward' in {m_expr}.__dict__")
+            pb.fail_if(" or ".join(cond), f"{qual} (training flag, submodules, hooks or forward)")
+            # attributes of any type the forward may read are specialised on
+            for attr, value in d.items():
+                if attr in _MODULE_INTERNALS or attr in _UNGUARDED_MODULE_ATTRIBUTES:
                     continue
-                if value is None or type(value) in (bool, int, float, str):
-                    pb.check_value(f"{m_expr}.{attr}", value)
-            for kind, container in (("_parameters", m._parameters), ("_buffers", m._buffers)):
-                for key, t in list(container.items()):
+                expr = f"{m_expr}.{attr}" if attr.isidentifier() else f"{m_expr}.__dict__[{attr!r}]"
+                if type(value) in (list, dict, set):
+                    self.attribute_snapshots.setdefault(id(m), {})[attr] = guards._plain_copy(value)
+                if isinstance(value, torch.Tensor) and not isinstance(value, TracingTensor):
+                    # a plain tensor attribute is read at call time, like a buffer
+                    self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
+                    continue
+                guards.guard_value(pb, expr, value, f"{qual}.{attr}")
+            for kind in ("_parameters", "_buffers"):
+                container = getattr(shadow, kind)
+                for key, t in list(getattr(m, kind).items()):
                     if t is None:
                         continue
-                    wrapper = self.by_id.get(id(t))
-                    if wrapper is None:
-                        qual = f"{mname}.{key}" if mname else key
-                        proxy = TensorProxy(
-                            self.trace.add_name(prefix + _sanitize(qual)),
-                            shape=t.shape,
-                            dtype=t.dtype,
-                            device=t.device,
-                            requires_grad=t.requires_grad,
-                        )
-                        wrapper = TracingTensor(proxy)
-                        if kind == "_parameters":
-                            wrapper._is_param = True
-                        self.by_id[id(t)] = wrapper
-                        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
-                        self.state_reads.append((proxy.name, f"{m_expr}.{kind}[{key!r}]", proxy, t))
-                    else:
-                        self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
-                    container[key] = wrapper
+                    self._state_tensor(m, container, key, f"{m_expr}.{kind}[{key!r}]", prefix, mname, kind)
+        return root
+
+    def _state_tensor(self, m, container: dict, key: str, expr: str, prefix: str, mname: str, kind: str = "") -> None:
+        t = container[key]
+        wrapper = self.by_id.get(id(t))
+        if wrapper is None:
+            qual = f"{mname}.{key}" if mname else key
+            proxy = TensorProxy(
+                self.trace.add_name(prefix + _sanitize(qual)),
+                shape=t.shape,
+                dtype=t.dtype,
+                device=t.device,
+                requires_grad=t.requires_grad,
+            )
+            wrapper = TracingTensor(proxy)
+            if kind == "_parameters":
+                wrapper._is_param = True
+            self.by_id[id(t)] = wrapper
+            self.first_read[id(t)] = expr
+            self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
+            self.state_reads.append((proxy.name, expr, proxy, t))
+        else:
+            # the same tensor in two places (tied weights): the trace relies on it staying tied
+            self.prologue.fail_if(f"{expr} is not {self.first_read[id(t)]}", f"tied tensor {mname}.{key}")
+            self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
+        container[key] = wrapper
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
-        """Puts the original tensors back; returns entries whose slot the program reassigned."""
+        """Entries whose slot the program reassigned (the shadows are discarded; the user's module was untouched)."""
         reassigned = []
         for ti in self.tensors:
             if ti.container is not None:
                 current = ti.container.get(ti.key)
                 if current is not ti.wrapper:
                     reassigned.append((ti, current))
-                ti.container[ti.key] = ti.original
         return reassigned
+
+    def apply_attribute_updates(self) -> bool:
+        """Python attributes the traced code set on modules (flags, counters) are set on the user's modules.
+
+        Returns whether any module attribute changed (the entry's checks then describe the state before the call).
+        """
+        changed = False
+        for original, shadow in self.shadow_pairs():
+            od, sd = original.__dict__, shadow.__dict__
+            for key in set(od) | set(sd):
+                if key in _MODULE_INTERNALS:
+                    if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
+                        continue
+                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if isinstance(old, torch.Tensor) and isinstance(new, TracingTensor):
+                    continue  # a tensor attribute read at call time; its in-place updates are in the program
+                if new is old:
+                    if guards.is_plain(new) and key in self.attribute_snapshots.get(id(original), {}):
+                        changed = changed or self.attribute_snapshots[id(original)][key] != new
+                    continue
+                if isinstance(new, TracingTensor):
+                    raise TracingError(
+                        f"the traced code stored a tensor computed inside it as the module attribute {key!r}; "
+                        "thunder cannot keep such a tensor between calls: return it, or register a buffer of "
+                        "the same shape and update it in place"
+                    )
+                changed = True
+                if new is _ABSENT:
+                    del od[key]
+                else:
+                    od[key] = new
+        return changed
+
+    def shadow_pairs(self):
+        for m in self.originals:
+            yield m, self.shadows[id(m)]
+
+
+_ABSENT = object()
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+_MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+
+
+def _shadow(module: torch.nn.Module, shadows: dict) -> torch.nn.Module:
+    """A shallow copy of ``module`` with its own parameter, buffer and submodule dicts (and shadowed submodules)."""
+    s = shadows.get(id(module))
+    if s is not None:
+        return s
+    s = object.__new__(type(module))
+    s.__dict__.update(module.__dict__)
+    shadows[id(module)] = s
+    shadows.setdefault("_originals", []).append(module)
+    s.__dict__["_parameters"] = dict(module._parameters)
+    s.__dict__["_buffers"] = dict(module._buffers)
+    s.__dict__["_modules"] = {k: (_shadow(c, shadows) if c is not None else None) for k, c in module._modules.items()}
+    forward = s.__dict__.get("forward")
+    if isinstance(forward, types.MethodType) and forward.__self__ is module:  # a monkeypatched bound forward
+        s.__dict__["forward"] = types.MethodType(forward.__func__, s)
+    return s
 
 
 def _collect_output(x, acc: list):
@@ -334,9 +463,12 @@ def trace_program(
         # the function is called as the user called it: defaults left to it (wrappers may pass them by keyword)
         call = inspect.BoundArguments(signature, {k: v for k, v in wrapped.items() if k in given})
         wrapped_args, wrapped_kwargs = call.args, call.kwargs
+        target = fn
         if module is not None:
-            inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module
+            # the module is called (on its shadow) as nn.Module.__call__ does: its forward hooks run too
+            target = inputs.module_state(module, "_self_module", "t_")
+        dependencies = _guard_code_dependencies(prologue, fn, inputs)
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
@@ -346,7 +478,7 @@ def trace_program(
                 if compiling_flag is not None:
                     torch.compiler._is_compiling_flag = True
                 try:
-                    result = fn(*wrapped_args, **wrapped_kwargs)
+                    result = target(*wrapped_args, **wrapped_kwargs)
                 finally:
                     if compiling_flag is not None:
                         torch.compiler._is_compiling_flag = compiling_flag
@@ -354,6 +486,7 @@ def trace_program(
             _current_tracer.pop()
             reassigned = inputs.restore()
         tracer.finish()
+        side_effects = inputs.apply_attribute_updates() or _dependencies_changed(dependencies)
 
         # in-place updates of inputs (buffers, arguments) are written back at the end
         for ti, current in reassigned:
@@ -407,4 +540,44 @@ def trace_program(
         grad_enabled,
         requires_grad,
         autocast=tracer.autocast,
+        side_effects=side_effects,
     )
+
+
+def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilder):
+    """Checks for the globals and closure variables read by ``fn``, the modules' forwards and their hooks."""
+    functions = [fn]
+    for m in inputs.originals:
+        functions.append(type(m).forward)
+        d = m.__dict__
+        functions.append(d.get("forward"))
+        for hooks in _HOOK_DICTS:
+            functions.extend(d.get(hooks, {}).values())
+    trace_only: list = []
+    globals_read, cells = guards.code_dependencies(functions, trace_only)
+    guards.warn_trace_only(trace_only)
+    if not prologue.checks:
+        return globals_read, cells
+    for g, name, value in globals_read:
+        ns = prologue.constant(g, "_globals")
+        guards.guard_value(prologue, f"{ns}.get({name!r})", value, f"the global {name}")
+    for cell, name, value in cells:
+        guards.guard_value(
+            prologue, f"{prologue.constant(cell, '_cell')}.cell_contents", value, f"the closure variable {name}"
+        )
+    return globals_read, cells
+
+
+def _dependencies_changed(dependencies) -> bool:
+    """Whether the traced code rebound a global or closure variable it reads (a side effect of the call)."""
+    globals_read, cells = dependencies
+    for g, name, value in globals_read:
+        if g.get(name, _ABSENT) is not value:
+            return True
+    for cell, _, value in cells:
+        try:
+            if cell.cell_contents is not value:
+                return True
+        except ValueError:
+            return True
+    return False

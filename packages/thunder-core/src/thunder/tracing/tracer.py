@@ -22,7 +22,13 @@ from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
+from thunder.tracing.errors import (
+    TracingError,
+    data_dependent_error,
+    describe_location,
+    innermost_frame,
+    user_frame,
+)
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 
@@ -159,6 +165,17 @@ _DATA_DEPENDENT = {
     T.untyped_storage: "access a tensor's storage",
 }
 
+_NOT_TRACEABLE = {
+    T.register_hook: (
+        "register a gradient hook on a tensor inside the jitted function (the program's backward is one "
+        "operation): register it on the output after the call, or use a torch.autograd.Function"
+    ),
+    torch.autograd.grad: (
+        "run torch.autograd.grad inside the jitted function: call it on the outputs after the call, or use "
+        "thunder.core.transforms.grad / vjp on the function"
+    ),
+}
+
 
 class Tracer:
     """Records the user's torch calls into ``trace``."""
@@ -185,6 +202,8 @@ class Tracer:
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
             raise data_dependent_error(what, user_frame(2))
+        if func in _NOT_TRACEABLE:
+            raise TracingError(f"thunder.jit cannot {_NOT_TRACEABLE[func]}\n  {describe_location(user_frame(2))}")
         if func is T.__iter__:
             return iter(self.handle(T.unbind, (args[0], 0), {}))
         if func is T.__repr__ or func is T.__str__:
@@ -635,10 +654,12 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                 else:
                     result = func(*margs, **mkwargs)
         except Exception as e:
+            detail = str(e).split("\n")[0]
             raise TracingError(
                 f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
-                f"output's shape ({type(e).__name__}: {e}). If its output shape depends on tensor values "
-                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it."
+                f"output's shape ({type(e).__name__}: {detail}). If its output shape depends on tensor values "
+                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
+                f"  {describe_location(user_frame(2))}"
             ) from e
         return _from_meta(result, _result_device(args, kwargs))
 
