@@ -155,9 +155,11 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.autocast:
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
-    if program.rebuild_output is not None:
-        computation = _with_rebuild(computation, program.rebuild_output)
     call = f"computation({', '.join(ti.expr for ti in program.tensor_inputs)})"
+    if program.rebuild_output is not None:
+        # the output's structure is rebuilt (and object arguments updated) from the computation's flat output
+        program.prologue.trace.constants["_finish"] = program.rebuild_output
+        call = f"_finish({', '.join([call, *program.rebuild_args])})"
     pstart = time.perf_counter_ns()
     prologue_trace = program.prologue.build(program.signature, call, program.fn_name, computation)
     _stamp(prologue_trace, "Prologue", pstart)
@@ -197,13 +199,6 @@ def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
-def _with_rebuild(computation, rebuild):
-    def computation_with_output_structure(*args):
-        return rebuild(computation(*args))
-
-    return computation_with_output_structure
-
-
 # Tracing uses process-wide state (the current trace, torch's "compiling" flag): one compile at a time.
 _compile_lock = threading.RLock()
 
@@ -223,6 +218,9 @@ def _arg_key(a):
     if t is int or t is bool or t is str or a is None:
         return a
     return t
+
+
+_UNTRIED: Any = object()
 
 
 class EntryCache:
@@ -278,14 +276,20 @@ class EntryCache:
         if self.mru is entry:
             self.mru = None
 
-    def lookup(self, args, kwargs):
-        """``(entry, result)`` of the first entry whose prologue accepts the inputs, else ``(None, MISS)``."""
+    def lookup(self, args, kwargs, tried: CacheEntry | None = _UNTRIED):
+        """``(entry, result)`` of the first entry whose prologue accepts the inputs, else ``(None, MISS)``.
+
+        ``tried`` is an entry the caller already tried (the most recently used one).
+        """
         mru = self.mru
-        if mru is not None:
-            result = mru.prologue(*args, **kwargs)
-            if result is not MISS:
-                return mru, result
-        if len(self._entries) <= 1:
+        if tried is _UNTRIED:
+            if mru is not None:
+                result = mru.prologue(*args, **kwargs)
+                if result is not MISS:
+                    return mru, result
+        else:
+            mru = tried
+        if len(self._entries) <= 1 and (mru is None or id(mru) in self._entries):
             return None, MISS
         key = _call_key(args, kwargs)
         try:
@@ -374,9 +378,11 @@ def make_compiled(cd: CompileData) -> Callable:
         stats.last_interpreter_log = entry.interpreter_log
 
     def thunder_compiled(*args, **kwargs):
-        entry, result = entries.lookup(args, kwargs)
-        if entry is None:
-            return _miss(args, kwargs)[1]
+        entry = entries.mru  # the common case: the entry that answered the previous call (one prologue)
+        if entry is None or (result := entry.prologue(*args, **kwargs)) is MISS:
+            entry, result = entries.lookup(args, kwargs, tried=entry)
+            if entry is None:
+                return _miss(args, kwargs)[1]
         stats.cache_hits += 1
         if stats.last_traces is not entry.computation_traces:
             _note_last(entry)

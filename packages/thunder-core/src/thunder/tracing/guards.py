@@ -205,7 +205,7 @@ def code_dependencies(functions, trace_only: list | None = None):
         g = fn.__globals__
         codes: list = []
         _code_objects(fn.__code__, codes)
-        if trace_only is not None:
+        if trace_only is not None and not _is_library_code(fn.__code__):
             for code in codes:
                 trace_only.extend(_trace_only_calls(code, g))
         for code in codes:
@@ -233,6 +233,12 @@ def code_dependencies(functions, trace_only: list | None = None):
 
 
 _TRACE_ONLY_MODULES = ("random", "numpy.random")
+
+
+def _is_library_code(code: types.CodeType) -> bool:
+    """Installed packages' code (a print in a library's debugging branch is not the user's)."""
+    filename = code.co_filename
+    return "site-packages" in filename or "dist-packages" in filename
 
 
 @functools.lru_cache(maxsize=1024)

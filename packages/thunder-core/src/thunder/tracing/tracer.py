@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
@@ -98,39 +99,26 @@ class _TracingMode(TorchFunctionMode):
 
 
 def unwrap(x):
-    """TracingTensors inside ``x`` (tuples, lists, dicts) replaced by their proxies."""
-    t = type(x)
-    if t is TracingTensor:
+    """TracingTensors inside ``x`` (any pytree) replaced by their proxies."""
+    if type(x) is TracingTensor:
         return x._thunder_proxy
-    if t is tuple or t is list:
-        if not x:
-            return x
-        return t(unwrap(y) for y in x)
-    if t is dict:
-        return {k: unwrap(v) for k, v in x.items()}
-    if isinstance(x, TracingTensor):
-        return x._thunder_proxy
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return t(*(unwrap(y) for y in x))
-    if isinstance(x, slice):
-        return slice(unwrap(x.start), unwrap(x.stop), unwrap(x.step))
-    return x
+    return tree_map(_unwrap_leaf, x)
+
+
+def _unwrap_leaf(x):
+    return x._thunder_proxy if isinstance(x, TracingTensor) else x
 
 
 def wrap(x):
-    """Proxies inside ``x`` replaced by TracingTensors (what user code sees)."""
+    """Proxies inside ``x`` (any pytree) replaced by TracingTensors (what user code sees)."""
     if isinstance(x, TensorProxy):
         return TracingTensor(x)
-    t = type(x)
-    if t is tuple or t is list:
-        return t(wrap(y) for y in x)
-    if t is dict:
-        return {k: wrap(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        if hasattr(t, "n_fields"):  # torch.return_types structseq
-            return t(tuple(wrap(y) for y in x))
-        if hasattr(x, "_fields"):
-            return t(*(wrap(y) for y in x))
+    return tree_map(_wrap_leaf, x)
+
+
+def _wrap_leaf(x):
+    if isinstance(x, TensorProxy):
+        return TracingTensor(x)
     if isinstance(x, Proxy):
         return x.value if hasattr(x, "value") else x
     return x
@@ -317,18 +305,16 @@ class Tracer:
         return wrapped
 
     def _unwrap_inputs(self, x):
-        t = type(x)
-        if t is TracingTensor:
+        if type(x) is TracingTensor:
             return x._thunder_proxy
-        if t is tuple or t is list:
-            return t(self._unwrap_inputs(y) for y in x)
-        if t is dict:
-            return {k: self._unwrap_inputs(v) for k, v in x.items()}
+        return tree_map(self._unwrap_input_leaf, x)
+
+    def _unwrap_input_leaf(self, x):
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
                 return x._thunder_proxy
             return self._constant_tensor(x)
-        return unwrap(x)
+        return x
 
     def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
         """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
