@@ -145,7 +145,7 @@ def test_generate_on_a_thunder_module_runs_the_jitted_forward():
     actual = jm.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     assert torch.equal(actual, expected)
     assert thunder.cache_misses(jm) == 5  # one program per length (no cache, no symbolic sizes)
-    assert "forward" not in model.__dict__  # the model is left as it was
+    assert type(model) is type(ref) and "forward" not in model.__dict__  # the model is left as it was
 
 
 def test_sampled_generate_matches_eager():
@@ -159,3 +159,74 @@ def test_sampled_generate_matches_eager():
     torch.manual_seed(7)
     actual = jm.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     assert torch.equal(actual, expected)
+
+
+def _generate_both(model, ids, **kw):
+    """``generate`` on an eager copy and on ``thunder.jit(model)``: (eager output, thunder output, jm)."""
+    ref = copy.deepcopy(model)
+    kw = dict(attention_mask=torch.ones_like(ids), return_dict_in_generate=True, output_logits=True, **kw)
+    seed = kw.pop("seed", 0)
+    torch.manual_seed(seed)
+    expected = ref.generate(ids, **kw)
+    jm = thunder.jit(model)
+    torch.manual_seed(seed)
+    actual = jm.generate(ids, **kw)
+    assert torch.equal(actual.sequences, expected.sequences)
+    for a, e in zip(actual.logits, expected.logits, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
+    return jm
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
+def test_generate_with_hf_caches_matches_eager(cache, do_sample):
+    """HF generate() with its DynamicCache or StaticCache: the cache's tensors are program inputs and
+    its updates are written back; tokens and logits equal eager's."""
+    model = _hf_llama()
+    ids = torch.randint(3, 96, (2, 5), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=6, do_sample=do_sample, cache_implementation=cache)
+    if do_sample:
+        kw.update(top_k=20, temperature=0.9, seed=5)
+    jm = _generate_both(model, ids, **kw)
+    # the static cache keeps its shape: a prefill program and one decode program
+    assert thunder.cache_misses(jm) == (2 if cache == "static" else 6)
+
+
+def test_manual_decode_loop_with_static_cache():
+    transformers = pytest.importorskip("transformers")
+    model = _hf_llama()
+    ref = copy.deepcopy(model)
+    ids = torch.randint(3, 96, (1, 6), generator=torch.Generator().manual_seed(2))
+
+    def decode(m, steps=6):
+        cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+        x, pos, tokens, logits_seen = ids, torch.arange(ids.shape[1]), [], []
+        with torch.no_grad():
+            for _ in range(steps):
+                logits = m(input_ids=x, past_key_values=cache, cache_position=pos, use_cache=True).logits[:, -1]
+                x = logits.argmax(-1, keepdim=True)
+                tokens.append(x)
+                logits_seen.append(logits)
+                pos = pos[-1:] + 1
+        return torch.cat(tokens, 1), torch.stack(logits_seen)
+
+    expected = decode(ref)
+    jm = thunder.jit(model)
+    actual = decode(jm)
+    assert torch.equal(actual[0], expected[0])
+    torch.testing.assert_close(actual[1], expected[1], atol=1e-5, rtol=1e-5)
+    assert thunder.cache_misses(jm) == 2
+
+
+def test_generate_with_a_jitted_submodule_forwards_keywords():
+    """Swapping a jitted inner model into generate(): the outer forward calls it with keywords
+    (this failed with "got multiple values for argument 'use_cache'")."""
+    model = _hf_llama()
+    ref = copy.deepcopy(model)
+    ids = torch.randint(3, 96, (1, 6), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=4, do_sample=False, attention_mask=torch.ones_like(ids))
+    expected = ref.generate(ids, **kw)
+    model.model = thunder.jit(model.model)
+    actual = model.generate(ids, **kw)
+    assert torch.equal(actual, expected)
+    assert thunder.cache_misses(model.model) == 4

@@ -96,7 +96,7 @@ def _with_jitted_forward(tm: ThunderModule, method: Callable) -> Callable:
     ``jm.generate(...)`` calls Hugging Face's ``generate`` on the original model, which calls
     ``self(...)``: ``nn.Module.__call__`` runs the model's hooks as usual and then its ``forward``,
     which for the duration of the call is the jitted one. While thunder traces (a cache miss), the
-    original forward runs, so the traced program is the model's own.
+    model's own forward runs, so the traced program is the model's.
     """
 
     @functools.wraps(method)
@@ -107,34 +107,48 @@ def _with_jitted_forward(tm: ThunderModule, method: Callable) -> Callable:
     return run_with_jitted_forward
 
 
+def _jitted_forward_class(tm: ThunderModule) -> type:
+    """A subclass of the model's class whose ``forward`` runs ``tm``'s program (made once per ``tm``)."""
+    model = tm._model
+    cls = type(model)
+    cached = tm.__dict__.get("_jitted_forward_class")
+    if cached is not None and cached.__bases__[0] is cls:
+        return cached
+    from thunder.tracing.tracer import _current_tracer
+
+    original_forward = cls.forward
+
+    @functools.wraps(original_forward)
+    def forward(self, *args, **kwargs):
+        if _current_tracer[-1] is not None:  # thunder is tracing the model: its own forward
+            return original_forward(self, *args, **kwargs)
+        return tm._forward_fn(*args, **kwargs)
+
+    jitted = type(
+        cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    )
+    tm.__dict__["_jitted_forward_class"] = jitted
+    return jitted
+
+
 @contextmanager
 def _jitted_forward(tm: ThunderModule):
+    """While active, calling the original model (``model(...)``) runs ``tm``'s compiled program."""
     model = tm._model
-    if getattr(model, "_thunder_jitted_forward_depth", 0):
-        model._thunder_jitted_forward_depth += 1
+    depth = tm.__dict__.get("_jitted_forward_depth", 0)
+    if depth or "forward" in model.__dict__:
+        # nested, or the model's forward is an instance attribute (then it is called as it is)
+        tm.__dict__["_jitted_forward_depth"] = depth + 1
         try:
             yield
         finally:
-            model._thunder_jitted_forward_depth -= 1
+            tm.__dict__["_jitted_forward_depth"] = depth
         return
-    from thunder.tracing.tracer import _current_tracer
-
-    had_instance_forward = "forward" in model.__dict__
-    original = model.forward
-
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
-        if _current_tracer[-1] is not None:  # thunder is tracing the model: its own forward
-            return original(*args, **kwargs)
-        return tm._forward_fn(*args, **kwargs)
-
-    object.__setattr__(model, "forward", forward)
-    object.__setattr__(model, "_thunder_jitted_forward_depth", 1)
+    cls = type(model)
+    model.__class__ = _jitted_forward_class(tm)
+    tm.__dict__["_jitted_forward_depth"] = 1
     try:
         yield
     finally:
-        object.__delattr__(model, "_thunder_jitted_forward_depth")
-        if had_instance_forward:
-            object.__setattr__(model, "forward", original)
-        else:
-            object.__delattr__(model, "forward")
+        tm.__dict__["_jitted_forward_depth"] = 0
+        model.__class__ = cls
