@@ -1,4 +1,5 @@
-"""``torch.vmap`` / ``torch.func.vmap`` inside functions traced by thunder match eager."""
+"""``torch.vmap`` / ``torch.func`` inside functions traced by thunder: vmap and functional_call match
+eager; the differentiating transforms raise a clear error."""
 
 from __future__ import annotations
 
@@ -99,3 +100,29 @@ def test_vmap_mismatched_sizes_is_a_clear_error():
 
     with pytest.raises(Exception, match="vmapped dimensions have sizes"):
         thunder.jit(f)(torch.randn(3, 2), torch.randn(4, 2))
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "vjp"])
+def test_differentiating_func_transforms_are_a_clear_error(transform):
+    """torch.func.grad & co. inside traced code raise naming the line (they returned wrong values)."""
+
+    def f(x):
+        fn = getattr(torch.func, transform)
+        if transform == "vjp":
+            return fn(torch.sin, x)[0]
+        return fn(lambda a: torch.sin(a).sum())(x)
+
+    with pytest.raises(thunder.TracingError, match=rf"torch.func.{transform} inside .*test_vmap.py"):
+        thunder.jit(f)(torch.randn(3))
+    assert torch.func.grad(lambda a: (a * a).sum())(torch.ones(2)).tolist() == [2.0, 2.0]  # restored
+
+
+def test_func_functional_call_matches_eager():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    params = {k: v.detach() * 2 for k, v in lin.named_parameters()}
+
+    def f(x):
+        return torch.func.functional_call(lin, params, (x,))
+
+    _check(f, torch.randn(4, 3))

@@ -15,6 +15,9 @@ batches each torch call the function makes:
 
 Nested vmaps nest levels: a value batched by several levels holds the next level's value.
 Outside tracing, or with no stand-in among the inputs, PyTorch's vmap runs unchanged.
+
+The differentiating transforms (``torch.func.grad``, ``vjp``, ``jacrev`` …) are not traced: on
+stand-ins they raise an error naming the user's line instead of computing a wrong result.
 """
 
 from __future__ import annotations
@@ -276,16 +279,68 @@ def vmap(
     return vmapped
 
 
+# torch.func transforms that differentiate: their functorch wrappers work below __torch_function__,
+# so on stand-ins they would compute a wrong result or fail deep inside PyTorch
+_UNSUPPORTED_TRANSFORMS = ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize")
+
+
+def _unsupported_error(name: str) -> TracingError:
+    from thunder.tracing.errors import describe_location, user_frame
+
+    frame = user_frame(3)
+    where = f" at {describe_location(frame)}" if frame is not None else ""
+    return TracingError(
+        f"torch.func.{name} inside a function compiled by thunder.jit is not supported{where}: "
+        "differentiate outside it (torch.autograd on the jitted function's outputs, or "
+        "thunder.core.transforms.grad/vjp)"
+    )
+
+
+# these take the inputs with the function (vjp(f, *primals)); the others return a new function
+_APPLIED_DIRECTLY = ("vjp", "jvp", "linearize")
+
+
+def _unsupported_transform(name: str, original: Callable) -> Callable:
+    if name in _APPLIED_DIRECTLY:
+
+        @functools.wraps(original)
+        def applied(func, *args, **kwargs):
+            if _has_stand_in(args, kwargs):
+                raise _unsupported_error(name)
+            return original(func, *args, **kwargs)
+
+        return applied
+
+    @functools.wraps(original)
+    def transform(func, *t_args, **t_kwargs):
+        transformed = original(func, *t_args, **t_kwargs)
+
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            if _has_stand_in(args, kwargs):
+                raise _unsupported_error(name)
+            return transformed(*args, **kwargs)
+
+        return call
+
+    return transform
+
+
+_originals = {name: getattr(torch.func, name) for name in _UNSUPPORTED_TRANSFORMS if hasattr(torch.func, name)}
+_replacements = {name: _unsupported_transform(name, fn) for name, fn in _originals.items()}
 _patch_depth = [0]
 
 
 class patched_vmap:
-    """While tracing: ``torch.vmap`` and ``torch.func.vmap`` are :func:`vmap` (re-entrant)."""
+    """While tracing: ``torch.vmap`` and ``torch.func.vmap`` are :func:`vmap`, and the differentiating
+    ``torch.func`` transforms raise a clear error on stand-ins (re-entrant)."""
 
     def __enter__(self):
         if _patch_depth[0] == 0:
             torch.vmap = vmap
             torch.func.vmap = vmap
+            for name, fn in _replacements.items():
+                setattr(torch.func, name, fn)
         _patch_depth[0] += 1
         return self
 
@@ -294,4 +349,6 @@ class patched_vmap:
         if _patch_depth[0] == 0:
             torch.vmap = _original_vmap
             torch.func.vmap = _original_vmap
+            for name, fn in _originals.items():
+                setattr(torch.func, name, fn)
         return False
