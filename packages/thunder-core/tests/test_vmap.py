@@ -126,3 +126,10 @@ def test_func_functional_call_matches_eager():
         return torch.func.functional_call(lin, params, (x,))
 
     _check(f, torch.randn(4, 3))
+
+
+def test_vmap_of_dimension_dependent_activations():
+    def f(x, w):
+        return torch.vmap(lambda a: torch.nn.functional.glu(a, 0) + torch.nn.functional.prelu(a[:2], w))(x)
+
+    _check(f, torch.randn(3, 4, 5), torch.rand(5))

@@ -38,6 +38,8 @@ _levels = itertools.count(1)
 # how many traced vmaps are running (the tracer looks for batched values only then)
 vmap_active = [0]
 _ELEMENTWISE_MODULE = "thunder.torch.elementwise"
+# in the elementwise module but with dimension-dependent semantics (halving a dim, per-channel weight)
+_NOT_POINTWISE = frozenset(("glu", "prelu"))
 
 
 class BatchedTracingTensor(torch.Tensor):
@@ -95,7 +97,11 @@ def _is_elementwise(func) -> bool:
 
     sym = torch_to_thunder.get(func)
     wrapped = getattr(sym, "__wrapped__", None) if type(sym) is Symbol else None
-    return wrapped is not None and getattr(wrapped, "__module__", None) == _ELEMENTWISE_MODULE
+    return (
+        wrapped is not None
+        and getattr(wrapped, "__module__", None) == _ELEMENTWISE_MODULE
+        and sym.name not in _NOT_POINTWISE
+    )
 
 
 _DIM_OPS = frozenset((torch.unsqueeze, torch.Tensor.unsqueeze, torch.Tensor.expand))
