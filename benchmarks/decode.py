@@ -46,8 +46,16 @@ def build_model():
 
 
 def decode(model, raw_model, prompt: torch.Tensor, tokens: int, max_seq_length: int) -> torch.Tensor:
-    """Greedy decode: prefill, then one token per step through the KV cache. Returns the new tokens."""
-    raw_model.set_kv_cache(batch_size=prompt.shape[0], max_seq_length=max_seq_length)
+    """Greedy decode: prefill, then one token per step through the KV cache. Returns the new tokens.
+
+    The cache is created once and zeroed for later decodes (re-creating it registers new
+    submodules, which a compiled program guards against, as a generation server would not do)."""
+    caches = [block.attn.kv_cache for block in raw_model.transformer.h]
+    if any(c is None for c in caches):
+        raw_model.set_kv_cache(batch_size=prompt.shape[0], max_seq_length=max_seq_length)
+    else:
+        for c in caches:
+            c.reset_parameters()
     out = []
     x, pos = prompt, torch.arange(prompt.shape[1])
     with torch.no_grad():
