@@ -18,11 +18,20 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
+from thunder.tracing.errors import (
+    TracingError,
+    data_dependent_error,
+    describe_location,
+    innermost_frame,
+    user_frame,
+)
+from thunder.tracing.vmap import batched_call, has_batched, patched_vmap, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 
@@ -90,41 +99,44 @@ class _TracingMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return self.tracer.handle(func, args, kwargs or {})
 
+    def __enter__(self):
+        # torch.vmap inside the traced code batches stand-in tensors (thunder/tracing/vmap.py)
+        self._vmap = patched_vmap()
+        self._vmap.__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._vmap.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._vmap.__exit__(*exc)
+
 
 def unwrap(x):
-    """TracingTensors inside ``x`` (tuples, lists, dicts) replaced by their proxies."""
-    t = type(x)
-    if t is TracingTensor:
+    """TracingTensors inside ``x`` (any pytree) replaced by their proxies."""
+    if type(x) is TracingTensor:
         return x._thunder_proxy
-    if t is tuple or t is list:
-        if not x:
-            return x
-        return t(unwrap(y) for y in x)
-    if t is dict:
-        return {k: unwrap(v) for k, v in x.items()}
-    if isinstance(x, TracingTensor):
-        return x._thunder_proxy
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return t(*(unwrap(y) for y in x))
-    if isinstance(x, slice):
-        return slice(unwrap(x.start), unwrap(x.stop), unwrap(x.step))
-    return x
+    return tree_map(_unwrap_leaf, x)
+
+
+def _unwrap_leaf(x):
+    return x._thunder_proxy if isinstance(x, TracingTensor) else x
 
 
 def wrap(x):
-    """Proxies inside ``x`` replaced by TracingTensors (what user code sees)."""
+    """Proxies inside ``x`` (any pytree) replaced by TracingTensors (what user code sees)."""
     if isinstance(x, TensorProxy):
         return TracingTensor(x)
-    t = type(x)
-    if t is tuple or t is list:
-        return t(wrap(y) for y in x)
-    if t is dict:
-        return {k: wrap(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        if hasattr(t, "n_fields"):  # torch.return_types structseq
-            return t(tuple(wrap(y) for y in x))
-        if hasattr(x, "_fields"):
-            return t(*(wrap(y) for y in x))
+    return tree_map(_wrap_leaf, x)
+
+
+def _wrap_leaf(x):
+    if isinstance(x, TensorProxy):
+        return TracingTensor(x)
     if isinstance(x, Proxy):
         return x.value if hasattr(x, "value") else x
     return x
@@ -159,6 +171,17 @@ _DATA_DEPENDENT = {
     T.untyped_storage: "access a tensor's storage",
 }
 
+_NOT_TRACEABLE = {
+    T.register_hook: (
+        "register a gradient hook on a tensor inside the jitted function (the program's backward is one "
+        "operation): register it on the output after the call, or use a torch.autograd.Function"
+    ),
+    torch.autograd.grad: (
+        "run torch.autograd.grad inside the jitted function: call it on the outputs after the call, or use "
+        "thunder.core.transforms.grad / vjp on the function"
+    ),
+}
+
 
 class Tracer:
     """Records the user's torch calls into ``trace``."""
@@ -182,9 +205,13 @@ class Tracer:
                 return func(*args, **kwargs)
         if func in _NONE_ATTRIBUTES:
             return None
+        if vmap_active[0] and has_batched(args, kwargs):
+            return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
             raise data_dependent_error(what, user_frame(2))
+        if func in _NOT_TRACEABLE:
+            raise TracingError(f"thunder.jit cannot {_NOT_TRACEABLE[func]}\n  {describe_location(user_frame(2))}")
         if func is T.__iter__:
             return iter(self.handle(T.unbind, (args[0], 0), {}))
         if func is T.__repr__ or func is T.__str__:
@@ -211,6 +238,16 @@ class Tracer:
         if mapped is None:
             sym = fallback_symbol(func)
             mapped = torch_to_thunder.get(func, sym) if sym.inplace else sym
+        torch_uargs, torch_ukwargs = uargs, ukwargs  # as PyTorch names them, for the opaque fallback
+        if ukwargs and not fell_back and not isinstance(func, Symbol):
+            # PyTorch's argument names (torch.baddbmm(batch1=...)) mapped onto the symbol's
+            target = mapped.fn if type(mapped) is InplaceOp else mapped
+            if type(target) is Symbol:
+                try:
+                    uargs, ukwargs = bind_torch_kwargs(func, target, uargs, ukwargs)
+                except NotImplementedError:
+                    fell_back = True
+                    mapped = fallback_inplace_op(func) if type(mapped) is InplaceOp else fallback_symbol(func)
         inplace_kw = None
         if type(mapped) is Symbol and getattr(mapped, "inplace_param", None) is not None:
             # F.relu(x, inplace=True) and friends: compute out of place, then update x
@@ -229,7 +266,7 @@ class Tracer:
                     del trace.bound_symbols[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
-                    out = self._inplace(func, mapped, args, uargs, ukwargs)
+                    out = self._inplace(func, mapped, args, torch_uargs, torch_ukwargs)
             else:
                 try:
                     out = mapped(*uargs, **ukwargs)
@@ -238,7 +275,7 @@ class Tracer:
                         raise
                     del trace.bound_symbols[start:]
                     fell_back = True
-                    out = self._fallback(func, uargs, ukwargs)
+                    out = self._fallback(func, torch_uargs, torch_ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
                     self._rebind(func, args[0], out)
         except (TracingError, RecursionError):
@@ -298,18 +335,16 @@ class Tracer:
         return wrapped
 
     def _unwrap_inputs(self, x):
-        t = type(x)
-        if t is TracingTensor:
+        if type(x) is TracingTensor:
             return x._thunder_proxy
-        if t is tuple or t is list:
-            return t(self._unwrap_inputs(y) for y in x)
-        if t is dict:
-            return {k: self._unwrap_inputs(v) for k, v in x.items()}
+        return tree_map(self._unwrap_input_leaf, x)
+
+    def _unwrap_input_leaf(self, x):
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
                 return x._thunder_proxy
             return self._constant_tensor(x)
-        return unwrap(x)
+        return x
 
     def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
         """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
@@ -635,10 +670,12 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                 else:
                     result = func(*margs, **mkwargs)
         except Exception as e:
+            detail = str(e).split("\n")[0]
             raise TracingError(
                 f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
-                f"output's shape ({type(e).__name__}: {e}). If its output shape depends on tensor values "
-                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it."
+                f"output's shape ({type(e).__name__}: {detail}). If its output shape depends on tensor values "
+                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
+                f"  {describe_location(user_frame(2))}"
             ) from e
         return _from_meta(result, _result_device(args, kwargs))
 
