@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.symbol import Symbol
+from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
@@ -160,6 +160,10 @@ _DATA_DEPENDENT = {
 }
 
 
+# functions that switch grad mode: run, not recorded (the tracer applies the mode to each call it records)
+_GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -173,6 +177,8 @@ class Tracer:
         self.input_names: set[str] = set()
         # whether autocast was on at some call (the program then holds autocast's casts)
         self.autocast = False
+        # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
+        self.autodiff = torch.is_grad_enabled()
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -191,6 +197,10 @@ class Tracer:
             return TracingTensor.__repr__(args[0])
         if func is T.requires_grad_:
             return args[0]
+        if func in _GRAD_MODE_SWITCHES:
+            # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
+            with torch._C.DisableTorchFunction():
+                return func(*args, **kwargs)
         mapped = torch_to_thunder.get(func)
         return self.record_call(func, mapped, args, kwargs)
 
@@ -205,7 +215,8 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
-        start = len(trace.bound_symbols)
+        scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
+        start = len(scope)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
         fell_back = mapped is None
         if mapped is None:
@@ -226,7 +237,7 @@ class Tracer:
                 except NotImplementedError:
                     if fell_back or not callable(func) or isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
                     out = self._inplace(func, mapped, args, uargs, ukwargs)
@@ -236,7 +247,7 @@ class Tracer:
                 except NotImplementedError:
                     if isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
                     out = self._fallback(func, uargs, ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
@@ -253,10 +264,12 @@ class Tracer:
             raise
         finally:
             self.in_symbol = False
+        if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
+            out = self._grad_mode(out, uargs, ukwargs)
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
-            bsyms = trace.bound_symbols
+            bsyms = trace.scopes[-1]
             for i in range(start, len(bsyms)):
                 bsyms[i].source = src
             self._name_from_store(frame, out, start)
@@ -296,6 +309,34 @@ class Tracer:
         ):
             _mark_views(wrapped, args[0], (mapped, tuple(uargs[1:]), ukwargs))
         return wrapped
+
+    def _grad_mode(self, out, uargs, ukwargs):
+        """Outputs of a call whose inputs require grad: they require grad too, or with grad disabled
+        (``no_grad``, ``inference_mode``, ``set_grad_enabled(False)``) they pass through ``detach``,
+        so autodiff sees the region's end as a stop-gradient, as PyTorch's autograd does."""
+        inputs = flat_proxies((uargs, ukwargs))
+        if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
+            return out
+        enabled = torch.is_grad_enabled()
+        if not enabled and not self.autodiff:
+            return out
+        input_ids = {id(p) for p in inputs}
+        results = [p for p in flat_proxies(out) if type(p) is TensorProxy and id(p) not in input_ids]
+        if enabled:
+            for p in results:
+                if p.dtype.kind in ("float", "complex"):
+                    p.requires_grad = True
+            return out
+        from thunder.torch import detach
+
+        trace = self.trace
+        mapping = {}
+        for p in results:
+            p.requires_grad = False
+            if p.dtype.kind in ("float", "complex") and p.name not in mapping:
+                mapping[p.name] = d = detach.record(trace, (p,), {})
+                d.requires_grad = False
+        return swap_proxies(out, mapping) if mapping else out
 
     def _unwrap_inputs(self, x):
         t = type(x)
@@ -375,7 +416,7 @@ class Tracer:
         if pending is not None and pending[0] != key:
             self._apply_name(pending[1], pending[2])
             self._pending_name = None
-        if not isinstance(out, TensorProxy) or len(self.trace.bound_symbols) <= start:
+        if not isinstance(out, TensorProxy) or len(self.trace.scopes[-1]) <= start:
             return
         if out.name in self.input_names:
             return

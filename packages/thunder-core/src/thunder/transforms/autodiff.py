@@ -107,6 +107,11 @@ class Joint:
 
     forward: list[BoundSymbol]
     groups: list[_Group]
+    requires_grad: set[str] = field(default_factory=set)  # every value a gradient can reach, inputs included
+
+
+# symbols whose outputs carry no gradient (their inputs get none through them)
+_STOP_GRADIENT = frozenset({"torch.detach"})
 
 
 def _is_differentiable(p) -> bool:
@@ -132,7 +137,7 @@ class _Differentiator:
             if impl is not None and impl.grad_transform is not None:
                 if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
                     return impl.grad_transform
-        rule = _grad_rules.get(bsym.sym.id)
+        rule = _grad_rules.get(bsym.sym.id) or getattr(bsym.sym, "grad_rule", None)
         if rule is None and "opaque" in bsym.sym.tags and getattr(bsym.sym, "torch_fn", None) is not None:
             from thunder.transforms.opaque_grads import opaque_grad_rule
 
@@ -144,6 +149,7 @@ class _Differentiator:
         if (
             bsym.sym.python_printer is not None
             or "in_place" in bsym.sym.tags  # writes of new values into inputs (buffer updates) carry no gradient
+            or bsym.sym.id in _STOP_GRADIENT  # detach, .data, and the ends of no_grad regions
             or not any(a.name in rg for a in bsym.flat_args)
         ):
             forward.append(bsym)
@@ -208,7 +214,7 @@ def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[Tr
     body = [b for b in trace.bound_symbols if b.sym.name != "python_return"]
     with tracectx(work):
         forward, groups = d.run(body)
-    return work, Joint(forward, groups)
+    return work, Joint(forward, groups, d.requires_grad)
 
 
 # ---------------------------------------------------------------- the backward program

@@ -1,0 +1,165 @@
+"""Gradient semantics of compiled programs against eager PyTorch (issue 13).
+
+Each test is a minimal reproduction of one class of defect: the compiled function must give the
+same values, the same ``requires_grad`` on its outputs and the same gradients as eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+
+def _leaves(inputs):
+    return [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def assert_like_eager(fn, *inputs, seed: int | None = None):
+    """``thunder.jit(fn)`` agrees with ``fn`` on values, outputs' ``requires_grad`` and input gradients."""
+    eager_in, thunder_in = _leaves(inputs), _leaves(inputs)
+    if seed is not None:
+        torch.manual_seed(seed)
+    expected = _flat(fn(*eager_in))
+    if seed is not None:
+        torch.manual_seed(seed)
+    actual = _flat(thunder.jit(fn)(*thunder_in))
+    assert len(actual) == len(expected)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, equal_nan=True)
+        assert a.requires_grad == e.requires_grad
+    wrt = [i for i, x in enumerate(inputs) if x.requires_grad]
+    outs = [(e, a) for e, a in zip(expected, actual) if e.requires_grad]
+    if not outs or not wrt:
+        return
+    torch.manual_seed(1234)
+    cots = [torch.randn_like(e) for e, _ in outs]
+    eg = torch.autograd.grad([e for e, _ in outs], [eager_in[i] for i in wrt], cots, allow_unused=True)
+    tg = torch.autograd.grad([a for _, a in outs], [thunder_in[i] for i in wrt], cots, allow_unused=True)
+    for i, e, a in zip(wrt, eg, tg):
+        if e is None:
+            assert a is None or not a.any(), f"input {i}: eager has no gradient, thunder has {a}"
+            continue
+        assert a is not None, f"input {i}: thunder gives no gradient, eager gives {e}"
+        torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m: f"gradient of input {i}: {m}")
+
+
+def _x(*shape, dtype=torch.float64):
+    return torch.randn(*shape, dtype=dtype, requires_grad=True)
+
+
+def _t(values):
+    return torch.tensor(values, dtype=torch.float64, requires_grad=True)
+
+
+# ---------------------------------------------------------------- stop-gradients
+
+
+def test_detach_is_a_stop_gradient():
+    assert_like_eager(lambda x: x * x.detach(), _x(5))
+
+
+def test_data_is_a_stop_gradient():
+    assert_like_eager(lambda x: x * x.data, _x(5))
+
+
+def test_straight_through_estimator():
+    # gradient 1, not 0: the rounding is hidden from autodiff
+    assert_like_eager(lambda x: x + (torch.round(x) - x).detach(), _x(5))
+
+
+def test_detach_costs_no_copy():
+    def fn(x):
+        return x * x.detach()
+
+    jfn = thunder.jit(fn)
+    jfn(_x(4))
+    ran = [b.sym.name for b in thunder.last_traces(jfn)[-1].bound_symbols]
+    assert "detach" in ran and "clone" not in ran  # torch.detach: a view, no copy
+
+
+# ---------------------------------------------------------------- grad-mode regions
+
+
+def _no_grad_region(x):
+    with torch.no_grad():
+        y = x * 2
+    return x * y
+
+
+def _set_grad_enabled_region(x):
+    with torch.set_grad_enabled(False):
+        y = x.exp()
+    return x * y
+
+
+def _set_grad_enabled_call(x):
+    torch.set_grad_enabled(False)
+    y = x.sin()
+    torch.set_grad_enabled(True)
+    return x * y
+
+
+def _inference_mode_region(x):
+    with torch.inference_mode():
+        y = x * 3
+    return x * y.clone()
+
+
+def _enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = x * 3
+    return a * b
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _no_grad_region,
+        _set_grad_enabled_region,
+        _set_grad_enabled_call,
+        _inference_mode_region,
+        _enable_grad_inside_no_grad,
+    ],
+)
+def test_grad_mode_regions(fn):
+    assert_like_eager(fn, _x(4))
+
+
+def test_output_of_no_grad_region_does_not_require_grad():
+    def fn(x):
+        with torch.no_grad():
+            return x * 2
+
+    assert_like_eager(fn, _x(3))
+
+
+def test_grad_mode_seen_by_user_code():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+            inside = torch.is_grad_enabled()
+        return y + 1 if not inside and not y.requires_grad else y
+
+    assert_like_eager(fn, _x(3))
+
+
+# ---------------------------------------------------------------- requires_grad of outputs
+
+
+def test_output_independent_of_differentiable_inputs():
+    assert_like_eager(lambda x: torch.ones(3, dtype=torch.float64) * 2, _x(3))
+
+
+def test_outputs_requires_grad_follows_dependence():
+    def fn(x, y):
+        return x * 2, y * 2, x.argmax()
+
+    assert_like_eager(fn, _x(3), torch.randn(3, dtype=torch.float64))
