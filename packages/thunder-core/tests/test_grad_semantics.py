@@ -163,3 +163,147 @@ def test_outputs_requires_grad_follows_dependence():
         return x * 2, y * 2, x.argmax()
 
     assert_like_eager(fn, _x(3), torch.randn(3, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- torch.autograd.Function
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10
+
+
+class _MulSaved(torch.autograd.Function):
+    """Several inputs, a non-tensor argument, save_for_backward and needs_input_grad."""
+
+    @staticmethod
+    def forward(ctx, x, w, scale: float):
+        ctx.save_for_backward(x, w)
+        ctx.scale = scale
+        return x * w * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = g * w * ctx.scale * 2 if ctx.needs_input_grad[0] else None  # deliberately not the true gradient
+        gw = g * x * ctx.scale if ctx.needs_input_grad[1] else None
+        return gx, gw, None
+
+
+class _TwoOutputs(torch.autograd.Function):
+    """Two differentiable outputs and a non-differentiable one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a, b = x.sin(), x.cos()
+        idx = x.argmax()
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(x)
+        return a, b, idx
+
+    @staticmethod
+    def backward(ctx, ga, gb, gidx):
+        (x,) = ctx.saved_tensors
+        return ga * x.cos() - gb * x.sin() + 1.0
+
+
+class _OnceDifferentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.exp()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x  # deliberately not exp(x)
+
+
+class _SetupContext(torch.autograd.Function):
+    @staticmethod
+    def forward(x, k=3.0):
+        return x * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.k = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g * ctx.k, None
+
+
+class _NonDifferentiableOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        ctx.mark_non_differentiable(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_autograd_function_uses_its_backward():
+    assert_like_eager(lambda x: _ScaleGrad.apply(x) * 2, _x(4))
+
+
+def test_autograd_function_saved_tensors_needs_input_grad_and_non_tensor_args():
+    assert_like_eager(lambda x, w: _MulSaved.apply(x, w, 0.5).sum(), _x(3), _x(3))
+    assert_like_eager(lambda x, w: _MulSaved.apply(x, w, 0.5), _x(3), torch.randn(3, dtype=torch.float64))
+
+
+def test_autograd_function_several_outputs_and_mark_non_differentiable():
+    def fn(x):
+        a, b, idx = _TwoOutputs.apply(x)
+        return a * 2 + b, idx
+
+    assert_like_eager(fn, _x(5))
+    assert_like_eager(lambda x: _TwoOutputs.apply(x)[0], _x(5))  # an unused output's cotangent is zeros
+    assert_like_eager(lambda x: _NonDifferentiableOutput.apply(x) + x, _x(5))
+
+
+def test_autograd_function_once_differentiable_and_setup_context():
+    assert_like_eager(lambda x: _OnceDifferentiable.apply(x), _x(4))
+    assert_like_eager(lambda x: _SetupContext.apply(x), _x(4))
+    assert_like_eager(lambda x: _SetupContext.apply(x, 5.0), _x(4))
+
+
+def test_autograd_function_in_a_module_and_its_backward_is_traced():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4, dtype=torch.float64)
+
+        def forward(self, x):
+            return _ScaleGrad.apply(self.lin(x)).tanh()
+
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(2, 4, dtype=torch.float64)
+    jnet = thunder.jit(net)
+    torch.testing.assert_close(jnet(x), net(x))
+    jnet(x).sum().backward()
+    thunder_grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    net(x).sum().backward()
+    for t, e in zip(thunder_grads, (p.grad for p in net.parameters())):
+        torch.testing.assert_close(t, e)
+    backward = str(thunder.last_backward_traces(jnet)[-1])
+    assert "10" in backward  # the user's backward is in the backward trace, where executors can fuse it
+
+
+def test_autograd_function_without_grad_runs_forward():
+    x = _x(3)
+    with torch.no_grad():
+        out = thunder.jit(lambda x: _ScaleGrad.apply(x) + 1)(x)
+    torch.testing.assert_close(out, x.detach() + 1)
+    assert not out.requires_grad
+    assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"  # unpatched

@@ -22,6 +22,7 @@ from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
+from thunder.tracing.autograd_function import patch_function_apply
 from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -86,6 +87,22 @@ class _TracingMode(TorchFunctionMode):
     def __init__(self, tracer):
         super().__init__()
         self.tracer = tracer
+        self._function_apply = patch_function_apply()
+
+    def __enter__(self):
+        # torch.autograd.Function.apply is not a torch function: patched while tracing
+        self._function_apply.__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._function_apply.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._function_apply.__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return self.tracer.handle(func, args, kwargs or {})
