@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunder
 
@@ -307,3 +308,57 @@ def test_autograd_function_without_grad_runs_forward():
     torch.testing.assert_close(out, x.detach() + 1)
     assert not out.requires_grad
     assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"  # unpatched
+
+
+# ---------------------------------------------------------------- random operations are never redrawn in backward
+
+
+def _mask_consistent(fn, x):
+    """The gradient of ``sum(fn(x))`` for a ``fn`` that scales each element: ``grad * x == out`` when not redrawn."""
+    x = x.detach().requires_grad_()
+    out = thunder.jit(fn)(x)
+    (g,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(g * x, out)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.dropout(x, 0.5),
+        torch.nn.Dropout(0.3).train(),
+        lambda x: F.dropout2d(x.view(10, 10, 10, 1), 0.5).view(-1),
+        lambda x: -F.rrelu(-x, training=True),
+    ],
+    ids=["dropout", "Dropout-module", "dropout2d", "rrelu"],
+)
+def test_random_masks_are_not_redrawn(fn):
+    _mask_consistent(fn, torch.rand(1000) + 0.5)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.dropout(x, 0.4),
+        lambda x: F.alpha_dropout(x, 0.5, training=True),
+        lambda x: F.rrelu(x, training=True),
+        lambda x: F.fractional_max_pool2d(x.view(1, 1, 8, 8), 2, output_size=(4, 4)),
+        lambda x: F.scaled_dot_product_attention(
+            x.view(1, 2, 4, 8), x.view(1, 2, 4, 8), x.view(1, 2, 4, 8), dropout_p=0.5
+        ),
+    ],
+    ids=["dropout", "alpha_dropout", "rrelu", "fractional_max_pool2d", "sdpa-dropout"],
+)
+def test_random_ops_match_eager_with_the_same_seed(fn):
+    assert_like_eager(fn, _x(64), seed=7)
+
+
+def test_random_decomposition_is_not_recomputed_in_backward():
+    from thunder import clang
+    from thunder.core import prims
+    from thunder.torch.registry import torchsymbol
+
+    @torchsymbol(name="_test_noisy_scale", tags=("random",))
+    def noisy_scale(a):
+        return clang.mul(a, prims.uniform(a.shape, 0.5, 1.5, device=a.device, dtype=a.dtype))
+
+    _mask_consistent(lambda x: noisy_scale(x), torch.rand(1000, dtype=torch.float64) + 0.5)

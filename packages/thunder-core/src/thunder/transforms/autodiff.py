@@ -114,6 +114,13 @@ class Joint:
 _STOP_GRADIENT = frozenset({"torch.detach"})
 
 
+def _draws_random(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` or its decomposition draws random numbers."""
+    if "random" in bsym.sym.tags:
+        return True
+    return any(_draws_random(s) for s in bsym.subsymbols)
+
+
 def _is_differentiable(p) -> bool:
     return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
 
@@ -158,6 +165,11 @@ class _Differentiator:
         rule = self._grad_transform(bsym)
         if rule is not None:
             self._apply_rule(rule, bsym, forward, groups)
+        elif bsym.subsymbols and _draws_random(bsym):
+            # recomputing a random decomposition in backward would draw new numbers: the forward runs the
+            # decomposition, so the backward uses the very values (masks) the forward drew
+            for sub in bsym.subsymbols:
+                self.process(sub if sub.source is not None else sub.from_bsym(source=bsym.source), forward, groups)
         elif bsym.subsymbols:
             # forward: the operation itself; backward: its decomposition, recomputed and differentiated
             sub_forward, sub_groups = self.run(bsym.subsymbols)

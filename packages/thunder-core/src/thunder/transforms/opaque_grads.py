@@ -2,16 +2,21 @@
 
 The backward re-runs the operation under PyTorch autograd on detached copies of its saved inputs
 and asks ``torch.autograd.grad`` for the inputs' gradients: correct for any differentiable torch
-operation, at the cost of recomputing it.
+operation, at the cost of recomputing it. The forward keeps the random number generator's state
+from just before the operation and the backward's re-run restores it, so a random operation
+(``rrelu``, ``dropout2d``, attention with dropout, ``fractional_max_pool2d``) draws the numbers the
+forward drew, never new ones.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from itertools import count
 
 import torch
 
 from thunder.core import dtypes
+from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol, flat_proxies
 from thunder.transforms.autodiff import get_grad, put_grad
@@ -40,17 +45,24 @@ def opaque_grad_rule(sym: Symbol):
     func = sym.torch_fn
 
     def rule(*args, **kwargs):
-        out = sym(*args, **kwargs)
         inputs = [p for p in flat_proxies((args, kwargs)) if isinstance(p, TensorProxy)]
-        outputs = [p for p in flat_proxies(out) if _float(p)]
         wrt = [i for i, p in enumerate(inputs) if _float(p)]
-        if not outputs or not wrt:
-            return out
+        if not wrt:
+            return sym(*args, **kwargs)
+        uid = next(_counter)
+        base = sym.print_name.replace(".", "_")
+        cuda = any(isinstance(p, TensorProxy) and p.device.devicetype is DeviceType.CUDA for p in inputs)
+        rng_device = (
+            next(p.device._torch_device for p in inputs if p.device.devicetype is DeviceType.CUDA) if cuda else None
+        )
+        forward_sym = _keeping_rng_state(sym, f"{base}_keeping_rng_state_{uid}", rng_device)
+        out, rng_state = forward_sym(*args, **kwargs)
+        outputs = [p for p in flat_proxies(out) if _float(p)]
         cotangents = [get_grad(o) for o in outputs]
 
         def backward(*values):
-            tensors, cots = values[: len(inputs)], values[len(inputs) :]
-            with torch.enable_grad():
+            tensors, state, cots = values[: len(inputs)], values[len(inputs)], values[len(inputs) + 1 :]
+            with torch.enable_grad(), _replayed_rng(state, rng_device):
                 leaves = [t.detach().requires_grad_(i in wrt) for i, t in enumerate(tensors)]
                 pos = [0]
                 call_args = _replace_tensors(args, leaves, pos)
@@ -61,7 +73,7 @@ def opaque_grad_rule(sym: Symbol):
                 grads = torch.autograd.grad(flat, [leaves[i] for i in wrt], cots, allow_unused=True)
             return tuple(g if g is not None else torch.zeros_like(leaves[i]) for g, i in zip(grads, wrt))
 
-        name = f"{sym.print_name.replace('.', '_')}_backward_{next(_counter)}"
+        name = f"{base}_backward_{uid}"
         backward_sym = Symbol(
             name,
             lambda *vals: tuple(TensorProxy(like=inputs[i], requires_grad=False) for i in wrt),
@@ -71,9 +83,47 @@ def opaque_grad_rule(sym: Symbol):
             call_ctx={name: backward},
             executor=sym.executor,
         )
-        grads = backward_sym(*inputs, *cotangents)
+        grads = backward_sym(*inputs, rng_state, *cotangents)
         for i, g in zip(wrt, grads):
             put_grad(inputs[i], g)
         return out
 
     return rule
+
+
+def _rng_state(device):
+    return torch.cuda.get_rng_state(device) if device is not None else torch.get_rng_state()
+
+
+@contextmanager
+def _replayed_rng(state, device):
+    """Runs its body with the generator's state set to ``state``; the current state is put back after."""
+    current = _rng_state(device)
+    if device is not None:
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+    try:
+        yield
+    finally:
+        if device is not None:
+            torch.cuda.set_rng_state(current, device)
+        else:
+            torch.set_rng_state(current)
+
+
+def _keeping_rng_state(sym: Symbol, name: str, device) -> Symbol:
+    """``sym``'s operation that also returns the random generator's state from before it ran."""
+    func = sym.torch_fn
+
+    def run(*args, **kwargs):
+        state = _rng_state(device)
+        return func(*args, **kwargs), state
+
+    def meta(*args, **kwargs):
+        state = _rng_state(device)
+        return sym.meta(*args, **kwargs), TensorProxy(shape=state.shape, dtype=state.dtype, device="cpu")
+
+    return Symbol(
+        name, meta, id=f"opaque_rng::{name}", is_prim=True, print_name=name, call_ctx={name: run}, executor=sym.executor
+    )

@@ -6,8 +6,10 @@ The forward keeps the single operation; the backward calls a dedicated backward 
 
 from __future__ import annotations
 
+import torch
+
 import thunder.torch as ltorch
-from thunder.transforms.autodiff import get_grad, put_grad, register_grad
+from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
 
 
 @register_grad(ltorch.silu)
@@ -36,3 +38,17 @@ def _softmax_like(forward, backward):
 
 register_grad(ltorch.softmax, _softmax_like(ltorch.softmax, ltorch.softmax_backward))
 register_grad(ltorch.log_softmax, _softmax_like(ltorch.log_softmax, ltorch.log_softmax_backward))
+
+
+@register_grad(ltorch.dropout)
+def _dropout_grad(a, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """PyTorch's ``native_dropout`` returns the mask it drew: the backward scales the cotangent by it."""
+    if not training or p == 0.0 or p == 1.0:
+        out = ltorch.dropout(a, p, training)
+        put_grad(a, get_grad(out) if p != 1.0 or not training else zeros_like(a))
+        return out
+    from thunder.tracing.tracer import fallback_symbol
+
+    out, mask = fallback_symbol(torch.native_dropout)(a, p, True)
+    put_grad(a, ltorch.mul(ltorch.mul(get_grad(out), mask), 1.0 / (1.0 - p)))
+    return out
