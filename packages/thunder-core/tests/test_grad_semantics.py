@@ -362,3 +362,47 @@ def test_random_decomposition_is_not_recomputed_in_backward():
         return clang.mul(a, prims.uniform(a.shape, 0.5, 1.5, device=a.device, dtype=a.dtype))
 
     _mask_consistent(lambda x: noisy_scale(x), torch.rand(1000, dtype=torch.float64) + 0.5)
+
+
+# ---------------------------------------------------------------- PyTorch's formulas at singular points
+
+
+@pytest.mark.parametrize(
+    "fn, values",
+    [
+        (lambda x: x.prod(), [0.0, 2.0, 3.0]),
+        (lambda x: x.prod(), [0.0, 0.0, 3.0]),
+        (lambda x: x.prod(1), [[0.0, 2.0, 3.0], [1.0, 2.0, 4.0], [0.0, 5.0, 0.0]]),
+        (lambda x: x.prod(0, keepdim=True), [[0.0, 2.0], [1.0, 2.0]]),
+        (lambda x: torch.linalg.vector_norm(x, dim=1), [[0.0, 0.0], [3.0, 4.0]]),
+        (lambda x: x.norm(), [0.0, 0.0, 0.0]),
+        (lambda x: torch.linalg.vector_norm(x, dim=0, keepdim=True), [[0.0, 1.0], [0.0, 2.0]]),
+        (lambda x: F.normalize(x, dim=1), [[0.0, 0.0], [3.0, 4.0]]),
+        (lambda x: torch.pow(x, 0.0), [0.0, 2.0]),
+        (lambda x: 2.0**x, [0.0, -1.0]),
+        (lambda x: 0.0**x, [0.0, 2.0]),
+        (lambda x: x.max(1).values, [[1.0, 1.0, 0.0], [2.0, 3.0, 3.0]]),
+        (lambda x: torch.min(x, 0, keepdim=True)[0], [[1.0, 0.0], [1.0, 0.0]]),
+        (lambda x: x.amax(1), [[1.0, 1.0, 0.0]]),
+        (lambda x: x.max(), [[1.0, 1.0, 0.0]]),
+        (lambda x: F.hardtanh(x), [-1.0, 1.0, 0.5, 2.0, -3.0]),
+        (lambda x: F.hardtanh(x, -2.0, 0.5), [-2.0, 0.5, 0.0]),
+        (lambda x: F.relu6(x), [0.0, 6.0, 0.5, 7.0]),
+        (lambda x: F.hardsigmoid(x), [-3.0, 3.0, 0.0]),
+        (lambda x: F.hardswish(x), [-3.0, 3.0, 0.0, -4.0, 4.0]),
+        (lambda x: x.clamp(-1, 1), [-1.0, 1.0, 0.5]),
+        (lambda x: F.leaky_relu(x, 0.2), [0.0, 1.0]),
+        (lambda x: x.std(), [1.0, 1.0, 1.0]),
+        (lambda x: x.std(1, keepdim=True), [[2.0, 2.0], [1.0, 3.0]]),
+    ],
+)
+def test_singular_points_match_pytorch(fn, values):
+    assert_like_eager(fn, _t(values))
+
+
+@pytest.mark.parametrize(
+    "values, exponents",
+    [([0.0, 2.0], [2.0, 3.0]), ([0.0, 2.0], [0.0, 3.0]), ([0.0, 0.0], [-1.0, 0.5])],
+)
+def test_pow_at_zero_base(values, exponents):
+    assert_like_eager(torch.pow, _t(values), _t(exponents))

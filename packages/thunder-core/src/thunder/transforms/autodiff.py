@@ -9,6 +9,7 @@ forward.
 Which grad transform differentiates a bound symbol, first match wins:
 1. an executor's ``register_implementation(..., grad_transform=f)`` whose checker accepts it;
 2. a rule registered for the symbol with :func:`register_grad` (every differentiable prim has one);
+   a rule may decline a call by returning ``NotImplemented`` (the next way then applies);
 3. its decomposition: the forward keeps the single operation, the backward recomputes the
    decomposition's intermediates from the operation's inputs and differentiates them.
 """
@@ -163,8 +164,8 @@ class _Differentiator:
             return
         outs = [o for o in bsym.flat_outs if _is_differentiable(o)]
         rule = self._grad_transform(bsym)
-        if rule is not None:
-            self._apply_rule(rule, bsym, forward, groups)
+        if rule is not None and self._apply_rule(rule, bsym, forward, groups):
+            pass
         elif bsym.subsymbols and _draws_random(bsym):
             # recomputing a random decomposition in backward would draw new numbers: the forward runs the
             # decomposition, so the backward uses the very values (masks) the forward drew
@@ -187,7 +188,8 @@ class _Differentiator:
             )
         rg.update(o.name for o in outs)
 
-    def _apply_rule(self, rule, bsym: BoundSymbol, forward: list, groups: list) -> None:
+    def _apply_rule(self, rule, bsym: BoundSymbol, forward: list, groups: list) -> bool:
+        """Records ``rule`` for ``bsym``; False when the rule declined (returned ``NotImplemented``)."""
         trace = self.trace
         scope: list[BoundSymbol] = []
         rec = _GradRecording()
@@ -198,6 +200,8 @@ class _Differentiator:
         finally:
             _recording.pop()
             trace.scopes.pop()
+        if result is NotImplemented:
+            return False
         mapping = {}
         for p, o in zip(flat_proxies(result), bsym.flat_outs):
             if p.name != o.name:
@@ -216,6 +220,7 @@ class _Differentiator:
                 forward.append(b)
         outs = {o.name: o for o in bsym.flat_outs if isinstance(o, TensorProxy)}
         groups.append(_Group(outs, bwd, cotangent_of, contributions))
+        return True
 
 
 def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[TraceCtx, Joint]:

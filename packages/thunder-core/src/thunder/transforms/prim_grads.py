@@ -117,11 +117,25 @@ _binary(
     lambda a, b, out, g: ltorch.true_divide(g, b),
     lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, out), b)),
 )
-_binary(
-    prims.pow,
-    lambda a, b, out, g: M(g, M(b, ltorch.pow(a, ltorch.sub(b, 1)))),
-    lambda a, b, out, g: M(g, M(out, ltorch.log(a))),
-)
+
+
+def _pow_grad_base(a, b, out, g):
+    # PyTorch's pow_backward_self: zero where the exponent is zero (0 * 0**-1 would be NaN)
+    if not _is_tensor(b):
+        return zeros_like(a) if b == 0 else M(g, M(b, ltorch.pow(a, b - 1)))
+    return ltorch.where(ltorch.eq(b, 0), 0.0, M(g, M(b, ltorch.pow(a, ltorch.sub(b, 1)))))
+
+
+def _pow_grad_exponent(a, b, out, g):
+    # PyTorch's pow_backward_exponent: zero where the base is zero and the exponent is not negative
+    if not _is_tensor(a):  # a Python number: log(0) is -inf, log of a negative number NaN
+        if a == 0:
+            return ltorch.where(ltorch.ge(b, 0), 0.0, M(g, M(out, -math.inf)))
+        return M(g, M(out, math.log(a) if a > 0 else math.nan))
+    return ltorch.where(ltorch.logical_and(ltorch.eq(a, 0), ltorch.ge(b, 0)), 0.0, M(g, M(out, ltorch.log(a))))
+
+
+_binary(prims.pow, _pow_grad_base, _pow_grad_exponent)
 
 
 def _max_min_grad(first: bool, cmp):
@@ -344,9 +358,19 @@ def _sum_grad(a, dims):
 
 @register_grad(prims.prod)
 def _prod_grad(a, dims):
+    """PyTorch's prod_backward, zeros included: an element's gradient is the product of the others."""
     out = prims.prod(a, dims)
     g = get_grad(out)
-    put_grad(a, ltorch.true_divide(M(_restore_reduced(g, a, dims), _restore_reduced(out, a, dims)), a))
+    if not dims:
+        put_grad(a, g)
+        return out
+    is_zero = ltorch.eq(a, 0)
+    safe = ltorch.where(is_zero, 1.0, a)
+    others = _restore_reduced(prims.prod(safe, dims), a, dims)  # the product of the non-zero elements
+    zeros = _restore_reduced(prims.sum(ltorch.to(is_zero, a.dtype.torch_dtype), dims), a, dims)
+    at_zero = ltorch.where(ltorch.eq(zeros, 1), others, 0.0)  # the only zero: the product of the rest
+    elsewhere = ltorch.where(ltorch.eq(zeros, 0), ltorch.true_divide(others, safe), 0.0)
+    put_grad(a, M(_restore_reduced(g, a, dims), ltorch.where(is_zero, at_zero, elsewhere)))
     return out
 
 
