@@ -406,3 +406,107 @@ def test_singular_points_match_pytorch(fn, values):
 )
 def test_pow_at_zero_base(values, exponents):
     assert_like_eager(torch.pow, _t(values), _t(exponents))
+
+
+# ---------------------------------------------------------------- gradients that failed where eager works
+
+
+def _setitem_index(x, v):
+    y = x * 1
+    y[torch.tensor([0, 2])] = v
+    return y
+
+
+def _setitem_two_indices(x, v):
+    y = x * 1
+    y[torch.tensor([0, 2]), torch.tensor([1, -1])] = v
+    return y
+
+
+def _setitem_slice(x, v):
+    y = x * 1
+    y[1:3, 0] = v
+    return y
+
+
+def _setitem_broadcast(x, v):
+    y = x * 1
+    y[0] = v
+    return y
+
+
+def _index_put_accumulate(x, v):
+    return x.index_put((torch.tensor([0, 0, 3]),), v, accumulate=True)
+
+
+def _index_put_inplace(x, v):
+    return x.clone().index_put_((torch.tensor([0, 2]),), v)
+
+
+@pytest.mark.parametrize(
+    "fn, v_shape",
+    [
+        (_setitem_index, (2, 3)),
+        (_setitem_two_indices, (2,)),
+        (_setitem_slice, (2,)),
+        (_setitem_broadcast, (1,)),
+        (_index_put_accumulate, (3, 3)),
+        (_index_put_inplace, (2, 3)),
+    ],
+)
+def test_indexed_assignment_gradients(fn, v_shape):
+    assert_like_eager(fn, _x(4, 3), _x(*v_shape))
+
+
+def _instance_norm_with_running_stats(x):
+    running_mean, running_var = torch.zeros(4, dtype=x.dtype), torch.ones(4, dtype=x.dtype)
+    return F.instance_norm(x, running_mean, running_var, use_input_stats=True)
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (lambda x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5)[0], [(3, 4), (4,), (4,)]),
+        (lambda x, w, b: torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0], [(3, 4), (4,), (4,)]),
+        (_instance_norm_with_running_stats, [(2, 4, 5)]),
+        (
+            lambda x: F.nll_loss(
+                F.log_softmax(x, 1), torch.tensor([0, 2, 1]), weight=torch.tensor([1.0, 2, 3, 4], dtype=x.dtype)
+            ),
+            [(3, 4)],
+        ),
+        (lambda x: torch.linalg.lu(x)[1], [(3, 3)]),
+        (lambda x: torch.lu_unpack(*torch.linalg.lu_factor(x))[2], [(3, 3)]),
+        (lambda x: torch.linalg.pinv(x), [(3, 4)]),
+    ],
+    ids=["native_layer_norm", "native_batch_norm", "instance_norm", "nll_loss-weight", "lu", "lu_unpack", "pinv"],
+)
+def test_opaque_ops_with_non_differentiable_outputs_or_arguments(fn, shapes):
+    torch.manual_seed(0)
+    assert_like_eager(fn, *(_x(*s) for s in shapes))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.var(x, 0, False),
+        lambda x: x.var(dim=1, unbiased=False, keepdim=True),
+        lambda x: torch.std(x, unbiased=False),
+        lambda x: torch.var_mean(x, 1, unbiased=False)[0],
+        lambda x: torch.var(x, True),  # the overload var(input, unbiased)
+        lambda x: torch.std(x, False),
+        lambda x: torch.var_mean(x, False)[0],
+        lambda x: x.index_select(1, torch.tensor([0, 2, 2])),
+        lambda x: x.index_select(-1, torch.tensor(1)),
+        lambda x: x.index_fill(1, torch.tensor([0, 2]), -1.0),
+        lambda x: x.index_fill(-1, torch.tensor(1), 2.0),
+    ],
+)
+def test_var_std_index_select_index_fill(fn):
+    assert_like_eager(fn, _x(3, 4))
+
+
+def test_zero_dim_index_select_and_index_fill():
+    assert_like_eager(lambda x: x.index_select(0, torch.tensor([0])), _t(2.0))
+    assert_like_eager(lambda x: x.index_fill(0, torch.tensor([0]), -1.0), _t(2.0))
+    assert_like_eager(lambda x, v: x.index_fill(1, torch.tensor([0, 2]), v), _x(3, 4), _t(5.0))

@@ -24,7 +24,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 
-__all__ = ["get_grad", "put_grad", "put_grads", "register_grad", "Joint", "build_joint"]
+__all__ = ["get_grad", "put_grad", "put_grads", "needs_grad", "register_grad", "Joint", "build_joint"]
 
 _grad_rules: dict[str, Callable] = {}
 
@@ -58,6 +58,7 @@ class _GradRecording:
 
 
 _recording: list[_GradRecording] = []
+_differentiating = None  # the _Differentiator at work
 
 
 def get_grad(x: TensorProxy) -> TensorProxy:
@@ -70,6 +71,12 @@ def get_grad(x: TensorProxy) -> TensorProxy:
         c = TensorProxy(like=x, requires_grad=False, prefix="g")
         rec.cotangents[x.name] = c
     return c
+
+
+def needs_grad(x) -> bool:
+    """Whether a gradient can reach the forward value ``x`` (it depends on an input that requires grad),
+    inside a grad transform."""
+    return _differentiating is not None and isinstance(x, Proxy) and x.name in _differentiating.requires_grad
 
 
 def put_grad(x, grad) -> None:
@@ -229,8 +236,13 @@ def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[Tr
     d = _Differentiator(work, executors)
     d.requires_grad = set(requires_grad)
     body = [b for b in trace.bound_symbols if b.sym.name != "python_return"]
-    with tracectx(work):
-        forward, groups = d.run(body)
+    global _differentiating
+    outer, _differentiating = _differentiating, d
+    try:
+        with tracectx(work):
+            forward, groups = d.run(body)
+    finally:
+        _differentiating = outer
     return work, Joint(forward, groups, d.requires_grad)
 
 

@@ -19,7 +19,7 @@ from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol, flat_proxies
-from thunder.transforms.autodiff import get_grad, put_grad
+from thunder.transforms.autodiff import get_grad, needs_grad, put_grad
 
 _counter = count()
 
@@ -42,11 +42,13 @@ def _replace_tensors(x, values, pos):
 
 def opaque_grad_rule(sym: Symbol):
     """A grad transform for the opaque symbol ``sym``."""
-    func = sym.torch_fn
+    func = _functional(sym)
 
     def rule(*args, **kwargs):
         inputs = [p for p in flat_proxies((args, kwargs)) if isinstance(p, TensorProxy)]
-        wrt = [i for i, p in enumerate(inputs) if _float(p)]
+        # only inputs a gradient can reach: running statistics, class weights and other constants stay out
+        # (PyTorch refuses to differentiate some ops with respect to them)
+        wrt = [i for i, p in enumerate(inputs) if _float(p) and needs_grad(p)]
         if not wrt:
             return sym(*args, **kwargs)
         uid = next(_counter)
@@ -70,7 +72,14 @@ def opaque_grad_rule(sym: Symbol):
                 result = func(*call_args, **call_kwargs)
                 flat = [r for r in (result if isinstance(result, (tuple, list)) else (result,)) if torch.is_tensor(r)]
                 flat = [r for r in flat if r.is_floating_point() or r.is_complex()]
-                grads = torch.autograd.grad(flat, [leaves[i] for i in wrt], cots, allow_unused=True)
+                # outputs PyTorch does not differentiate (layer norm's statistics, lu's permutation) carry none
+                pairs = [(r, c) for r, c in zip(flat, cots) if r.requires_grad]
+                if pairs:
+                    grads = torch.autograd.grad(
+                        [r for r, _ in pairs], [leaves[i] for i in wrt], [c for _, c in pairs], allow_unused=True
+                    )
+                else:
+                    grads = (None,) * len(wrt)
             return tuple(g if g is not None else torch.zeros_like(leaves[i]) for g, i in zip(grads, wrt))
 
         name = f"{base}_backward_{uid}"
@@ -89,6 +98,13 @@ def opaque_grad_rule(sym: Symbol):
         return out
 
     return rule
+
+
+def _functional(sym: Symbol):
+    """What runs ``sym``: for an in-place torch function, its functional wrapper (copy, then update the copy)."""
+    if getattr(sym, "inplace", False) and sym.call_ctx:
+        return sym.call_ctx[sym.print_name]
+    return sym.torch_fn
 
 
 def _rng_state(device):
@@ -114,7 +130,7 @@ def _replayed_rng(state, device):
 
 def _keeping_rng_state(sym: Symbol, name: str, device) -> Symbol:
     """``sym``'s operation that also returns the random generator's state from before it ran."""
-    func = sym.torch_fn
+    func = _functional(sym)
 
     def run(*args, **kwargs):
         state = _rng_state(device)

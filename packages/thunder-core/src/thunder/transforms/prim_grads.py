@@ -319,6 +319,9 @@ def _expanded_index(index: TensorProxy, dim: int, like: TensorProxy) -> TensorPr
 def _take_grad(a, index, dim):
     out = prims.take(a, index, dim)
     g = get_grad(out)
+    if a.ndim == 0:  # every pick is the one element
+        put_grad(a, ltorch.sum(g) if g.ndim else g)
+        return out
     put_grad(a, prims.scatter_add(zeros_like(a), _expanded_index(index, dim, g), g, dim))
     return out
 
@@ -535,4 +538,35 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
 def _bernoulli_grad(a):
     out = prims.bernoulli(a)  # a sample: no gradient flows to the probabilities
     put_grad(a, zeros_like(a))
+    return out
+
+
+@register_grad(prims.index_put)
+def _index_put_grad(a, indices, values, accumulate):
+    """``a[indices] = values`` (or ``+=``): ``values`` gets the cotangent at the indexed positions; ``a`` gets
+    the rest (all of it when accumulating)."""
+    out = prims.index_put(a, indices, values, accumulate)
+    g = get_grad(out)
+    if any(i.dtype is dtypes.bool8 for i in indices):
+        raise NotImplementedError("the gradient of index_put with boolean indices is not supported")
+    m = len(indices)
+    lead, rest = a.shape[:m], a.shape[m:]
+    shape = tuple(torch.broadcast_shapes(*(tuple(i.shape) for i in indices)))
+    linear = None
+    stride = 1
+    for k, n in reversed(list(zip(indices, lead))):
+        k = ltorch.expand(k, shape)
+        k = ltorch.where(ltorch.lt(k, 0), ltorch.add(k, n), k)
+        term = ltorch.mul(k, stride) if stride != 1 else k
+        linear = term if linear is None else ltorch.add(linear, term)
+        stride *= n
+    count = math.prod(shape)
+    flat_g = ltorch.reshape(g, (stride, *rest))
+    picked = ltorch.reshape(prims.take(flat_g, ltorch.reshape(linear, (count,)), 0), (*shape, *rest))
+    if _is_tensor(values) and dtypes.is_inexact_dtype(values.dtype):
+        put_grad(values, ltorch.to(sum_to_shape(picked, values.shape), values.dtype.torch_dtype))
+    if accumulate:
+        put_grad(a, g)
+    else:
+        put_grad(a, prims.index_put(g, indices, zeros_like(picked), False))
     return out

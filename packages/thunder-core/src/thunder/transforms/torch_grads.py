@@ -143,13 +143,15 @@ def _std_grad(*args, **kwargs):
         return NotImplemented
     g = get_grad(out)
     half = ltorch.where(ltorch.eq(out, 0), 0.0, ltorch.true_divide(g, ltorch.mul(out, 2.0)))
-    dims = _reduced_dims(a, bound.get("dim"))
+    dim, unbiased = bound.get("dim"), bound.get("unbiased")
+    if isinstance(dim, bool):  # the overload std(input, unbiased)
+        dim, unbiased = None, dim
+    dims = _reduced_dims(a, dim)
     n = 1
     for d in dims:
         n *= a.shape[d]
     correction = bound.get("correction")
     if correction is None:
-        unbiased = bound.get("unbiased")
         correction = 1 if unbiased is None or unbiased else 0
     mean = ltorch.mean(a, list(dims), keepdim=True)
     scale = 2.0 / (n - correction) if n != correction else float("inf")
