@@ -510,3 +510,19 @@ def test_zero_dim_index_select_and_index_fill():
     assert_like_eager(lambda x: x.index_select(0, torch.tensor([0])), _t(2.0))
     assert_like_eager(lambda x: x.index_fill(0, torch.tensor([0]), -1.0), _t(2.0))
     assert_like_eager(lambda x, v: x.index_fill(1, torch.tensor([0, 2]), v), _x(3, 4), _t(5.0))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: torch.atan2(a, b),
+        lambda a, b: torch.xlogy(a, b),
+        lambda a, b: torch.xlogy(a, 3.0) + torch.xlogy(2.0, b.abs()),
+        lambda a, b: torch.xlogy(a.view(2, 3), b[:3]),
+    ],
+    ids=["atan2", "xlogy", "xlogy-scalars", "xlogy-broadcast"],
+)
+def test_binary_singular_points(fn):
+    a = _t([0.0, 0.0, 1.0, -1.0, 0.0, 2.0])
+    b = _t([0.0, -1.0, 0.0, 2.0, 0.0, 0.5])
+    assert_like_eager(fn, a, b)

@@ -159,10 +159,18 @@ _binary(
     lambda a, b, out, g: g,
     lambda a, b, out, g: ltorch.neg(M(g, ltorch.floor(ltorch.true_divide(a, b)))),
 )
+
+
+def _atan2_scale(a, b):
+    # 1 / (a² + b²), zero at the origin as PyTorch's atan2_backward gives
+    d = ltorch.add(M(a, a), M(b, b))
+    return ltorch.where(ltorch.eq(d, 0), 0.0, ltorch.reciprocal(d))
+
+
 _binary(
     prims.atan2,
-    lambda a, b, out, g: ltorch.true_divide(M(g, b), ltorch.add(M(a, a), M(b, b))),
-    lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, a), ltorch.add(M(a, a), M(b, b)))),
+    lambda a, b, out, g: M(M(g, b), _atan2_scale(a, b)),
+    lambda a, b, out, g: ltorch.neg(M(M(g, a), _atan2_scale(a, b))),
 )
 _binary(
     prims.copysign,

@@ -11,7 +11,7 @@ import inspect
 import torch
 
 import thunder.torch as ltorch
-from thunder.core import prims
+from thunder.core import dtypes, prims
 from thunder.core.proxies import TensorProxy
 from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
 
@@ -187,3 +187,23 @@ def _value_selecting(sym):
 
 _value_selecting(ltorch.max)
 _value_selecting(ltorch.min)
+
+
+@register_grad(ltorch.xlogy)
+def _xlogy_grad(*args, **kwargs):
+    """PyTorch's xlogy derivatives: ``xlogy(a != 0, b) * g`` for ``a`` (zero where ``a`` is zero, even at log(0))."""
+    import math
+
+    from thunder.transforms.prim_grads import sum_to_shape
+
+    a, b = list(_bind(ltorch.xlogy, args, kwargs).values())[:2]
+    out = ltorch.xlogy(*args, **kwargs)
+    g = get_grad(out)
+    if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
+        if isinstance(b, TensorProxy):
+            put_grad(a, sum_to_shape(ltorch.where(ltorch.ne(a, 0), ltorch.mul(g, ltorch.log(b)), 0.0), a.shape))
+        else:  # xlogy(Tensor, Scalar): PyTorch gives g * log(b), unmasked
+            put_grad(a, ltorch.mul(g, math.log(b) if b > 0 else (-math.inf if b == 0 else math.nan)))
+    if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
+        put_grad(b, sum_to_shape(ltorch.true_divide(ltorch.mul(g, a), b), b.shape))
+    return out
