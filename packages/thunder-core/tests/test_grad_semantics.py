@@ -526,3 +526,42 @@ def test_binary_singular_points(fn):
     a = _t([0.0, 0.0, 1.0, -1.0, 0.0, 2.0])
     b = _t([0.0, -1.0, 0.0, 2.0, 0.0, 0.5])
     assert_like_eager(fn, a, b)
+
+
+# ---------------------------------------------------------------- in-place updates under no_grad
+
+
+def _no_grad_mul_(x):
+    y = x * 2
+    with torch.no_grad():
+        y.mul_(3)  # invisible to autograd: y keeps the gradient of x * 2
+    return y * x
+
+
+def _no_grad_setitem(x):
+    y = x * 2
+    with torch.no_grad():
+        y[0] = 5.0
+    return y * x
+
+
+def _no_grad_update_through_view(x):
+    y = x * 2
+    v = y[1:]
+    with torch.no_grad():
+        v.mul_(10)
+    return y * x
+
+
+def _no_grad_copy_into_constant(x):
+    b = torch.zeros(3, dtype=x.dtype)
+    with torch.no_grad():
+        b.copy_(x * 3)  # b needs no gradient: nothing flows back to x through it
+    return b * x
+
+
+@pytest.mark.parametrize(
+    "fn", [_no_grad_mul_, _no_grad_setitem, _no_grad_update_through_view, _no_grad_copy_into_constant]
+)
+def test_in_place_update_under_no_grad(fn):
+    assert_like_eager(fn, _x(3))

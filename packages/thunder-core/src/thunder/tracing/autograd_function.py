@@ -231,3 +231,41 @@ def _grad_rule(sym: Symbol, n_inputs: int, placeholders, unrouted, backward_scop
         return outs
 
     return rule
+
+
+def _keep_new(old, new):
+    return new
+
+
+def _keep_grad_rule(old, new):
+    from thunder.transforms.autodiff import get_grad, put_grad
+
+    out = keep_grad_of(old, new)
+    put_grad(old, get_grad(out))
+    return out
+
+
+keep_grad_of = Symbol(
+    "keep_grad_of",
+    lambda old, new: TensorProxy(like=new, requires_grad=True),
+    id="keep_grad_of",
+    is_prim=True,
+    call_ctx={"keep_grad_of": _keep_new},
+)
+keep_grad_of.grad_rule = _keep_grad_rule
+
+
+def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """The value an in-place update under ``no_grad`` gives a tensor: ``new``'s values, and for autodiff the
+    gradient path ``old`` had (``keep_grad_of``), or none when ``old`` needed no gradient (``detach``)."""
+    if old.requires_grad:
+        if keep_grad_of.executor is None:
+            from thunder.executors.torchex import ex as torch_ex
+
+            keep_grad_of.executor = torch_ex
+        return keep_grad_of.record(trace, (old, new), {})
+    from thunder.torch import detach
+
+    out = detach.record(trace, (new,), {})
+    out.requires_grad = False
+    return out

@@ -22,7 +22,7 @@ from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.autograd_function import patch_function_apply
+from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply
 from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -396,6 +396,9 @@ class Tracer:
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy) -> None:
         old = wrapper._thunder_proxy
+        if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
+            # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
+            value = _no_grad_update(self.trace, old, value)
         if value.shape != old.shape:
             raise NotImplementedError(
                 f"{_func_name(func)} changes the shape of a tensor in place ({list(old.shape)} -> {list(value.shape)}); "
