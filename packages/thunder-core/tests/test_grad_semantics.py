@@ -565,3 +565,52 @@ def _no_grad_copy_into_constant(x):
 )
 def test_in_place_update_under_no_grad(fn):
     assert_like_eager(fn, _x(3))
+
+
+def _trace_names(bsyms, acc):
+    for b in bsyms:
+        acc.append(b.sym.name)
+        _trace_names(b.subsymbols, acc)
+    return acc
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.dropout(x, 0.5) * x,
+        lambda x: x * (torch.rand_like(x) > 0.5) * x,
+        lambda x: (x + torch.randn_like(x)).sin(),
+    ],
+    ids=["dropout", "rand-mask", "randn-noise"],
+)
+def test_backward_draws_no_random_numbers(fn):
+    x = _x(64)
+    jfn = thunder.jit(fn)
+    jfn(x).sum().backward()
+    names = _trace_names(thunder.last_backward_traces(jfn)[-1].bound_symbols, [])
+    drawn = [n for n in names if any(r in n for r in ("rand", "uniform", "bernoulli", "dropout", "normal"))]
+    assert not drawn, f"the backward draws random numbers: {drawn}"
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_activation_checkpointing_in_a_module(use_reentrant):
+    import torch.utils.checkpoint as checkpoint
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.nn.Sequential(torch.nn.Linear(4, 4, dtype=torch.float64), torch.nn.Tanh())
+
+        def forward(self, x):
+            return checkpoint.checkpoint(self.block, x, use_reentrant=use_reentrant).sum()
+
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    net(x).backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in net.parameters()]
+    x.grad = None
+    net.zero_grad()
+    thunder.jit(net)(x).backward()
+    for e, a in zip(expected, [x.grad] + [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(a, e)

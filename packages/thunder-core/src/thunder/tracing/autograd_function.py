@@ -99,8 +99,28 @@ def _is_float(t) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
+def _checkpointed(run_function, preserve_rng_state, *args):
+    # torch.utils.checkpoint(use_reentrant=True): recomputing in backward is how it saves memory, not what it
+    # computes; the program is the function itself (thunder chooses what to save or recompute)
+    return run_function(*args)
+
+
+# Functions whose gradient is their forward's: traced through, not as one operation
+_TRACED_THROUGH = {}
+try:
+    from torch.utils.checkpoint import CheckpointFunction
+
+    _TRACED_THROUGH[CheckpointFunction] = _checkpointed
+except ImportError:  # pragma: no cover - older or newer PyTorch without it
+    pass
+
+
 def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     from thunder.tracing.tracer import TracingTensor, unwrap
+
+    through = _TRACED_THROUGH.get(cls)
+    if through is not None:
+        return through(*args, **kwargs)
 
     setup_context = cls.setup_context is not _Function.setup_context
     if setup_context:
