@@ -614,3 +614,39 @@ def test_activation_checkpointing_in_a_module(use_reentrant):
     thunder.jit(net)(x).backward()
     for e, a in zip(expected, [x.grad] + [p.grad for p in net.parameters()]):
         torch.testing.assert_close(a, e)
+
+
+def test_requires_grad_seen_by_user_code_follows_eager():
+    def fn(x, w):
+        y = x * w
+        flags = [y.requires_grad, (x * 2).requires_grad, x.argmax().requires_grad]
+        with torch.no_grad():
+            flags.append((x * w).requires_grad)
+        return y + sum(flags)
+
+    assert_like_eager(fn, _x(3), _x(3))
+    assert_like_eager(fn, _x(3), torch.randn(3, dtype=torch.float64))
+    x = _x(3)
+    with torch.no_grad():
+        torch.testing.assert_close(thunder.jit(fn)(x, x), fn(x, x))
+
+
+def test_hf_gpt2_training_with_dropout_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, resid_pdrop=0.2, embd_pdrop=0.2, attn_pdrop=0.2
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    x = torch.randint(0, 64, (2, 8))
+    torch.manual_seed(1)
+    expected = model(x).logits
+    expected.sum().backward()
+    expected_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(1)  # thunder draws the same dropout masks as eager, and its backward uses them
+    actual = thunder.jit(model)(x).logits
+    actual.sum().backward()
+    torch.testing.assert_close(actual, expected)
+    for e, p in zip(expected_grads, model.parameters()):
+        torch.testing.assert_close(p.grad, e)

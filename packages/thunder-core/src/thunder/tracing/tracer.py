@@ -335,14 +335,11 @@ class Tracer:
         if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
             return out
         enabled = torch.is_grad_enabled()
-        if not enabled and not self.autodiff:
-            return out
         input_ids = {id(p) for p in inputs}
         results = [p for p in flat_proxies(out) if type(p) is TensorProxy and id(p) not in input_ids]
-        if enabled:
+        if enabled or not self.autodiff:
             for p in results:
-                if p.dtype.kind in ("float", "complex"):
-                    p.requires_grad = True
+                p.requires_grad = enabled and p.dtype.kind in ("float", "complex")
             return out
         from thunder.torch import detach
 
