@@ -650,3 +650,13 @@ def test_hf_gpt2_training_with_dropout_matches_eager():
     torch.testing.assert_close(actual, expected)
     for e, p in zip(expected_grads, model.parameters()):
         torch.testing.assert_close(p.grad, e)
+
+
+_scale_grad = _ScaleGrad.apply  # a reference taken before tracing: PyTorch's own apply runs
+
+
+def test_autograd_function_apply_through_an_old_reference_is_a_clear_error():
+    from thunder.tracing.errors import TracingError
+
+    with pytest.raises(TracingError, match=r"_ScaleGrad.apply was called through a reference.*test_grad_semantics.py"):
+        thunder.jit(lambda x: _scale_grad(x) * 2)(_x(3))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import os
 from typing import Any
 
 import torch
@@ -341,6 +342,7 @@ class Tracer:
             for p in results:
                 p.requires_grad = enabled and p.dtype.kind in ("float", "complex")
             return out
+        _check_hidden_function_apply()
         from thunder.torch import detach
 
         trace = self.trace
@@ -471,6 +473,31 @@ _SAME_ORDER_VIEWS = frozenset(
 )
 # reshape copies unless the input is contiguous: a reshape of these is a view
 _RESHAPES = frozenset(("reshape", "reshape_as", "flatten"))
+
+
+def _check_hidden_function_apply() -> None:
+    """Raises if the current call runs inside a ``torch.autograd.Function.forward`` that PyTorch's own ``apply``
+    called (a reference to ``apply`` taken before tracing): thunder would lose the Function's backward."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        if code.co_argcount and code.co_varnames[0] == "ctx" and code.co_name == "forward":
+            ctx = f.f_locals.get("ctx")
+            if isinstance(ctx, torch.autograd.function.BackwardCFunction):
+                from thunder.tracing.errors import describe_location
+
+                caller = f.f_back
+                while caller is not None and caller.f_code.co_filename.startswith(os.path.dirname(torch.__file__)):
+                    caller = caller.f_back
+                name = ctx._forward_cls.__name__
+                raise TracingError(
+                    f"{name}.apply was called through a reference taken before thunder traced the program "
+                    f"(such as `op = {name}.apply` at import time), so thunder cannot use {name}'s backward "
+                    f"(at {describe_location(caller or f)}); call {name}.apply(...) itself in the traced code"
+                )
+        f = f.f_back
 
 
 def _is_view_call(sym: Symbol, base: TracingTensor, uargs) -> bool:
