@@ -11,7 +11,13 @@ Which grad transform differentiates a bound symbol, first match wins:
 2. a rule registered for the symbol with :func:`register_grad` (every differentiable prim has one);
    a rule may decline a call by returning ``NotImplemented`` (the next way then applies);
 3. its decomposition: the forward keeps the single operation, the backward recomputes the
-   decomposition's intermediates from the operation's inputs and differentiates them.
+   decomposition's intermediates from the operation's inputs and differentiates them; a
+   decomposition that draws random numbers runs in the forward instead, so the backward uses the
+   numbers the forward drew.
+
+``detach`` (``.data``, and the end of a ``no_grad``/``inference_mode`` region, where the tracer
+records one) is a stop-gradient: nothing flows through it. Values no gradient reaches are left out
+of the backward, and outputs among them do not require grad.
 """
 
 from __future__ import annotations
@@ -172,7 +178,7 @@ class _Differentiator:
         outs = [o for o in bsym.flat_outs if _is_differentiable(o)]
         rule = self._grad_transform(bsym)
         if rule is not None and self._apply_rule(rule, bsym, forward, groups):
-            pass
+            pass  # the rule recorded the forward and the backward
         elif bsym.subsymbols and _draws_random(bsym):
             # recomputing a random decomposition in backward would draw new numbers: the forward runs the
             # decomposition, so the backward uses the very values (masks) the forward drew
