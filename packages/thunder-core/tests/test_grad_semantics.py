@@ -660,3 +660,14 @@ def test_autograd_function_apply_through_an_old_reference_is_a_clear_error():
 
     with pytest.raises(TracingError, match=r"_ScaleGrad.apply was called through a reference.*test_grad_semantics.py"):
         thunder.jit(lambda x: _scale_grad(x) * 2)(_x(3))
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_attention_with_a_fully_masked_row(kind):
+    keep = torch.tensor([[True, True, False], [True, True, True], [False, False, False]])
+    mask = keep if kind == "bool" else torch.zeros(3, 3, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    assert_like_eager(fn, _x(1, 2, 3, 4), _x(1, 2, 3, 4), _x(1, 2, 3, 4))
