@@ -671,3 +671,14 @@ def test_attention_with_a_fully_masked_row(kind):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     assert_like_eager(fn, _x(1, 2, 3, 4), _x(1, 2, 3, 4), _x(1, 2, 3, 4))
+
+
+def test_enable_grad_inside_a_call_under_no_grad_is_a_clear_error():
+    from thunder.tracing.errors import TracingError
+
+    def fn(x):
+        with torch.enable_grad():
+            return x * 2  # eager: requires grad even under an outer no_grad
+
+    with torch.no_grad(), pytest.raises(TracingError, match=r"enables grad.*test_grad_semantics.py"):
+        thunder.jit(fn)(_x(3))

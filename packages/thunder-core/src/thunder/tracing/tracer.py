@@ -341,6 +341,16 @@ class Tracer:
         if enabled or not self.autodiff:
             for p in results:
                 p.requires_grad = enabled and p.dtype.kind in ("float", "complex")
+            if enabled and not self.autodiff and any(p.requires_grad for p in results):
+                from thunder.tracing.errors import describe_location
+
+                frame = user_frame(2)
+                where = f" (at {describe_location(frame)})" if frame is not None else ""
+                raise TracingError(
+                    "the program enables grad (torch.enable_grad or set_grad_enabled(True)) inside a call made under "
+                    f"torch.no_grad(){where}; thunder does not differentiate such a program: call it with grad "
+                    "enabled, or run that part outside thunder.jit"
+                )
             return out
         _check_hidden_function_apply()
         from thunder.torch import detach
