@@ -9,8 +9,10 @@ PyTorch) and records it into the trace.
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
+import os
 from typing import Any
 
 import torch
@@ -19,11 +21,12 @@ from torch.overrides import TorchFunctionMode
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_map
-from thunder.core.symbol import Symbol
+from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
+from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -95,25 +98,29 @@ class _TracingMode(TorchFunctionMode):
     def __init__(self, tracer):
         super().__init__()
         self.tracer = tracer
+        self._function_apply = patch_function_apply()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return self.tracer.handle(func, args, kwargs or {})
 
     def __enter__(self):
-        # torch.vmap inside the traced code batches stand-in tensors (thunder/tracing/vmap.py)
+        # torch.autograd.Function.apply is not a torch function, and torch.vmap inside the traced code
+        # batches stand-in tensors (thunder/tracing/vmap.py): both are patched while tracing
         self._vmap = patched_vmap()
-        self._vmap.__enter__()
+        self._patches = contextlib.ExitStack()
+        self._patches.enter_context(self._function_apply)
+        self._patches.enter_context(self._vmap)
         try:
             return super().__enter__()
         except BaseException:
-            self._vmap.__exit__(None, None, None)
+            self._patches.close()
             raise
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            self._vmap.__exit__(*exc)
+            self._patches.__exit__(*exc)
 
 
 def unwrap(x):
@@ -183,6 +190,10 @@ _NOT_TRACEABLE = {
 }
 
 
+# functions that switch grad mode: run, not recorded (the tracer applies the mode to each call it records)
+_GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -196,6 +207,8 @@ class Tracer:
         self.input_names: set[str] = set()
         # whether autocast was on at some call (the program then holds autocast's casts)
         self.autocast = False
+        # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
+        self.autodiff = torch.is_grad_enabled()
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -218,6 +231,10 @@ class Tracer:
             return TracingTensor.__repr__(args[0])
         if func is T.requires_grad_:
             return args[0]
+        if func in _GRAD_MODE_SWITCHES:
+            # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
+            with torch._C.DisableTorchFunction():
+                return func(*args, **kwargs)
         mapped = torch_to_thunder.get(func)
         return self.record_call(func, mapped, args, kwargs)
 
@@ -232,7 +249,8 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
-        start = len(trace.bound_symbols)
+        scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
+        start = len(scope)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
         fell_back = mapped is None
         if mapped is None:
@@ -263,7 +281,7 @@ class Tracer:
                 except NotImplementedError:
                     if fell_back or not callable(func) or isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
                     out = self._inplace(func, mapped, args, torch_uargs, torch_ukwargs)
@@ -273,7 +291,7 @@ class Tracer:
                 except NotImplementedError:
                     if isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
                     out = self._fallback(func, torch_uargs, torch_ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
@@ -290,10 +308,12 @@ class Tracer:
             raise
         finally:
             self.in_symbol = False
+        if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
+            out = self._grad_mode(out, uargs, ukwargs)
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
-            bsyms = trace.bound_symbols
+            bsyms = trace.scopes[-1]
             for i in range(start, len(bsyms)):
                 bsyms[i].source = src
             self._name_from_store(frame, out, start)
@@ -334,6 +354,42 @@ class Tracer:
             _mark_views(wrapped, args[0], (mapped, tuple(uargs[1:]), ukwargs))
         return wrapped
 
+    def _grad_mode(self, out, uargs, ukwargs):
+        """Outputs of a call whose inputs require grad: they require grad too, or with grad disabled
+        (``no_grad``, ``inference_mode``, ``set_grad_enabled(False)``) they pass through ``detach``,
+        so autodiff sees the region's end as a stop-gradient, as PyTorch's autograd does."""
+        inputs = flat_proxies((uargs, ukwargs))
+        if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
+            return out
+        enabled = torch.is_grad_enabled()
+        input_ids = {id(p) for p in inputs}
+        results = [p for p in flat_proxies(out) if type(p) is TensorProxy and id(p) not in input_ids]
+        if enabled or not self.autodiff:
+            for p in results:
+                p.requires_grad = enabled and p.dtype.kind in ("float", "complex")
+            if enabled and not self.autodiff and any(p.requires_grad for p in results):
+                from thunder.tracing.errors import describe_location
+
+                frame = user_frame(2)
+                where = f" (at {describe_location(frame)})" if frame is not None else ""
+                raise TracingError(
+                    "the program enables grad (torch.enable_grad or set_grad_enabled(True)) inside a call made under "
+                    f"torch.no_grad(){where}; thunder does not differentiate such a program: call it with grad "
+                    "enabled, or run that part outside thunder.jit"
+                )
+            return out
+        _check_hidden_function_apply()
+        from thunder.torch import detach
+
+        trace = self.trace
+        mapping = {}
+        for p in results:
+            p.requires_grad = False
+            if p.dtype.kind in ("float", "complex") and p.name not in mapping:
+                mapping[p.name] = d = detach.record(trace, (p,), {})
+                d.requires_grad = False
+        return swap_proxies(out, mapping) if mapping else out
+
     def _unwrap_inputs(self, x):
         if type(x) is TracingTensor:
             return x._thunder_proxy
@@ -373,6 +429,9 @@ class Tracer:
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy) -> None:
         old = wrapper._thunder_proxy
+        if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
+            # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
+            value = _no_grad_update(self.trace, old, value)
         if value.shape != old.shape:
             raise NotImplementedError(
                 f"{_func_name(func)} changes the shape of a tensor in place ({list(old.shape)} -> {list(value.shape)}); "
@@ -410,7 +469,7 @@ class Tracer:
         if pending is not None and pending[0] != key:
             self._apply_name(pending[1], pending[2])
             self._pending_name = None
-        if not isinstance(out, TensorProxy) or len(self.trace.bound_symbols) <= start:
+        if not isinstance(out, TensorProxy) or len(self.trace.scopes[-1]) <= start:
             return
         if out.name in self.input_names:
             return
@@ -448,6 +507,31 @@ _SAME_ORDER_VIEWS = frozenset(
 )
 # reshape copies unless the input is contiguous: a reshape of these is a view
 _RESHAPES = frozenset(("reshape", "reshape_as", "flatten"))
+
+
+def _check_hidden_function_apply() -> None:
+    """Raises if the current call runs inside a ``torch.autograd.Function.forward`` that PyTorch's own ``apply``
+    called (a reference to ``apply`` taken before tracing): thunder would lose the Function's backward."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        if code.co_argcount and code.co_varnames[0] == "ctx" and code.co_name == "forward":
+            ctx = f.f_locals.get("ctx")
+            if isinstance(ctx, torch.autograd.function.BackwardCFunction):
+                from thunder.tracing.errors import describe_location
+
+                caller = f.f_back
+                while caller is not None and caller.f_code.co_filename.startswith(os.path.dirname(torch.__file__)):
+                    caller = caller.f_back
+                name = ctx._forward_cls.__name__
+                raise TracingError(
+                    f"{name}.apply was called through a reference taken before thunder traced the program "
+                    f"(such as `op = {name}.apply` at import time), so thunder cannot use {name}'s backward "
+                    f"(at {describe_location(caller or f)}); call {name}.apply(...) itself in the traced code"
+                )
+        f = f.f_back
 
 
 def _is_view_call(sym: Symbol, base: TracingTensor, uargs) -> bool:

@@ -44,6 +44,8 @@ class ForwardBackward:
     backward: TraceCtx
     output_proxies: list[TensorProxy]  # the forward's flat outputs, in order
     structure: object  # the program's output structure over those proxies
+    # names of the outputs no gradient can reach (no input that requires grad flows into them)
+    non_differentiable: frozenset = frozenset()
 
 
 def _differentiable(p) -> bool:
@@ -66,7 +68,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         bw.fn_name = "backward_fn"
         with tracectx(bw):
             cotangents = [TensorProxy(like=o, requires_grad=False, prefix="ct") for o in outputs]
-        seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o)}
+        reached = joint.requires_grad
+        seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
         bw.names |= work.names
         grads = [
@@ -102,7 +105,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw.scopes = [fw.bound_symbols]
         t.stamp(fw)
         t.stamp(bw)
-        return ForwardBackward(fw, bw, outputs, structure)
+        non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
+        return ForwardBackward(fw, bw, outputs, structure, non_differentiable)
 
 
 _CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
@@ -199,7 +203,9 @@ class ThunderFunction(torch.autograd.Function):
 
 def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     """The computation callable for training: outputs carry ``ThunderFunctionBackward``."""
-    non_diff = tuple(i for i, p in enumerate(fb.output_proxies) if not _differentiable(p))
+    non_diff = tuple(
+        i for i, p in enumerate(fb.output_proxies) if not _differentiable(p) or p.name in fb.non_differentiable
+    )
     index = {p.name: i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
     apply = ThunderFunction.apply
