@@ -1,22 +1,27 @@
 """GPU benchmark: thunder + nvFuser vs eager vs torch.compile (needs CUDA and thunder-nvfuser with nvFuser).
 
-Cases (the seed's):
+Cases:
 
 - ``mlp``: LitGPT ``LLaMAMLP`` forward, 4096 -> 11008, input 2x2048x4096, float32;
-- ``rope``: LitGPT's ``apply_rope`` forward + backward on (2, 32, 4096, 128) bf16 (the seed's shapes);
+- ``rope``: LitGPT's ``apply_rope`` forward + backward on (2, 32, 4096, 128) bf16;
 - ``llama``: a LitGPT Llama-2-7b-shaped model with ``--layers`` layers (default 2), bf16, one
   training step: forward, cross-entropy, backward.
 
 Variants: ``eager``, ``thunder_nvfuser`` (``thunder.jit(m, executors=[nvfuser, *defaults])``),
-``torch_compile``. Per variant and case: ``first_s`` (the first call: tracing and compiling
-included) and ``median_ms`` over ``--iters`` timed calls after ``--warmup`` more, with
-``torch.cuda.synchronize()`` around each; ``median_vs_eager``.
+``thunder_nvfuser_noremat`` (the same without recomputing cheap values in backward:
+``NvFuserExecutor(rematerialize=False)``), ``torch_compile``. Per variant and case:
+``first_s`` (the first call: tracing and compiling included), ``median_ms`` over ``--iters``
+timed calls after ``--warmup`` more, with ``torch.cuda.synchronize()`` around each,
+``peak_mem_mb`` (``torch.cuda.max_memory_allocated`` over the timed calls, model and inputs
+included), ``median_vs_eager``; for the thunder variants of training cases ``saved_tensors`` and
+``saved_mb`` (what the forward saves for backward).
 
     python benchmarks/nvfuser_llama.py                      # all cases
     python benchmarks/nvfuser_llama.py --cases llama --layers 4
 
 Prints exactly one JSON object on stdout; progress goes to stderr. Without a CUDA device it prints
-that it needs a GPU and exits with status 0.
+``{"skipped": "<why>", ...}`` and exits with status 0; without a usable nvFuser the thunder
+variants report ``{"skipped": "<why>"}`` and the others are measured.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("eager", "thunder_nvfuser", "torch_compile")
+VARIANTS = ("eager", "thunder_nvfuser", "thunder_nvfuser_noremat", "torch_compile")
+THUNDER_VARIANTS = ("thunder_nvfuser", "thunder_nvfuser_noremat")
 CASES = ("mlp", "rope", "llama")
 
 
@@ -41,9 +47,24 @@ def _wrap(variant: str, fn):
     if variant == "torch_compile":
         return torch.compile(fn)
     import thunder
-    from thunder_nvfuser.executor import nvfuser_ex
+    from thunder_nvfuser.executor import NvFuserExecutor
 
-    return thunder.jit(fn, executors=[nvfuser_ex, *thunder.get_default_executors()])
+    ex = NvFuserExecutor(rematerialize=variant == "thunder_nvfuser")
+    return thunder.jit(fn, executors=[ex, *thunder.get_default_executors()])
+
+
+def _saved(fn) -> dict:
+    """What a thunder-jitted training step's forward saves for backward (count and MB)."""
+    import thunder
+    from thunder.extend import saved_for_backward
+
+    if not thunder.last_backward_traces(fn):
+        return {}
+    saved = [p for p in saved_for_backward(thunder.last_traces(fn)[-1]) if hasattr(p, "numel")]
+    return {
+        "saved_tensors": len(saved),
+        "saved_mb": round(sum(p.numel() * p.dtype.bytes for p in saved) / 2**20, 2),
+    }
 
 
 def _time(step, warmup: int, iters: int) -> dict:
@@ -55,13 +76,18 @@ def _time(step, warmup: int, iters: int) -> dict:
     for _ in range(warmup):
         step()
     times = []
+    torch.cuda.reset_peak_memory_stats()
     for _ in range(iters):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-    return {"first_s": round(first, 3), "median_ms": round(statistics.median(times), 4)}
+    return {
+        "first_s": round(first, 3),
+        "median_ms": round(statistics.median(times), 4),
+        "peak_mem_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1),
+    }
 
 
 def case_mlp(variant: str, args) -> dict:
@@ -92,8 +118,12 @@ def case_rope(variant: str, args) -> dict:
 
     def step():
         fn(x, cos, sin).backward(g)
+        x.grad = None
 
-    return _time(step, args.warmup, args.iters)
+    out = _time(step, args.warmup, args.iters)
+    if variant in THUNDER_VARIANTS:
+        out.update(_saved(fn))
+    return out
 
 
 def case_llama(variant: str, args) -> dict:
@@ -116,6 +146,8 @@ def case_llama(variant: str, args) -> dict:
 
     out = _time(step, args.warmup, args.iters)
     out["params"] = sum(p.numel() for p in model.parameters())
+    if variant in THUNDER_VARIANTS:
+        out.update(_saved(fn))
     return out
 
 
@@ -130,20 +162,30 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=10)
     args = parser.parse_args()
 
+    try:
+        from thunder_nvfuser import runtime
+    except ImportError as e:  # thunder-nvfuser itself missing: say so, measure nothing
+        runtime, nvfuser_reason = (
+            None,
+            f"thunder-nvfuser is not importable ({e}): pip install -e packages/thunder-nvfuser",
+        )
+    else:
+        nvfuser_reason = runtime.unavailable_reason()
     if not torch.cuda.is_available():
-        print(f"{sys.argv[0]}: needs a CUDA GPU (and nvFuser); none here, nothing measured", file=sys.stderr)
-        print(json.dumps({"skipped": "needs a CUDA GPU", "torch": torch.__version__}))
+        cuda_reason = (runtime.cuda_unavailable_reason() if runtime is not None else None) or (
+            f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+        )
+        print(f"{sys.argv[0]}: needs a CUDA GPU; nothing measured: {cuda_reason}", file=sys.stderr)
+        print(json.dumps({"skipped": cuda_reason, "torch": torch.__version__, "cuda": torch.version.cuda}))
         return 0
-    from thunder_nvfuser import runtime
-
-    reason = runtime.unavailable_reason()
+    reason = nvfuser_reason
     results: dict = {}
     runners = {"mlp": case_mlp, "rope": case_rope, "llama": case_llama}
     for case in args.cases:
         results[case] = {}
         for variant in args.variants:
-            if variant == "thunder_nvfuser" and reason is not None:
-                results[case][variant] = {"error": f"nvFuser unavailable: {reason}"}
+            if variant in THUNDER_VARIANTS and reason is not None:
+                results[case][variant] = {"skipped": f"nvFuser unavailable: {reason}"}
                 continue
             print(f"{case} / {variant} ...", file=sys.stderr, flush=True)
             try:
@@ -170,7 +212,8 @@ def main() -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "nvfuser_distribution": runtime.installed_distribution(),
+        "nvfuser_distribution": runtime.installed_distribution() if runtime is not None else None,
+        "nvfuser_module": runtime.installed_module() if runtime is not None else None,
         "thunder_core": version("thunder-core"),
         "thunder_nvfuser": version("thunder-nvfuser"),
     }

@@ -161,13 +161,20 @@ def test_discover_installed_plugins(site_dir):
     report = result["report"]
     found = int(re.search(r"(\d+) found", report).group(1))
     assert found >= 4  # these four, plus whatever the environment has installed
-    assert "example  from thunder-example-executor 0.1.0" in report
-    assert "executor: example (OperatorExecutor, version 0.1.0, priority 10)" in report
-    assert "broken  from broken-plugin 0.0.1" in report
-    assert "skipped: import failed: RuntimeError: boom" in report
-    assert "nofuser  from nofuser-plugin 2.0" in report
-    assert "contributed nothing: nvFuser is not installed" in report
-    assert "skipped: thunder_executors() failed: ValueError: no executors today" in report
+    # one line per plugin: what it contributed, or why it contributed nothing
+    lines = report.splitlines()
+    assert (
+        "- example (thunder-example-executor 0.1.0): executor: example (OperatorExecutor, version 0.1.0, priority 10)"
+        in lines
+    )
+    assert (
+        "- broken (broken-plugin 0.0.1): skipped: import failed: RuntimeError: boom: this plugin cannot import" in lines
+    )
+    assert "- nofuser (nofuser-plugin 2.0): contributed nothing: nvFuser is not installed" in lines
+    assert (
+        "- raising (raising-hook-plugin 0.3): skipped: thunder_executors() failed: ValueError: no executors today"
+        in lines
+    )
     assert "thunder.discover(): example, " in report
 
 
@@ -269,10 +276,12 @@ def test_priority_order_and_skips(registered):
     buf = io.StringIO()
     plugins.report(file=buf)
     text = buf.getvalue()
-    assert "executor skipped: test_gpu_only: needs a GPU" in text
+    assert "    executor skipped: test_gpu_only: needs a GPU" in text
     assert "executor: test_high (OperatorExecutor, version 2, priority 5)" in text
-    assert "transform: noop" in text
-    assert "note: only transforms" in text
+    assert "- t_plugin: transform: noop" in text.splitlines()
+    buf = io.StringIO()
+    plugins.report(file=buf, verbose=True)
+    assert "    note: only transforms" in buf.getvalue()
 
     # cached: no second warning without reload
     with warnings.catch_warnings(record=True) as caught:
@@ -305,3 +314,82 @@ def test_discovered_executors_run(registered):
     jfn2 = thunder.jit(lambda a: -a, executors=["test_plugin_ex"])
     jfn2(a)
     assert len(calls) == 2
+
+
+def test_report_one_short_line_per_unavailable_plugin(registered):
+    long_reason = "no CUDA device (PyTorch is a CPU-only build); nvFuser is not installed (see its README)"
+    registered("gpu_plugin", _plugin("gpu", executors=[], reason=long_reason))
+    registered("only_skipped", _plugin("skip", executors=[_Unavailable("test_skipped_ex")]))
+    plugins.discover(reload=True)
+    buf = io.StringIO()
+    plugins.report(file=buf)
+    lines = buf.getvalue().splitlines()
+    # the leading clause only, on the plugin's own line; the full reason with --verbose
+    assert "- gpu_plugin: contributed nothing: no CUDA device" in lines
+    assert "- only_skipped: contributed nothing: needs a GPU" in lines
+    assert lines[-1] == "(python -m thunder.plugins --verbose prints the full reasons)"
+    buf = io.StringIO()
+    plugins.report(file=buf, verbose=True)
+    assert f"- gpu_plugin: contributed nothing: {long_reason}" in buf.getvalue().splitlines()
+
+
+@pytest.mark.parametrize(
+    "result, expected_executors, message",
+    [
+        (None, [], "thunder_executors() returned None"),
+        ("single", ["test_single_ex"], "returned the executor 'test_single_ex' instead of a list"),
+    ],
+)
+def test_sloppy_executors_hook_warns_naming_the_plugin(registered, result, expected_executors, message):
+    ex = OperatorExecutor("test_single_ex")
+    ns = types.SimpleNamespace(__name__="sloppy")
+
+    @hookimpl
+    def thunder_executors():
+        return ex if result == "single" else result
+
+    ns.thunder_executors = thunder_executors
+    registered("sloppy_plugin", ns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = [e.name for e in thunder.discover(reload=True)]
+    msgs = [str(w.message) for w in caught if issubclass(w.category, plugins.ThunderPluginWarning)]
+    assert len(msgs) == 1 and "'sloppy_plugin'" in msgs[0] and message in msgs[0], msgs
+    assert [n for n in found if n.startswith("test_")] == expected_executors
+    # a usable result is used: the plugin is not marked as failed
+    (info,) = [i for i in plugins.plugin_infos() if i.name == "sloppy_plugin"]
+    assert info.error is None
+
+
+def test_non_string_reason_and_none_transforms_warn(registered):
+    class Reason:
+        def __str__(self):
+            return "driver too old"
+
+    registered("odd_plugin", _plugin("odd", executors=[], reason=Reason(), transforms=None))
+    pm = plugins.get_plugin_manager()
+    ns = types.SimpleNamespace(__name__="none_transforms")
+
+    @hookimpl
+    def thunder_transforms():
+        return None
+
+    ns.thunder_transforms = thunder_transforms
+    registered("none_transforms_plugin", ns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        thunder.discover(reload=True)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, plugins.ThunderPluginWarning)]
+    assert any("'odd_plugin'" in m and "returned a Reason, not a str" in m for m in msgs), msgs
+    assert any("'none_transforms_plugin'" in m and "thunder_transforms() returned None" in m for m in msgs), msgs
+    (info,) = [i for i in plugins.plugin_infos() if i.name == "odd_plugin"]
+    assert info.unavailable_reason == "driver too old"
+    assert pm.get_plugin("none_transforms_plugin") is ns
+
+
+def test_hookspecs_help_shows_the_hooks():
+    import pydoc
+
+    text = pydoc.render_doc(plugins.hookspecs, renderer=pydoc.plaintext)
+    for hook in ("thunder_executors", "thunder_unavailable_reason", "thunder_transforms", "thunder_distributed"):
+        assert hook in text.split("FUNCTIONS", 1)[-1], hook

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -12,13 +10,14 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex, torchex
 from thunder.executors.passes import claim_executors, dce
+from thunder_nvfuser import runtime
 
 
 def _cuda_and_nvfuser() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (none here)"
-    if importlib.util.find_spec("nvfuser") is None:
-        return "needs nvFuser (not installed; see the README for the wheel)"
+    if runtime.installed_module() is None:
+        return "needs nvFuser (nvfuser_direct not installed; see the README for the wheel)"
     return None
 
 

@@ -1,13 +1,15 @@
-"""A STAND-IN for nvFuser's ``FusionDefinition`` and ``DataType``, for tests without nvFuser or a GPU.
+"""A STAND-IN for nvFuser's ``nvfuser_direct`` module, for tests without nvFuser or a GPU.
 
-This is not nvFuser. :class:`RecordingFusionDefinitionStandIn` implements the methods the
-lowering calls (``define_tensor``, ``define_scalar``, ``add_output``, ``ops.<op>``, ``execute``)
-with nvFuser's argument names, and
+This is not nvFuser. :class:`RecordingFusionDefinitionStandIn` follows
+``nvfuser_direct.FusionDefinition`` (``with FusionDefinition() as fd:``, ``fd.define_tensor``,
+``fd.define_scalar``, ``fd.ops.<op>``, ``fd.add_output``, ``fd.execute(inputs, device=...)``) and
 
 - records every call (``.calls``), so tests can check the sequence of nvFuser calls a region
   lowers to;
-- rejects op names nvFuser's Python frontend does not have (:data:`NVFUSER_OP_NAMES`, taken
-  from nvFuser's ``python_bindings.cpp``), so a misspelt op fails here and not first on a GPU;
+- rejects names and keyword arguments nvFuser's bindings do not have: op names, their
+  ``py::arg`` names, ``define_tensor``/``define_scalar`` keywords and ``DataType`` members are
+  read from ``data/nvfuser_direct_api.json`` (extracted from nvFuser's sources by
+  ``tools/nvfuser_direct_api.py``), so a misspelt op or keyword fails here and not first on a GPU;
 - evaluates the recorded definition with PyTorch on the CPU in ``execute``, so tests can check
   that the lowering means what the prims mean (against eager PyTorch).
 
@@ -16,23 +18,20 @@ It says nothing about what nvFuser's compiler does: that needs the GPU tests.
 
 from __future__ import annotations
 
+import json
 import types
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-# nvFuser's op names (FusionDefinition.Operators) that the lowering may use
-NVFUSER_OP_NAMES = frozenset(
-    (
-        "abs neg exp exp2 expm1 log log1p log2 log10 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
-        "sqrt rsqrt reciprocal erf erfc erfinv lgamma sign floor ceil round trunc bitwise_not isfinite isnan isinf "
-        "signbit set "
-        "add sub mul div pow maximum minimum fmod remainder atan2 bitwise_and bitwise_or bitwise_xor nextafter "
-        "eq ne lt le gt ge bitwise_left_shift bitwise_right_shift where cast "
-        "broadcast_in_dim reshape permute slice squeeze cat pad index_select take_along_axis "
-        "sum prod max min var full iota uniform normal matmul linear"
-    ).split()
-)
+API_FILE = Path(__file__).parent / "data" / "nvfuser_direct_api.json"
+API = json.loads(API_FILE.read_text())
+"""nvfuser_direct's bound names: ``module``, ``functions`` (with keyword names), ``FusionDefinition``
+(methods with parameters), ``ops`` (with keyword names), ``DataType`` (members)."""
+
+NVFUSER_OP_NAMES = frozenset(API["ops"])
+"""The ops nvfuser_direct binds (``nvfuser_direct.ops`` / ``fd.ops``)."""
 
 _TORCH_DTYPES = {
     "Bool": torch.bool,
@@ -57,8 +56,14 @@ class _DataTypeMember:
         return f"DataType.{self.name}"
 
 
-DataTypeStandIn = types.SimpleNamespace(**{n: _DataTypeMember(n) for n in _TORCH_DTYPES})
-"""Stand-in for ``nvfuser.DataType`` (members named as nvFuser names them)."""
+DataTypeStandIn = types.SimpleNamespace(**{n: _DataTypeMember(n) for n in API["DataType"]})
+"""Stand-in for ``nvfuser_direct.DataType`` (exactly the members nvFuser binds)."""
+
+
+def _check_keywords(what: str, kwargs: dict, allowed) -> None:
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"nvfuser_direct's {what} has no keyword argument {unknown} (it has {sorted(allowed)})")
 
 
 class StandInValue:
@@ -90,16 +95,17 @@ class _Ops:
 
     def __getattr__(self, name: str):
         if name not in NVFUSER_OP_NAMES:
-            raise AttributeError(f"nvFuser's FusionDefinition.Operators has no op {name!r} (stand-in check)")
+            raise AttributeError(f"nvfuser_direct.ops has no op {name!r} (stand-in check)")
 
         def op(*args, **kwargs):
+            _check_keywords(f"ops.{name}", kwargs, API["ops"][name])
             return self._fd._record(f"ops.{name}", args, kwargs, "T")
 
         return op
 
 
 class RecordingFusionDefinitionStandIn:
-    """A recording, PyTorch-evaluating stand-in for ``nvfuser.FusionDefinition`` (see the module docstring)."""
+    """A recording, PyTorch-evaluating stand-in for ``nvfuser_direct.FusionDefinition`` (see the module docstring)."""
 
     def __init__(self):
         self.calls: list[tuple] = []  # (method, args, kwargs) with values shown by name
@@ -123,22 +129,27 @@ class RecordingFusionDefinitionStandIn:
         self._raw.append((method, args, kwargs, out))
         return out
 
-    def define_tensor(self, shape, contiguity, dtype, is_cpu=False, stride_order=()) -> StandInValue:
-        out = self._record(
-            "define_tensor",
-            (),
-            dict(shape=shape, contiguity=contiguity, dtype=dtype, is_cpu=is_cpu, stride_order=stride_order),
-            "T",
-        )
+    def define_tensor(self, **kwargs) -> StandInValue:
+        # nvfuser_direct binds three overloads: (shape, contiguity: list, dtype, is_cpu, stride_order),
+        # (shape, contiguity: bool, ...) and (sizes, strides, dtype, static_sizes, is_cpu); the lowering
+        # passes keywords only, for the first one
+        _check_keywords("define_tensor", kwargs, API["functions"]["define_tensor"])
+        if "shape" not in kwargs or "contiguity" not in kwargs:
+            raise TypeError("define_tensor: the stand-in takes the (shape, contiguity, ...) overload")
+        out = self._record("define_tensor", (), kwargs, "T")
         self.inputs.append(out)
         return out
 
-    def define_scalar(self, value=_NO_VALUE, dtype=None) -> StandInValue:
-        if value is _NO_VALUE:
-            out = self._record("define_scalar", (), dict(dtype=dtype), "S")
+    def define_scalar(self, value=_NO_VALUE, **kwargs) -> StandInValue:
+        # (dtype) defines a symbolic input; (value, dtype=None) a constant
+        _check_keywords("define_scalar", kwargs, API["functions"]["define_scalar"])
+        if "value" in kwargs:
+            value = kwargs.pop("value")
+        if value is _NO_VALUE or value is None:
+            out = self._record("define_scalar", (), kwargs, "S")
             self.inputs.append(out)
         else:
-            out = self._record("define_scalar", (value,), dict(dtype=dtype), "S")
+            out = self._record("define_scalar", (value,), kwargs, "S")
         return out
 
     def add_output(self, value: StandInValue) -> None:
@@ -151,7 +162,10 @@ class RecordingFusionDefinitionStandIn:
 
     # -- evaluation with PyTorch (CPU) -----------------------------------------------------------
 
-    def execute(self, inputs, *, device=None):
+    def execute(self, inputs, *, device=None, **options):
+        _check_keywords("FusionDefinition.execute", {"device": device, **options}, API["FusionDefinition"]["execute"])
+        if device is not None and not isinstance(device, (int, str, torch.device)):
+            raise TypeError(f"execute(device=...) takes an int, str or torch.device, got {type(device).__name__}")
         self.executions += 1
         env: dict[str, object] = {}
         if len(inputs) != len(self.inputs):
@@ -252,14 +266,18 @@ def _evaluate(name: str, args, kwargs):
 
 
 def fake_nvfuser_module() -> types.SimpleNamespace:
-    """A stand-in for the ``nvfuser`` module: ``FusionDefinition``, ``DataType``, ``compute_tensor_descriptor``."""
+    """A stand-in for the ``nvfuser_direct`` module: ``FusionDefinition``, ``DataType``, ``ops``,
+    ``compute_tensor_descriptor``, ``__version__`` (only names nvfuser_direct has)."""
 
     def compute_tensor_descriptor(sizes, strides):
         return [None if s == 1 else True for s in sizes], list(range(len(sizes) - 1, -1, -1))
 
-    return types.SimpleNamespace(
+    attrs = dict(
         FusionDefinition=RecordingFusionDefinitionStandIn,
         DataType=DataTypeStandIn,
         compute_tensor_descriptor=compute_tensor_descriptor,
-        __version__="0.2.36",
+        __version__="0.2.36+git7e04d26",
     )
+    missing = sorted(set(attrs) - set(API["module"]))
+    assert not missing, f"the stand-in module has names nvfuser_direct lacks: {missing}"
+    return types.SimpleNamespace(**attrs)

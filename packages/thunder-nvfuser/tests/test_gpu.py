@@ -135,3 +135,30 @@ def test_cache_per_input_signature_and_trace_regions():
     trace = thunder.last_traces(jfn)[-1]
     [fusion] = [b.sym.call_ctx[b.sym.name] for b in trace.bound_symbols if b.sym.name.startswith("nvFusion")]
     assert isinstance(fusion, NvFusion) and len(fusion.fusions) == 1
+
+
+@pytest.mark.parametrize(
+    "fn, n",
+    [
+        pytest.param(lambda a, b: (a.exp() * b).tanh(), 2, id="tanh(exp(a)*b)"),
+        pytest.param(lambda a: torch.sigmoid(torch.sin(a) * 2) * torch.cos(a), 1, id="sigmoid(sin(a)*2)*cos(a)"),
+    ],
+)
+def test_rematerialization_saves_less_with_equal_grads(fn, n):
+    from thunder.extend import saved_for_backward
+    from thunder_nvfuser.executor import NvFuserExecutor
+
+    torch.manual_seed(0)
+    args = [torch.randn(64, 256, device="cuda", requires_grad=True) for _ in range(n)]
+    ref = fn(*args)
+    g = torch.randn_like(ref)
+    want = torch.autograd.grad(ref, args, g)
+    saved = {}
+    for remat in (False, True):
+        ex = NvFuserExecutor(f"nvfuser_remat_{remat}", rematerialize=remat)
+        jfn = thunder.jit(fn, executors=[ex, *thunder.get_default_executors()])
+        out = jfn(*args)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(torch.autograd.grad(out, args, g), want)
+        saved[remat] = saved_for_backward(thunder.last_traces(jfn)[-1])
+    assert len(saved[True]) < len(saved[False])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _helpers import DEVICE
 
 import thunder
 from thunder.core import dtypes
@@ -221,7 +222,7 @@ def test_4d_logits_fall_back():
     _check(_loss_fn(reduction="sum"), logits, target, expect_triton=False)
 
 
-def _proxy(shape, dtype=dtypes.float32, device="cpu"):
+def _proxy(shape, dtype=dtypes.float32, device=DEVICE):
     return TensorProxy(shape=shape, dtype=dtype, device=to_device(device))
 
 

@@ -18,7 +18,7 @@ from thunder.compiler import CacheOption, CompileData, CompileStats, build_compi
 from thunder.core import devices, dtypes  # noqa: F401
 from thunder.core.proxies import TensorProxy  # noqa: F401
 from thunder.core.trace import TraceCtx
-from thunder.executors.registry import get_always_executors, get_default_executors  # noqa: F401
+from thunder.executors.registry import get_all_executors, get_always_executors, get_default_executors  # noqa: F401
 from thunder.module import ThunderModule
 from thunder.plugins import discover  # noqa: F401  (plugins load on the first call, not on import)
 from thunder.tracing.errors import DataDependentControlFlowError, TracingError  # noqa: F401
@@ -44,6 +44,7 @@ __all__ = [
     "TensorProxy",
     "get_default_executors",
     "get_always_executors",
+    "get_all_executors",
     "discover",
     "plugins",
 ]

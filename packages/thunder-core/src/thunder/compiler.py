@@ -2,12 +2,18 @@
 
 ``CompileData`` holds what the user asked for; ``CompileStats`` what happened (traces of the last
 compile, cache hits and misses, per-stage times). A cache entry is a generated prologue that
-checks the inputs and calls its computation; a call tries the entries newest first.
+checks the inputs and calls its computation; a call tries the entry that answered last, then the
+entries whose cheap key (shapes, dtypes, scalar values) matches. At most ``cache_size_limit``
+entries are kept (least recently used dropped first), and a function that keeps recompiling warns,
+naming the input that varies.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -51,6 +57,8 @@ class CacheEntry:
     computation_traces: list[TraceCtx]
     backward_traces: list[TraceCtx] = field(default_factory=list)
     interpreter_log: list = field(default_factory=list)
+    builder: Any = None  # the PrologueBuilder, for describing a failed check
+    run_unchecked: Callable | None = None  # the prologue without checks (for the call that traced)
 
 
 @dataclass
@@ -83,7 +91,7 @@ class CompileData:
     compile_options: dict[str, Any]
     # options read by the compiler, executors or transforms, with what each one does
     used_compile_options: dict[str, str] = field(default_factory=dict)
-    cache: list[CacheEntry] = field(default_factory=list)
+    cache: Any = field(default_factory=list)  # an EntryCache once make_compiled has run
     stats: CompileStats = field(default_factory=CompileStats)
 
     @property
@@ -120,6 +128,13 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     traces = [_stamp(program.computation, "Tracing", start)]
 
     trace = program.computation
+    for ex in cd.executors:
+        t0 = time.perf_counter_ns()
+        rewritten = ex.rewrite_trace(trace)
+        if rewritten is not trace:
+            trace = rewritten
+            _stamp(trace, f"Rewritten by the {ex.name} executor", t0)
+            traces.append(trace)
     for transform in cd.transforms:
         t0 = time.perf_counter_ns()
         trace = transform(trace)
@@ -131,6 +146,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd:
         requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad}
         fb = split_forward_backward(trace, requires_grad, cd.executors)
+        for ex in cd.executors:  # rematerialisation hooks see both traces before claiming
+            if isinstance(ex, FusionExecutor):
+                fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
         traces.append(fb.forward)
         traces.extend(_executable_traces(fb.forward, cd.executors))
         backward_traces = [fb.backward, *_executable_traces(fb.backward, cd.executors)]
@@ -147,9 +165,11 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.autocast:
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
-    if program.rebuild_output is not None:
-        computation = _with_rebuild(computation, program.rebuild_output)
     call = f"computation({', '.join(ti.expr for ti in program.tensor_inputs)})"
+    if program.rebuild_output is not None:
+        # the output's structure is rebuilt (and object arguments updated) from the computation's flat output
+        program.prologue.trace.constants["_finish"] = program.rebuild_output
+        call = f"_finish({', '.join([call, *program.rebuild_args])})"
     pstart = time.perf_counter_ns()
     prologue_trace = program.prologue.build(program.signature, call, program.fn_name, computation)
     _stamp(prologue_trace, "Prologue", pstart)
@@ -161,7 +181,17 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     stats.last_stage_times_ns = times
     stats.last_compile_time_ns = time.perf_counter_ns() - start
     stats.last_trace_host_start, stats.last_trace_host_stop = start, time.perf_counter_ns()
-    return CacheEntry(prologue, prologue_trace, computation, traces, backward_traces, program.log or [])
+    run_unchecked = program.prologue.build_unchecked() if program.side_effects else None
+    return CacheEntry(
+        prologue,
+        prologue_trace,
+        computation,
+        traces,
+        backward_traces,
+        program.log or [],
+        program.prologue,
+        run_unchecked,
+    )
 
 
 def _executable_traces(trace: TraceCtx, executors) -> list[TraceCtx]:
@@ -179,32 +209,177 @@ def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
-def _with_rebuild(computation, rebuild):
-    def computation_with_output_structure(*args):
-        return rebuild(computation(*args))
+# Tracing uses process-wide state (the current trace, torch's "compiling" flag): one compile at a time.
+_compile_lock = threading.RLock()
 
-    return computation_with_output_structure
+_DEFAULT_CACHE_SIZE_LIMIT = 64
+_DEFAULT_RECOMPILE_LIMIT = 8
+
+
+def _call_key(args, kwargs):
+    """A cheap key the prologue's checks refine: tensor shapes and dtypes, scalar values, other types."""
+    return tuple(map(_arg_key, args)) + (tuple((k, _arg_key(v)) for k, v in kwargs.items()) if kwargs else ())
+
+
+def _arg_key(a):
+    t = type(a)
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        return (a.shape, a.dtype)
+    if t is int or t is bool or t is str or a is None:
+        return a
+    return t
+
+
+_UNTRIED: Any = object()
+
+
+class EntryCache:
+    """A function's cache entries, least recently used first, at most ``limit`` of them.
+
+    A call tries the entry that answered last (one prologue for the common case), then the entries
+    whose key (``_call_key``: shapes, dtypes, scalar values) matches, then the rest.
+    """
+
+    def __init__(self, limit: int | None = None):
+        self.limit = limit
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
+        self._buckets: dict[Any, list[CacheEntry]] = {}
+        self._keys: dict[int, Any] = {}
+        self.mru: CacheEntry | None = None
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self):
+        return iter(reversed(list(self._entries.values())))
+
+    def __getitem__(self, i: int) -> CacheEntry:
+        return list(self)[i]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._buckets.clear()
+        self._keys.clear()
+        self.mru = None
+
+    def add(self, entry: CacheEntry, key) -> None:
+        self._entries[id(entry)] = entry
+        self._keys[id(entry)] = key
+        try:
+            self._buckets.setdefault(key, []).insert(0, entry)
+        except TypeError:  # an unhashable key: found by the full scan only
+            self._keys[id(entry)] = None
+        self.mru = entry
+        while self.limit is not None and len(self._entries) > self.limit:
+            _, old = self._entries.popitem(last=False)
+            self._forget(old)
+            self.evictions += 1
+
+    def _forget(self, entry: CacheEntry) -> None:
+        key = self._keys.pop(id(entry), None)
+        bucket = self._buckets.get(key) if key is not None else None
+        if bucket is not None:
+            bucket[:] = [e for e in bucket if e is not entry]
+            if not bucket:
+                del self._buckets[key]
+        if self.mru is entry:
+            self.mru = None
+
+    def lookup(self, args, kwargs, tried: CacheEntry | None = _UNTRIED):
+        """``(entry, result)`` of the first entry whose prologue accepts the inputs, else ``(None, MISS)``.
+
+        ``tried`` is an entry the caller already tried (the most recently used one).
+        """
+        mru = self.mru
+        if tried is _UNTRIED:
+            if mru is not None:
+                result = mru.prologue(*args, **kwargs)
+                if result is not MISS:
+                    return mru, result
+        else:
+            mru = tried
+        if len(self._entries) <= 1 and (mru is None or id(mru) in self._entries):
+            return None, MISS
+        key = _call_key(args, kwargs)
+        try:
+            bucket = self._buckets.get(key, ())
+        except TypeError:
+            bucket = ()
+        tried = {id(mru)}
+        for entry in tuple(bucket):
+            tried.add(id(entry))
+            result = entry.prologue(*args, **kwargs)
+            if result is not MISS:
+                self._touch(entry)
+                return entry, result
+        for entry in list(reversed(self._entries.values())):
+            if id(entry) in tried:
+                continue
+            result = entry.prologue(*args, **kwargs)
+            if result is not MISS:
+                self._touch(entry)
+                return entry, result
+        return None, MISS
+
+    def _touch(self, entry: CacheEntry) -> None:
+        if id(entry) in self._entries:
+            self._entries.move_to_end(id(entry))
+        self.mru = entry
 
 
 def make_compiled(cd: CompileData) -> Callable:
     """The function that runs a jitted program: try the cached prologues, else compile."""
-    entries = cd.cache
     stats = cd.stats
     no_caching = cd.cache_option is CacheOption.NO_CACHING
+    limit = cd.get_compile_option(
+        "cache_size_limit",
+        "at most this many compiled programs are kept per function (least recently used dropped first)",
+        _DEFAULT_CACHE_SIZE_LIMIT,
+    )
+    recompile_limit = cd.get_compile_option(
+        "recompile_limit",
+        "warn, naming the input that varies, when a function has compiled more than this many programs",
+        _DEFAULT_RECOMPILE_LIMIT,
+    )
+    entries = cd.cache = EntryCache(limit)
+    lock = threading.RLock()
+    warned = [False]
 
     def _miss(args, kwargs):
-        stats.cache_misses += 1
-        entry = compile_entry(cd, args, kwargs)
-        if not no_caching:
-            entries.insert(0, entry)
-        _note_last(entry)
+        with lock, _compile_lock:
+            if not no_caching:  # another thread may have compiled it meanwhile
+                entry, result = entries.lookup(args, kwargs)
+                if entry is not None:
+                    stats.cache_hits += 1
+                    _note_last(entry)
+                    return entry, result
+            previous = entries.mru
+            stats.cache_misses += 1
+            if (
+                recompile_limit is not None
+                and not warned[0]
+                and not no_caching
+                and stats.cache_misses > recompile_limit
+                and previous is not None
+            ):
+                warned[0] = True
+                _warn_recompiling(cd, previous, args, kwargs, recompile_limit)
+            entry = compile_entry(cd, args, kwargs)
+            if not no_caching:
+                entries.add(entry, _safe_key(args, kwargs))
+            _note_last(entry)
         result = entry.prologue(*args, **kwargs)
         if result is MISS:
-            raise RuntimeError(
-                "internal error: the inputs thunder just traced do not pass the checks generated for them; "
-                f"the prologue was:\n{entry.prologue_trace}"
-            )
-        return result
+            if entry.run_unchecked is None:
+                raise RuntimeError(
+                    "internal error: the inputs thunder just traced do not pass the checks generated for them; "
+                    f"the prologue was:\n{entry.prologue_trace}"
+                )
+            # tracing ran the call's Python side effects (a flag set, a counter bumped): this call's
+            # program is the one just traced; the entry's checks describe the state before the call
+            result = entry.run_unchecked(*args, **kwargs)
+        return entry, result
 
     def _note_last(entry: CacheEntry) -> None:
         stats.last_traces = entry.computation_traces
@@ -213,17 +388,42 @@ def make_compiled(cd: CompileData) -> Callable:
         stats.last_interpreter_log = entry.interpreter_log
 
     def thunder_compiled(*args, **kwargs):
-        for entry in entries:
-            result = entry.prologue(*args, **kwargs)
-            if result is not MISS:
-                stats.cache_hits += 1
-                if stats.last_traces is not entry.computation_traces:
-                    _note_last(entry)
-                return result
-        return _miss(args, kwargs)
+        entry = entries.mru  # the common case: the entry that answered the previous call (one prologue)
+        if entry is None or (result := entry.prologue(*args, **kwargs)) is MISS:
+            entry, result = entries.lookup(args, kwargs, tried=entry)
+            if entry is None:
+                return _miss(args, kwargs)[1]
+        stats.cache_hits += 1
+        if stats.last_traces is not entry.computation_traces:
+            _note_last(entry)
+        return result
 
     thunder_compiled._lc_cd = cd
     return thunder_compiled
+
+
+def _safe_key(args, kwargs):
+    try:
+        key = _call_key(args, kwargs)
+        hash(key)
+        return key
+    except Exception:
+        return None
+
+
+def _warn_recompiling(cd: CompileData, previous: CacheEntry, args, kwargs, limit: int) -> None:
+    what = None
+    if previous.builder is not None:
+        what = previous.builder.first_failing_check(*args, **kwargs)
+    name = getattr(cd.fn, "__qualname__", None) or type(cd.fn).__name__
+    cause = f"the last recompilation was caused by a change of {what}" if what else "the cause could not be determined"
+    warnings.warn(
+        f"thunder.jit: {name} has been compiled {cd.stats.cache_misses} times (more than recompile_limit={limit}); "
+        f"{cause}. Each new value of an input the program specialises on (a shape, a Python number, a module "
+        "attribute, a global) compiles a new program; keep it fixed, pass it as a tensor, or raise the limit "
+        "with thunder.jit(..., recompile_limit=N). At most cache_size_limit programs are kept.",
+        stacklevel=4,
+    )
 
 
 def build_compile_data(

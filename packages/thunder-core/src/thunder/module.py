@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -40,7 +42,11 @@ class ThunderModule(torch.nn.Module):
             model = self._modules.get("_model")
             if model is None:
                 raise
-            return getattr(model, name)
+            value = getattr(model, name)
+            if inspect.ismethod(value) and value.__self__ is model:
+                # model.generate(...) and other methods calling the model run its jitted forward
+                return _with_jitted_forward(self, value)
+            return value
 
     def get_parameter(self, target: str) -> torch.nn.Parameter:
         """Return the parameter given by ``target`` (the original module's name for it)."""
@@ -82,3 +88,67 @@ class ThunderModule(torch.nn.Module):
             yield
         finally:
             self._no_sync = previous
+
+
+def _with_jitted_forward(tm: ThunderModule, method: Callable) -> Callable:
+    """``method`` of the original module, run with ``tm``'s compiled program as the module's forward.
+
+    ``jm.generate(...)`` calls Hugging Face's ``generate`` on the original model, which calls
+    ``self(...)``: ``nn.Module.__call__`` runs the model's hooks as usual and then its ``forward``,
+    which for the duration of the call is the jitted one. While thunder traces (a cache miss), the
+    model's own forward runs, so the traced program is the model's.
+    """
+
+    @functools.wraps(method)
+    def run_with_jitted_forward(*args, **kwargs):
+        with _jitted_forward(tm):
+            return method(*args, **kwargs)
+
+    return run_with_jitted_forward
+
+
+def _jitted_forward_class(tm: ThunderModule) -> type:
+    """A subclass of the model's class whose ``forward`` runs ``tm``'s program (made once per ``tm``)."""
+    model = tm._model
+    cls = type(model)
+    cached = tm.__dict__.get("_jitted_forward_class")
+    if cached is not None and cached.__bases__[0] is cls:
+        return cached
+    from thunder.tracing.tracer import _current_tracer
+
+    original_forward = cls.forward
+
+    @functools.wraps(original_forward)
+    def forward(self, *args, **kwargs):
+        if _current_tracer[-1] is not None:  # thunder is tracing the model: its own forward
+            return original_forward(self, *args, **kwargs)
+        return tm._forward_fn(*args, **kwargs)
+
+    jitted = type(
+        cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    )
+    tm.__dict__["_jitted_forward_class"] = jitted
+    return jitted
+
+
+@contextmanager
+def _jitted_forward(tm: ThunderModule):
+    """While active, calling the original model (``model(...)``) runs ``tm``'s compiled program."""
+    model = tm._model
+    depth = tm.__dict__.get("_jitted_forward_depth", 0)
+    if depth or "forward" in model.__dict__:
+        # nested, or the model's forward is an instance attribute (then it is called as it is)
+        tm.__dict__["_jitted_forward_depth"] = depth + 1
+        try:
+            yield
+        finally:
+            tm.__dict__["_jitted_forward_depth"] = depth
+        return
+    cls = type(model)
+    model.__class__ = _jitted_forward_class(tm)
+    tm.__dict__["_jitted_forward_depth"] = 1
+    try:
+        yield
+    finally:
+        tm.__dict__["_jitted_forward_depth"] = 0
+        model.__class__ = cls

@@ -7,11 +7,14 @@ is taken whole when its whole decomposition is). Thunder's shared partitioner
 one :class:`NvFusion` call, printed in the trace as ``nvFusion0(...)`` with the region's
 contents as comments below it.
 
-An :class:`NvFusion` builds one nvFuser ``FusionDefinition`` per input signature (dtypes, ranks,
+An :class:`NvFusion` builds one ``nvfuser_direct.FusionDefinition`` per input signature (dtypes, ranks,
 which dims are size 1, contiguity and stride order of the tensors; the types of the scalars) the
 first time it sees it, keeps it, and executes it. nvFuser itself compiles a kernel per concrete
-shape on first execution and caches it. Nothing is imported from nvFuser until a fusion first
-runs; then the nvFuser and torch versions are checked (:func:`thunder_nvfuser.runtime.check_versions`).
+shape on first execution (the definition's ``FusionExecutorCache``) and caches it, so the
+per-signature dictionary plays the part of nvFuser's ``LruFusionCache``. Nothing is imported from
+nvFuser until a fusion first runs; then the nvFuser and torch versions are checked
+(:func:`thunder_nvfuser.runtime.check_versions`) and ``nvfuser_direct`` is imported (the legacy
+``nvfuser`` module of older wheels when it is absent: the lowering only uses calls both have).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from thunder.core.devices import DeviceType
 from thunder.core.prims import OpTags
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
-from thunder.executors.base import FusionExecutor
+from thunder.extend import FusionExecutor, is_cheap_to_recompute, rematerialize_forward_backward
 from thunder_nvfuser import __version__, runtime
 from thunder_nvfuser.lowering import LOWERINGS, contiguous_descriptor, lower_region
 
@@ -46,12 +49,22 @@ class NvFuserExecutor(FusionExecutor):
         name: the executor's name (``thunder.jit(fn, executors=[name, ...])``).
         options: which optional families it takes, among :data:`OPTIONS` (default: ``("random",)``).
         priority: its place in ``thunder.discover()`` (higher first).
+        rematerialize: recompute cheap fusible forward values in the backward instead of saving
+            them (:meth:`rematerialize`; on by default).
     """
 
     region_name = "nvFusion"
 
-    def __init__(self, name: str = "nvfuser", *, options: Iterable[str] = ("random",), priority: int = 20):
+    def __init__(
+        self,
+        name: str = "nvfuser",
+        *,
+        options: Iterable[str] = ("random",),
+        priority: int = 20,
+        rematerialize: bool = True,
+    ):
         super().__init__(name, version=__version__, priority=priority)
+        self.rematerialize_saved = rematerialize
         options = tuple(options)
         unknown = [o for o in options if o not in OPTIONS]
         if unknown:
@@ -76,6 +89,22 @@ class NvFuserExecutor(FusionExecutor):
                 return False
         subs = bsym.subsymbols
         return bool(subs) and all(self.can_fuse(s) for s in subs)
+
+    def can_recompute(self, bsym: BoundSymbol) -> bool:
+        """Whether the backward may recompute ``bsym``: nvFuser fuses it and it is elementwise or reshaping work."""
+        return self.can_fuse(bsym) and is_cheap_to_recompute(bsym)
+
+    def rematerialize(self, forward, backward):
+        """Saves for backward only what cannot be cheaply recomputed in the backward's fusions.
+
+        With the minimum cut of :func:`thunder.extend.rematerialize_forward_backward` over the
+        operations :meth:`can_recompute` accepts: e.g. an MLP's ``silu(fc1) * fc2`` saves ``fc1``
+        and ``fc2`` (the matmul outputs) and the backward's fusion recomputes the rest, as
+        lightning-thunder does with nvFuser.
+        """
+        if not self.rematerialize_saved:
+            return forward, backward
+        return rematerialize_forward_backward(forward, backward, self.can_recompute)
 
     def fuse_region(self, region) -> Callable:
         """The callable running ``region`` through nvFuser (built lazily, per input signature)."""

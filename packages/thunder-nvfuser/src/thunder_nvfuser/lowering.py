@@ -2,8 +2,9 @@
 
 Each supported prim has a :class:`Lowering`: a checker with the prim's signature (only CUDA
 tensors of dtypes nvFuser handles, plus per-prim conditions) and a function that records the
-prim on a ``FusionDefinition`` through nvFuser's Python API (``fd.define_tensor``,
-``fd.define_scalar``, ``fd.ops.<op>``, ``fd.add_output``).
+prim on a ``FusionDefinition`` through nvFuser's Python API, ``nvfuser_direct``
+(``fd.define_tensor``, ``fd.define_scalar``, ``fd.ops.<op>``, ``fd.add_output``; every name and
+keyword is checked against nvFuser's bindings by ``tests/test_api_names.py``).
 
 :func:`lower_region` writes a whole region: its inputs become ``define_tensor`` /
 ``define_scalar`` inputs, its bound symbols are lowered in order (a torch-language symbol
@@ -571,7 +572,7 @@ def lower_region(
             fusion's outputs in order.
         datatype: nvFuser's ``DataType`` enum (or a stand-in with the same member names).
         descriptors: per region input, ``(contiguity, stride_order)`` for a tensor (from
-            ``nvfuser.compute_tensor_descriptor`` on the actual input) or ``None``; by default
+            ``nvfuser_direct.compute_tensor_descriptor`` on the actual input) or ``None``; by default
             every tensor is taken as contiguous.
     """
     ctx = LoweringContext(fd, datatype)

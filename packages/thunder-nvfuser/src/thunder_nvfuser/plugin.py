@@ -1,8 +1,9 @@
 """The module the ``thunder`` entry point names: Thunder's hooks, cheap to import.
 
-``thunder_executors()`` returns the ``nvfuser`` executor only when nvFuser is installed, imports
-with the running torch and a CUDA device is present; otherwise ``thunder_unavailable_reason()``
-says what is missing (nvFuser, a CUDA device, or both), and ``thunder.plugins.report()`` prints it.
+``thunder_executors()`` returns the ``nvfuser`` executor only when torch is a CUDA build, a CUDA
+device is present and nvFuser is installed, fits the running torch and imports; otherwise
+``thunder_unavailable_reason()`` says why in one line (the decisive reason first, then the fix),
+and ``thunder.plugins.report()`` prints it.
 """
 
 from __future__ import annotations

@@ -12,12 +12,25 @@ import os
 
 from thunder.plugins import hookimpl
 
-__all__ = ["interpret_mode", "unavailable_reason", "thunder_unavailable_reason", "thunder_executors"]
+__all__ = [
+    "interpret_mode",
+    "accepted_devicetypes",
+    "unavailable_reason",
+    "thunder_unavailable_reason",
+    "thunder_executors",
+]
 
 
 def interpret_mode() -> bool:
     """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``): on CPU tensors, slowly."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def accepted_devicetypes() -> tuple:
+    """The device types the kernels take: CUDA, and CPU too in interpreter mode (which also copies CUDA tensors)."""
+    from thunder.core.devices import DeviceType
+
+    return (DeviceType.CPU, DeviceType.CUDA) if interpret_mode() else (DeviceType.CUDA,)
 
 
 def _cuda_available() -> bool:

@@ -1,7 +1,8 @@
 """Thunder's dtypes: one object per element type, with conversions to and from ``torch.dtype``.
 
 Meta functions and checkers see these; user code running under the tracer sees ``torch.dtype``.
-Every function here also accepts a ``torch.dtype`` so callers never have to convert first.
+Every function here also accepts a ``torch.dtype`` so callers never have to convert first, and a
+thunder dtype compares equal (``==``, with the same hash) to the ``torch.dtype`` it stands for.
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ class dtype:
         return f"dtypes.{self.name}"
 
     __str__ = __repr__
+
+    # A checker or meta function that compares with a torch dtype (``a.dtype == torch.float32``,
+    # ``a.dtype in (torch.float16, torch.bfloat16)``) means the same element type: equal, with the
+    # same hash. (``a.dtype is torch.float32`` is still False: compare with ``==``.)
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, dtype):
+            return self is other
+        if isinstance(other, torch.dtype):
+            return self.torch_dtype == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.torch_dtype)
 
     def __reduce__(self):
         return (to_dtype, (self.torch_dtype,))

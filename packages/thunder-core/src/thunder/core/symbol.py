@@ -8,10 +8,12 @@ terms of other symbols, and what it calls is recorded as the bound symbol's ``su
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from thunder.core.proxies import Proxy
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.trace import _current
 
 __all__ = ["Symbol", "BoundSymbol", "flat_proxies"]
@@ -72,6 +74,16 @@ class Symbol:
     def __repr__(self) -> str:
         return f"[Symbol name={self.name}]"
 
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """The signature of its meta (or ``like=``) function: ``inspect.signature(ltorch.silu)`` works."""
+        if self.meta is None:
+            return None
+        try:
+            return inspect.signature(self.meta)
+        except (TypeError, ValueError):
+            return None
+
     def __call__(self, *args, **kwargs):
         trace = _current[-1]
         if trace is None:
@@ -119,19 +131,13 @@ def _returns_an_input(out, args, kwargs) -> bool:
 
 
 def flat_proxies(x, acc: list | None = None) -> list:
-    """The proxies inside ``x`` (nested tuples, lists and dicts), in order."""
+    """The proxies inside ``x`` (any pytree: tuples, lists, dicts, slices, registered nodes), in order."""
     if acc is None:
         acc = []
     if isinstance(x, Proxy):
         acc.append(x)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            flat_proxies(y, acc)
-    elif isinstance(x, dict):
-        for y in x.values():
-            flat_proxies(y, acc)
-    elif isinstance(x, slice):
-        flat_proxies((x.start, x.stop, x.step), acc)
+        return acc
+    acc.extend(leaf for leaf in tree_leaves(x) if isinstance(leaf, Proxy))
     return acc
 
 
@@ -139,19 +145,7 @@ def swap_proxies(x, mapping: dict[str, Proxy]):
     """``x`` with each proxy whose name is in ``mapping`` replaced."""
     if isinstance(x, Proxy):
         return mapping.get(x.name, x)
-    if isinstance(x, tuple):
-        if type(x) is tuple:
-            return tuple(swap_proxies(y, mapping) for y in x)
-        if hasattr(type(x), "n_fields") or not hasattr(x, "_fields"):  # structseqs (torch.return_types), torch.Size
-            return type(x)(tuple(swap_proxies(y, mapping) for y in x))
-        return type(x)(*(swap_proxies(y, mapping) for y in x))
-    if isinstance(x, list):
-        return [swap_proxies(y, mapping) for y in x]
-    if isinstance(x, dict):
-        return {k: swap_proxies(v, mapping) for k, v in x.items()}
-    if isinstance(x, slice):
-        return slice(*(swap_proxies(y, mapping) for y in (x.start, x.stop, x.step)))
-    return x
+    return tree_map(lambda leaf: mapping.get(leaf.name, leaf) if isinstance(leaf, Proxy) else leaf, x)
 
 
 class BoundSymbol:

@@ -54,6 +54,18 @@ class Executor:
         """
         return None
 
+    def rewrite_trace(self, trace):
+        """Rewrites the computation trace right after tracing, before user transforms and autodiff.
+
+        The default returns ``trace`` unchanged. An executor overrides it to match patterns of
+        traced operations (say, the ``mul``/``mean``/``rsqrt`` chain a hand-written RMSNorm
+        records) and to replace each match by one bound symbol of a composite symbol whose
+        ``subsymbols`` are the matched bound symbols, so that when no executor claims the
+        composite the original operations run (and are differentiated) unchanged. It returns a
+        new trace (``thunder.core.trace.from_trace``), or ``trace`` itself when nothing matched.
+        """
+        return trace
+
     def get_impl(self, sym: Symbol) -> ImplInfo | None:
         return self.implmap.get(sym.id)
 
@@ -148,7 +160,7 @@ class FusionExecutor(Executor):
 
     In the claiming pass a fusion executor claims the bound symbols ``can_fuse`` accepts (leaving
     them as they are); its ``fusion_pass`` then groups them into regions with the shared
-    partitioner in :mod:`thunder.executors.fusion` and calls ``fuse_region`` on each, which
+    partitioner in ``thunder.executors.fusion`` and calls ``fuse_region`` on each, which
     returns the callable that executes the region. A region prints in the trace as one call,
     ``<region_name><n>(...)``, with its contents as comments.
 
@@ -169,12 +181,23 @@ class FusionExecutor(Executor):
         return bool(subs) and all(self.can_fuse(s) for s in subs)
 
     def fuse_region(self, region) -> Callable:
-        """Compiles ``region`` (a :class:`thunder.executors.fusion.Region`) into a callable.
+        """Compiles ``region`` (a ``thunder.executors.fusion.Region``) into a callable.
 
         The callable takes the region's inputs (``region.inputs``, in order) and returns its
         outputs (``region.outputs``) as a tuple.
         """
         raise NotImplementedError(f"{self.name} does not implement fuse_region")
+
+    def rematerialize(self, forward, backward):
+        """Moves work across the forward/backward boundary; returns ``(forward, backward)``.
+
+        ``thunder.jit`` calls it on training compiles, after the forward/backward split and
+        before claiming, with the augmented forward trace (returning ``(outputs,
+        saved_for_backward)``) and the backward trace. By default nothing changes; an executor
+        that fuses cheap operations can recompute them in the backward instead of saving them,
+        e.g. with :func:`thunder.extend.rematerialize_forward_backward`.
+        """
+        return forward, backward
 
     def fusion_pass(self, trace):
         """Replaces the bound symbols this executor claimed by calls of fused regions."""

@@ -42,6 +42,7 @@ def deregister_executor(ex: Executor | str) -> None:
 
 
 def get_all_executors() -> tuple[Executor, ...]:
+    """Every registered executor: the built-in ones, those registered by hand and those ``thunder.discover()`` found."""
     return tuple(_registry.all.values())
 
 

@@ -102,6 +102,10 @@ def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
         return False
     if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
         return False
+    # the flash kernels divide by these sizes (an empty sequence or zero heads ends the process with SIGFPE
+    # on CPU): empty calls stay with PyTorch's composite implementation, which returns an empty tensor
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        return False
     devicetype = q.device.devicetype
     if devicetype is DeviceType.CPU:
         if q.dtype not in _CPU_DTYPES:

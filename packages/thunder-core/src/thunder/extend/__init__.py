@@ -13,6 +13,11 @@ from thunder.executors.registry import (
     register_executor,
     remove_default_executor,
 )
+from thunder.executors.rematerialization import (
+    is_cheap_to_recompute,
+    rematerialize_forward_backward,
+    saved_for_backward,
+)
 
 __all__ = [
     "Executor",
@@ -27,6 +32,9 @@ __all__ = [
     "add_default_executor",
     "remove_default_executor",
     "get_executor",
+    "rematerialize_forward_backward",
+    "saved_for_backward",
+    "is_cheap_to_recompute",
 ]
 
 for _ex in (torchex.ex, pythonex.ex):

@@ -1,9 +1,9 @@
 """Plugin discovery: executors (and transforms) that separately installed packages provide.
 
 Plugins are modules named by entry points in the ``thunder`` group (see
-:mod:`thunder.plugins.hookspecs` for the hooks and the rules plugins follow). Nothing is loaded
-when Thunder is imported: the first call of :func:`discover`, :func:`plugin_infos`,
-:func:`discover_transforms` or :func:`report` loads the plugins (through pluggy's
+``thunder.plugins.hookspecs`` for the hooks and the rules plugins follow). Nothing is loaded
+when Thunder is imported: the first call of ``discover``, ``plugin_infos``,
+``discover_transforms`` or ``report`` loads the plugins (through pluggy's
 ``load_setuptools_entrypoints``), calls their hooks once each and remembers the result.
 
 ``thunder.discover()`` returns the executors the plugins provide that can run here, highest
@@ -81,7 +81,7 @@ _infos: list[PluginInfo] | None = None
 def get_plugin_manager() -> pluggy.PluginManager:
     """Thunder's pluggy ``PluginManager`` (project ``"thunder"``), with the hook specs added.
 
-    Plugins are loaded into it by the first :func:`discover` (or :func:`plugin_infos`); a plugin
+    Plugins are loaded into it by the first ``discover`` (or ``plugin_infos``); a plugin
     object registered with ``get_plugin_manager().register(obj, name=...)`` before that is
     discovered too (call ``discover(reload=True)`` after registering later).
     """
@@ -134,6 +134,29 @@ def _load_plugins(pm: pluggy.PluginManager) -> dict[str, PluginInfo]:
     return infos
 
 
+def _note(info: PluginInfo, message: str) -> None:
+    """Warns about a hook result Thunder could still use (the plugin is not skipped)."""
+    where = f" ({info.module})" if info.module else ""
+    warnings.warn(f"thunder plugin {info.name!r}{where}: {message}", ThunderPluginWarning, stacklevel=4)
+
+
+def _as_executor_list(info: PluginInfo, result: object) -> list[Executor]:
+    """The executors a ``thunder_executors()`` hook returned, tolerating the usual slips with a warning."""
+    if result is None:
+        _note(info, "thunder_executors() returned None; return a list of executors (an empty one if none)")
+        return []
+    if isinstance(result, Executor):
+        _note(info, f"thunder_executors() returned the executor {result.name!r} instead of a list of executors")
+        return [result]
+    if isinstance(result, (str, bytes)) or not hasattr(result, "__iter__"):
+        raise TypeError(f"expected a list of thunder.extend.Executor objects, got {type(result).__name__}")
+    executors = list(result)
+    bad = [x for x in executors if not isinstance(x, Executor)]
+    if bad:
+        raise TypeError(f"expected thunder.extend.Executor objects, got {type(bad[0]).__name__}")
+    return executors
+
+
 def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
     hooks = pm.hook
     for impl in hooks.thunder_unavailable_reason.get_hookimpls():
@@ -145,6 +168,8 @@ def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
         except Exception as e:
             _warn(info, "thunder_unavailable_reason() raised", e)
             continue
+        if reason is not None and not isinstance(reason, str):
+            _note(info, f"thunder_unavailable_reason() returned a {type(reason).__name__}, not a str or None")
         info.unavailable_reason = None if reason is None else str(reason)
 
     for impl in hooks.thunder_executors.get_hookimpls():
@@ -152,11 +177,7 @@ def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
         if info.error:
             continue
         try:
-            result = impl.function()
-            executors = list(result or ())
-            bad = [x for x in executors if not isinstance(x, Executor)]
-            if bad:
-                raise TypeError(f"expected thunder.extend.Executor objects, got {type(bad[0]).__name__}")
+            executors = _as_executor_list(info, impl.function())
         except Exception as e:
             _warn(info, "thunder_executors() failed", e)
             continue
@@ -165,6 +186,8 @@ def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
                 reason = ex.unavailable_reason()
             except Exception as e:
                 reason = f"unavailable_reason() raised {type(e).__name__}: {e}"
+            if reason is not None and not isinstance(reason, str):
+                _note(info, f"{ex.name}.unavailable_reason() returned a {type(reason).__name__}, not a str or None")
             if reason:
                 info.skipped.append((ex.name, str(reason)))
             else:
@@ -181,7 +204,10 @@ def _call_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
         if info.error:
             continue
         try:
-            transforms = dict(impl.function() or {})
+            result = impl.function()
+            if result is None:
+                _note(info, "thunder_transforms() returned None; return a dict of transforms (an empty one if none)")
+            transforms = dict(result or {})
         except Exception as e:
             _warn(info, "thunder_transforms() failed", e)
             continue
@@ -219,7 +245,7 @@ def discover(*, reload: bool = False) -> tuple[Executor, ...]:
 
     The discovered executors are registered (so ``thunder.jit(executors=["name"])`` finds them).
     Use the result as ``thunder.jit(fn, executors=thunder.discover())``. A plugin that fails to
-    import or whose hook raises is skipped with one :class:`ThunderPluginWarning`.
+    import or whose hook raises is skipped with one ``ThunderPluginWarning``.
 
     Args:
         reload: look for plugins again instead of reusing the first discovery's result.
@@ -249,37 +275,61 @@ def _describe_executor(ex: Executor) -> str:
     return f"{ex.name} ({kind}{', ' + ', '.join(extras) if extras else ''})"
 
 
-def report(*, file: TextIO | None = None, reload: bool = False) -> None:
-    """Prints every plugin found, its version, what it contributed and why anything was skipped.
+def _short(reason: str) -> str:
+    """The leading clause of a reason: its first line, up to the first ``"; "`` or parenthesis."""
+    short = reason.strip().splitlines()[0] if reason.strip() else reason
+    for sep in ("; ", " ("):
+        cut = short.find(sep)
+        if cut > 0:
+            short = short[:cut]
+    return short
 
-    ``python -m thunder.plugins`` prints the same.
+
+def _plugin_line(info: PluginInfo, verbose: bool) -> list[str]:
+    """One line for the plugin (what it gave, or the reason it gave nothing), then details when verbose."""
+    shorten = (lambda r: r) if verbose else _short
+    head = f"- {info.name}"
+    if info.distribution:
+        head += f" ({info.distribution} {info.version})"
+    details = [f"    module: {info.module}"] if verbose and info.module else []
+    if info.error:
+        return [f"{head}: skipped: {shorten(info.error)}", *details]
+    parts = [f"executor: {_describe_executor(ex)}" for ex in info.executors]
+    parts += [f"transform: {name}" for name in info.transforms]
+    parts += [f"provides: {api}" for api in info.provides]
+    if not parts:
+        reason = info.unavailable_reason or (info.skipped[0][1] if info.skipped else "the plugin gave no reason")
+        lines = [f"{head}: contributed nothing: {shorten(reason)}", *details]
+        if verbose:
+            lines += [f"    executor skipped: {name}: {r}" for name, r in info.skipped if r != reason]
+        return lines
+    lines = [f"{head}: {'; '.join(parts)}", *details]
+    lines += [f"    executor skipped: {name}: {shorten(r)}" for name, r in info.skipped]
+    if verbose and info.unavailable_reason:
+        lines.append(f"    note: {info.unavailable_reason}")
+    return lines
+
+
+def report(*, file: TextIO | None = None, reload: bool = False, verbose: bool = False) -> None:
+    """Prints every plugin found, one line each: what it contributed, or why it contributed nothing.
+
+    ``python -m thunder.plugins`` prints the same (``--verbose``: the full reasons and each
+    plugin's module).
+
+    Args:
+        file: where to print (default: standard output).
+        reload: look for plugins again first.
+        verbose: print the whole of each reason (by default only its leading clause) and the modules.
     """
     file = file if file is not None else sys.stdout
     infos = plugin_infos(reload=reload)
-    w = file.write
-    w(f"Thunder plugins (entry-point group {ENTRY_POINT_GROUP!r}): {len(infos)} found\n")
+    lines = [f"Thunder plugins (entry-point group {ENTRY_POINT_GROUP!r}): {len(infos)} found"]
     for info in infos:
-        dist = ""
-        if info.distribution:
-            dist = f"  from {info.distribution} {info.version}"
-        w(f"\n- {info.name}{dist}\n")
-        if info.module:
-            w(f"    module: {info.module}\n")
-        if info.error:
-            w(f"    skipped: {info.error}\n")
-            continue
-        for ex in info.executors:
-            w(f"    executor: {_describe_executor(ex)}\n")
-        for name, reason in info.skipped:
-            w(f"    executor skipped: {name}: {reason}\n")
-        for name in info.transforms:
-            w(f"    transform: {name}\n")
-        for api in info.provides:
-            w(f"    provides: {api}\n")
-        if not (info.executors or info.skipped or info.transforms or info.provides):
-            reason = info.unavailable_reason or "the plugin gave no reason"
-            w(f"    contributed nothing: {reason}\n")
-        elif info.unavailable_reason:
-            w(f"    note: {info.unavailable_reason}\n")
-    w("\nDefault executors: " + ", ".join(ex.name for ex in get_default_executors()) + "\n")
-    w("thunder.discover(): " + ", ".join(ex.name for ex in discover()) + "\n")
+        lines += _plugin_line(info, verbose)
+    lines.append("Default executors: " + ", ".join(ex.name for ex in get_default_executors()))
+    lines.append("thunder.discover(): " + ", ".join(ex.name for ex in discover()))
+    reasons = [r for info in infos for r in (info.error, info.unavailable_reason) if r]
+    reasons += [r for info in infos for _, r in info.skipped]
+    if not verbose and any(_short(r) != r.strip() for r in reasons):
+        lines.append("(python -m thunder.plugins --verbose prints the full reasons)")
+    file.write("\n".join(lines) + "\n")

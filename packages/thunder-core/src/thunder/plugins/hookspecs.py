@@ -1,12 +1,12 @@
 """The hooks a Thunder plugin may implement, and the markers for them.
 
-A plugin is a module named by an entry point in the ``thunder`` group of its distribution::
+A plugin is a module named by an entry point in the ``thunder`` group of its distribution:
 
     [project.entry-points.thunder]
     myex = "my_package.plugin"
 
 That module implements any of the hooks below as plain functions marked with
-:data:`hookimpl`::
+``hookimpl``:
 
     from thunder.plugins import hookimpl
 
@@ -42,7 +42,16 @@ import pluggy
 if TYPE_CHECKING:
     from thunder.executors.base import Executor
 
-__all__ = ["PROJECT_NAME", "ENTRY_POINT_GROUP", "hookspec", "hookimpl"]
+__all__ = [
+    "PROJECT_NAME",
+    "ENTRY_POINT_GROUP",
+    "hookspec",
+    "hookimpl",
+    "thunder_executors",
+    "thunder_unavailable_reason",
+    "thunder_transforms",
+    "thunder_distributed",
+]
 
 #: pluggy project name of Thunder's hooks
 PROJECT_NAME = "thunder"
@@ -60,7 +69,7 @@ def thunder_executors() -> Sequence[Executor]:
     """The executors this plugin provides, with their operators, implementations and grad transforms registered.
 
     Return an empty sequence when the plugin's runtime is missing (and implement
-    :func:`thunder_unavailable_reason` to say why). Executors whose ``unavailable_reason()``
+    ``thunder_unavailable_reason`` to say why). Executors whose ``unavailable_reason()``
     returns a string are dropped by ``thunder.discover()``. ``Executor.priority`` (higher first)
     orders the executors ``thunder.discover()`` returns.
     """

@@ -162,9 +162,12 @@ def index_copy(a, dim: int, index, source):
 @torchsymbol(torch.index_fill, T.index_fill, method_name="index_fill")
 def index_fill(a, dim: int, index, value):
     dim = canonicalize_dim(a.ndim, dim)
+    if a.ndim == 0:  # the one element, filled when the index names it
+        filled = clang.full((), index.numel() > 0, device=a.device, dtype=dtypes.bool8)
+        return clang.where(filled, _value_like(value, a, ()), a)
     shape = list(a.shape)
     shape[dim] = index.numel()
-    src = clang.full(shape, value, device=a.device, dtype=a.dtype)
+    src = _value_like(value, a, shape)  # a tensor value stays differentiable
     return prims.scatter(a, _index_along(index, dim, shape), src, dim)
 
 

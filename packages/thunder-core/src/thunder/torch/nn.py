@@ -267,7 +267,14 @@ def scaled_dot_product_attention(
             scores = clang.where(attn_mask, scores, neg_inf)
         else:
             scores = clang.add(scores, attn_mask)
-    probs = clang.maybe_convert_to_dtype(softmax(scores, -1), q.dtype)
+        # a query whose keys are all masked attends to nothing: PyTorch gives it zeros (a safe softmax), and
+        # so zero gradients; softmax over a row of zeros in its place keeps NaN out of the backward too
+        masked = prims.eq(clang.amax(scores, -1, True), neg_inf)
+        probs = softmax(clang.where(masked, clang.maybe_convert_to_dtype(0, scores.dtype), scores), -1)
+        probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
+    else:
+        probs = softmax(scores, -1)
+    probs = clang.maybe_convert_to_dtype(probs, q.dtype)
     return prims.matmul(probs, v)
 
 

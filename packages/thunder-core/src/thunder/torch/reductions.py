@@ -87,6 +87,13 @@ def min(a, dim=None, keepdim: bool = False):
     return torch.return_types.min((clang.amin(a, dim, keepdim), _arg(prims.argmin, a, dim, keepdim)))
 
 
+def _var_args(dim, unbiased):
+    """``var(x, True)`` is the overload ``var(input, unbiased)``: a bool in the place of ``dim`` is ``unbiased``."""
+    if isinstance(dim, bool):
+        return None, dim
+    return dim, unbiased
+
+
 def _correction(unbiased, correction):
     if correction is None:
         return 1 if unbiased is None or unbiased else 0
@@ -95,23 +102,27 @@ def _correction(unbiased, correction):
 
 @torchsymbol(torch.var, T.var, method_name="var", tags=("reduction",))
 def var(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    dim, unbiased = _var_args(dim, unbiased)
     return clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
 
 
 @torchsymbol(torch.std, T.std, method_name="std", tags=("reduction",))
 def std(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    dim, unbiased = _var_args(dim, unbiased)
     v = clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
     return clang.elementwise_unary(v, prims.sqrt)
 
 
 @torchsymbol(torch.var_mean, tags=("reduction",))
 def var_mean(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    dim, unbiased = _var_args(dim, unbiased)
     v = clang.var(a, dim, correction=_correction(unbiased, correction), keepdim=keepdim)
     return v, clang.mean(a, dim, keepdim)
 
 
 @torchsymbol(torch.std_mean, tags=("reduction",))
 def std_mean(a, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    dim, unbiased = _var_args(dim, unbiased)
     v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
     return clang.elementwise_unary(v, prims.sqrt), m
 

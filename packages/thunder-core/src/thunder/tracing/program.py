@@ -4,19 +4,22 @@ run under the tracer, in-place updates of inputs written back, outputs collected
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
+import threading
+import types
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from thunder.core import prims
+from thunder.core import prims, pytree
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
+from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
+from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
     Tracer,
     TracingTensor,
@@ -24,6 +27,7 @@ from thunder.tracing.tracer import (
     _TracingMode,
     alias_of_storage,
     set_input_layout,
+    unwrap,
 )
 
 __all__ = ["TracedProgram", "trace_program"]
@@ -47,12 +51,15 @@ class TracedProgram:
     prologue: PrologueBuilder
     signature: inspect.Signature
     tensor_inputs: list[_TensorInput]
-    rebuild_output: Any  # None, or a function from the computation's flat output to the user's structure
+    # None, or finish(computation's output, *objects at rebuild_args) -> the user's output (and object updates)
+    rebuild_output: Any
     log: list
     fn_name: str
     grad_enabled: bool
     requires_grad: bool = False
     autocast: bool = False  # traced with autocast on: the program holds its casts
+    side_effects: bool = False  # the traced code changed module attributes or globals it depends on
+    rebuild_args: list = dataclasses.field(default_factory=list)  # prologue expressions passed to rebuild_output
 
 
 def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: set[str]) -> None:
@@ -79,6 +86,16 @@ class _InputBuilder:
         self.tensors: list[_TensorInput] = []
         self.by_id: dict[int, TracingTensor] = {}
         self.state_reads: list = []  # (local name, expression, proxy, example) for module tensors
+        self.shadows: dict = {}  # id(user's module) -> the shadow the traced code runs on
+        self.guarded_modules: set[int] = set()
+        self.first_read: dict[int, str] = {}  # id(tensor) -> where the prologue reads it first
+        self.module_names: dict[str, str] = {}  # prologue constant -> the module's name for messages
+        self.attribute_snapshots: dict[int, dict] = {}
+        self.objects: list[_ObjectArgument] = []  # arguments holding tensors inside Python objects
+
+    @property
+    def originals(self) -> list:
+        return self.shadows.get("_originals", [])
 
     # user arguments: returns what user code sees
     def argument(self, value, expr: str, name: str):
@@ -88,6 +105,11 @@ class _InputBuilder:
                 "a thunder stand-in tensor was passed to a jitted function; don't jit inside a jitted function"
             )
         if isinstance(value, torch.Tensor):
+            if value.is_nested or value.layout is not torch.strided:
+                raise TypeError(
+                    f"thunder.jit does not support {'nested' if value.is_nested else str(value.layout)} tensors "
+                    f"as inputs (argument {expr}); pass a regular (strided) tensor"
+                )
             prior = self.by_id.get(id(value))
             self.repeated = self.repeated or prior is not None
             if prior is not None and self.share_repeated:  # one stand-in, so updates reach both names
@@ -105,6 +127,7 @@ class _InputBuilder:
             wrapper = TracingTensor(proxy)
             set_input_layout(wrapper, value)
             self.by_id.setdefault(id(value), wrapper)
+            self.first_read.setdefault(id(value), expr)
             if isinstance(value, torch.nn.Parameter):
                 wrapper._is_param = True
             self.tensors.append(_TensorInput(expr, proxy, wrapper, False, example=value))
@@ -118,49 +141,122 @@ class _InputBuilder:
             keys = pb.constant(frozenset(value), "_keys")
             pb.fail_unless(f"type({expr}) is dict and {expr}.keys() == {keys}")
             return {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
+        if _is_object_argument(value):
+            return self.object_argument(value, expr, name)
         if isinstance(value, torch.nn.Module):
             pb.check_value(expr, value)
-            self.module_state(value, pb.constant(value, "_module"), f"t_{name}_" if name else "t_")
-            return value
+            return self.module_state(value, pb.constant(value, "_module"), f"t_{name}_" if name else "t_")
+        if type(value).__module__ == "numpy" and hasattr(value, "__array__") and hasattr(value, "dtype"):
+            raise TypeError(
+                f"argument {expr} is a NumPy {type(value).__name__}; thunder.jit takes tensors: "
+                "pass torch.from_numpy(...) (or torch.as_tensor) instead"
+            )
         pb.check_value(expr, value)
         return value
 
-    def module_state(self, module: torch.nn.Module, module_expr: str, prefix: str) -> None:
-        """Swaps every parameter and buffer of ``module`` (recursively) for a stand-in."""
+    def object_argument(self, value, expr: str, name: str):
+        """An object holding tensors: the prologue flattens it (one pytree), checks its structure and leaves."""
         pb = self.prologue
+        try:
+            leaves, spec = pytree.tree_flatten(value)
+        except RecursionError:  # an object graph with a cycle: specialised on its identity
+            pb.check_value(expr, value)
+            return value
+        local = f"_flat{len(self.objects)}"
+        pb.trace.constants["_tree_flatten"] = pytree.tree_flatten
+        pb.emit(f"{local}, {local}_spec = _tree_flatten({expr})")
+        pb.fail_if(f"{local}_spec != {pb.constant(spec, '_treespec')}", f"the structure of {expr}")
+        wrapped = [self.argument(leaf, f"{local}[{i}]", f"{name}_{i}") for i, leaf in enumerate(leaves)]
+        copy = pytree.tree_unflatten(spec, wrapped)
+        self.objects.append(_ObjectArgument(expr, value, copy, spec, wrapped))
+        return copy
+
+    def module_state(self, module: torch.nn.Module, module_expr: str, prefix: str) -> torch.nn.Module:
+        """A shadow of ``module`` (recursively) whose parameters, buffers and tensor attributes are stand-ins.
+
+        The user's module is never modified while tracing (another thread may be running it): the
+        traced code runs on shallow copies of the modules that share everything else with them. The
+        prologue checks what the trace specialised on: the module tree, hooks, training flags and
+        attributes of any type.
+        """
+        pb = self.prologue
+        shadows = self.shadows
+        root = _shadow(module, shadows)
+        version_checked = False
         for mname, m in module.named_modules():
+            if id(m) in self.guarded_modules:
+                continue
+            self.guarded_modules.add(id(m))
+            guards.track_module(m)
+            if not version_checked:
+                version_checked = True
+                pb.trace.constants["_structure_version"] = guards.structure_version()
+                pb.fail_if(
+                    f"_structure_version[0] != {guards.structure_version()[0]}",
+                    "the module tree (a submodule, parameter or buffer was registered or replaced)",
+                )
+            shadow = shadows[id(m)]
             m_expr = pb.constant(m, "_module") if mname else module_expr
-            pb.fail_if(f"{m_expr}.training is not {m.training}")
-            # plain Python attributes (eps, scale, flags) the forward may read are specialised on
-            for attr, value in m.__dict__.items():
-                if attr in _UNGUARDED_MODULE_ATTRIBUTES or not attr.isidentifier():
+            qual = f"{prefix[:-1] if mname else 'self'}{'.' + mname if mname else ''}"
+            self.module_names[m_expr] = qual
+            d = m.__dict__
+            cond = [f"{m_expr}.training is not {m.training}"]
+            if m._modules:
+                cond.append(f"{m_expr}._modules != {pb.constant(dict(m._modules), '_submodules')}")
+            for hooks in _HOOK_DICTS:
+                current = d.get(hooks)
+                if current:
+                    cond.append(f"{m_expr}.{hooks}.keys() != {pb.constant(frozenset(current), '_hook_ids')}")
+                else:
+                    cond.append(f"{m_expr}.{hooks}")
+            if "forward" not in d:
+                cond.append(f"'forward' in {m_expr}.__dict__")
+            pb.fail_if(" or ".join(cond), f"{qual} (training flag, submodules, hooks or forward)")
+            # attributes of any type the forward may read are specialised on
+            for attr, value in d.items():
+                if attr in _MODULE_INTERNALS or attr in _UNGUARDED_MODULE_ATTRIBUTES:
                     continue
-                if value is None or type(value) in (bool, int, float, str):
-                    pb.check_value(f"{m_expr}.{attr}", value)
-            for kind, container in (("_parameters", m._parameters), ("_buffers", m._buffers)):
-                for key, t in list(container.items()):
+                expr = f"{m_expr}.{attr}" if attr.isidentifier() else f"{m_expr}.__dict__[{attr!r}]"
+                if type(value) in (list, dict, set):
+                    self.attribute_snapshots.setdefault(id(m), {})[attr] = guards._plain_copy(value)
+                if isinstance(value, torch.Tensor) and not isinstance(value, TracingTensor):
+                    # a plain tensor attribute is read at call time, like a buffer
+                    self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
+                    continue
+                guards.guard_value(pb, expr, value, f"{qual}.{attr}")
+            for kind in ("_parameters", "_buffers"):
+                container = getattr(shadow, kind)
+                for key, t in list(getattr(m, kind).items()):
                     if t is None:
                         continue
-                    wrapper = self.by_id.get(id(t))
-                    if wrapper is None:
-                        qual = f"{mname}.{key}" if mname else key
-                        proxy = TensorProxy(
-                            self.trace.add_name(prefix + _sanitize(qual)),
-                            shape=t.shape,
-                            dtype=t.dtype,
-                            device=t.device,
-                            requires_grad=t.requires_grad,
-                        )
-                        wrapper = TracingTensor(proxy)
-                        set_input_layout(wrapper, t)
-                        if kind == "_parameters":
-                            wrapper._is_param = True
-                        self.by_id[id(t)] = wrapper
-                        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
-                        self.state_reads.append((proxy.name, f"{m_expr}.{kind}[{key!r}]", proxy, t))
-                    else:
-                        self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
-                    container[key] = wrapper
+                    self._state_tensor(m, container, key, f"{m_expr}.{kind}[{key!r}]", prefix, mname, kind)
+        return root
+
+    def _state_tensor(self, m, container: dict, key: str, expr: str, prefix: str, mname: str, kind: str = "") -> None:
+        t = container[key]
+        wrapper = self.by_id.get(id(t))
+        if wrapper is None:
+            qual = f"{mname}.{key}" if mname else key
+            proxy = TensorProxy(
+                self.trace.add_name(prefix + _sanitize(qual)),
+                shape=t.shape,
+                dtype=t.dtype,
+                device=t.device,
+                requires_grad=t.requires_grad,
+            )
+            wrapper = TracingTensor(proxy)
+            set_input_layout(wrapper, t)
+            if kind == "_parameters":
+                wrapper._is_param = True
+            self.by_id[id(t)] = wrapper
+            self.first_read[id(t)] = expr
+            self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
+            self.state_reads.append((proxy.name, expr, proxy, t))
+        else:
+            # the same tensor in two places (tied weights): the trace relies on it staying tied
+            self.prologue.fail_if(f"{expr} is not {self.first_read[id(t)]}", f"tied tensor {mname}.{key}")
+            self.tensors.append(_TensorInput("", wrapper._thunder_proxy, wrapper, True, container, key, t))
+        container[key] = wrapper
 
     def alias_overlapping(self) -> bool:
         """Distinct argument tensors sharing a storage become views of one input, the storage itself.
@@ -197,54 +293,91 @@ class _InputBuilder:
         return aliased
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
-        """Puts the original tensors back; returns entries whose slot the program reassigned."""
+        """Entries whose slot the program reassigned (the shadows are discarded; the user's module was untouched)."""
         reassigned = []
         for ti in self.tensors:
             if ti.container is not None:
                 current = ti.container.get(ti.key)
                 if current is not ti.wrapper:
                     reassigned.append((ti, current))
-                ti.container[ti.key] = ti.original
         return reassigned
 
+    def apply_attribute_updates(self) -> bool:
+        """Python attributes the traced code set on modules (flags, counters) are set on the user's modules.
 
-def _collect_output(x, acc: list):
-    """The output with TracingTensors replaced by proxies; rebuildable structure noted."""
-    if isinstance(x, TracingTensor):
-        return x._thunder_proxy
-    if isinstance(x, torch.Tensor):
-        raise TracingError(
-            "the jitted function returned a tensor created outside of it (a global?); return it separately"
-        )
-    if isinstance(x, torch.Size):
-        return x
-    t = type(x)
-    if t is tuple or t is list:
-        return t(_collect_output(y, acc) for y in x)
-    if t is dict:
-        return {k: _collect_output(v, acc) for k, v in x.items()}
-    if isinstance(x, tuple):
-        acc.append(True)
-        if hasattr(t, "n_fields"):
-            return t(tuple(_collect_output(y, acc) for y in x))
-        return t(*(_collect_output(y, acc) for y in x))
-    if isinstance(x, dict):
-        acc.append(True)
-        out = copy.copy(x)
-        for k, v in x.items():
-            out[k] = _collect_output(v, acc)
-        return out
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        acc.append(True)
-        return dataclasses.replace(
-            x, **{f.name: _collect_output(getattr(x, f.name), acc) for f in dataclasses.fields(x) if f.init}
-        )
-    return x
+        Returns whether any module attribute changed (the entry's checks then describe the state before the call).
+        """
+        changed = False
+        for original, shadow in self.shadow_pairs():
+            od, sd = original.__dict__, shadow.__dict__
+            for key in set(od) | set(sd):
+                if key in _MODULE_INTERNALS:
+                    if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
+                        continue
+                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if isinstance(old, torch.Tensor) and isinstance(new, TracingTensor):
+                    continue  # a tensor attribute read at call time; its in-place updates are in the program
+                if new is old:
+                    if guards.is_plain(new) and key in self.attribute_snapshots.get(id(original), {}):
+                        changed = changed or self.attribute_snapshots[id(original)][key] != new
+                    continue
+                if isinstance(new, TracingTensor):
+                    raise TracingError(
+                        f"the traced code stored a tensor computed inside it as the module attribute {key!r}; "
+                        "thunder cannot keep such a tensor between calls: return it, or register a buffer of "
+                        "the same shape and update it in place"
+                    )
+                changed = True
+                if new is _ABSENT:
+                    del od[key]
+                else:
+                    od[key] = new
+        return changed
+
+    def shadow_pairs(self):
+        for m in self.originals:
+            yield m, self.shadows[id(m)]
+
+
+_ABSENT = object()
+
+
+def _is_object_argument(value) -> bool:
+    """A dataclass, ModelOutput, HF cache or user object with tensors inside (registered as a pytree node)."""
+    t = type(value)
+    if t in (tuple, list, dict) or isinstance(value, (torch.Tensor, torch.nn.Module)) or t.__module__ == "builtins":
+        return False
+    if not pytree.is_registered(t):
+        pytree.discover_nodes(value)
+    return pytree.is_registered(t) and t is not slice
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+_MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+
+
+def _shadow(module: torch.nn.Module, shadows: dict) -> torch.nn.Module:
+    """A shallow copy of ``module`` with its own parameter, buffer and submodule dicts (and shadowed submodules)."""
+    s = shadows.get(id(module))
+    if s is not None:
+        return s
+    s = object.__new__(type(module))
+    s.__dict__.update(module.__dict__)
+    shadows[id(module)] = s
+    shadows.setdefault("_originals", []).append(module)
+    s.__dict__["_parameters"] = dict(module._parameters)
+    s.__dict__["_buffers"] = dict(module._buffers)
+    s.__dict__["_modules"] = {k: (_shadow(c, shadows) if c is not None else None) for k, c in module._modules.items()}
+    forward = s.__dict__.get("forward")
+    if isinstance(forward, types.MethodType) and forward.__self__ is module:  # a monkeypatched bound forward
+        s.__dict__["forward"] = types.MethodType(forward.__func__, s)
+    return s
 
 
 def _printable(x) -> bool:
+    """Whether the output prints as the trace's return (tuples, lists, str-keyed dicts of tensors and scalars)."""
     t = type(x)
-    if isinstance(x, Proxy) or x is None or t in (bool, int, float, str):
+    if isinstance(x, (Proxy, TracingTensor)) or x is None or t in (bool, int, float, str):
         return True
     if t is tuple or t is list:
         return all(_printable(y) for y in x)
@@ -253,56 +386,163 @@ def _printable(x) -> bool:
     return False
 
 
-def _make_rebuild(structure):
-    """Returns (flat proxies to return, a function rebuilding ``structure`` from their values)."""
-    leaves = flat_proxies_deep(structure)
-
-    def rebuild(values):
-        mapping = {id(p): v for p, v in zip(leaves, values)}
-        return _substitute(structure, mapping)
-
-    return leaves, rebuild
-
-
-def flat_proxies_deep(x, acc=None):
-    if acc is None:
-        acc = []
-    if isinstance(x, Proxy):
-        acc.append(x)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            flat_proxies_deep(y, acc)
-    elif isinstance(x, dict):
-        for y in x.values():
-            flat_proxies_deep(y, acc)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        for f in dataclasses.fields(x):
-            flat_proxies_deep(getattr(x, f.name), acc)
-    return acc
-
-
-def _substitute(x, mapping):
-    if isinstance(x, Proxy):
-        return mapping[id(x)]
-    if isinstance(x, torch.Size):
-        return x
-    t = type(x)
-    if t is tuple or t is list:
-        return t(_substitute(y, mapping) for y in x)
-    if isinstance(x, tuple):
-        if hasattr(t, "n_fields"):
-            return t(tuple(_substitute(y, mapping) for y in x))
-        return t(*(_substitute(y, mapping) for y in x))
-    if isinstance(x, dict):
-        out = copy.copy(x)
-        for k, v in x.items():
-            out[k] = _substitute(v, mapping)
-        return out
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return dataclasses.replace(
-            x, **{f.name: _substitute(getattr(x, f.name), mapping) for f in dataclasses.fields(x) if f.init}
+def _output_leaf(leaf):
+    if isinstance(leaf, TracingTensor):
+        return leaf._thunder_proxy
+    if isinstance(leaf, torch.Tensor):
+        raise TracingError(
+            "the jitted function returned a tensor created outside of it (a global?); return it separately"
         )
-    return x
+    return leaf
+
+
+class _ObjectArgument:
+    """An argument holding tensors inside a Python object (HF cache, dataclass, user class).
+
+    The traced code sees a rebuilt copy whose tensors are stand-ins; what it rebinds in that copy
+    (``cache.keys = torch.cat(...)``, a flag) is written into the caller's object after every call.
+    """
+
+    def __init__(self, expr: str, original, copy, spec, wrapped_leaves: list):
+        self.expr = expr
+        self.original = original
+        self.copy = copy
+        self.spec = spec
+        self.wrapped_leaves = wrapped_leaves
+        self.post_spec = None
+        self.sources: list = []  # per leaf of the state after the call: ("pre", i), ("out", k) or ("const", v)
+
+
+def _plan_object_updates(objects: list[_ObjectArgument], extra_outputs: list) -> list[_ObjectArgument]:
+    """For each object argument the traced code changed, where each value of its new state comes from."""
+    changed = []
+    for obj in objects:
+        pytree.discover_nodes(obj.copy)
+        post_leaves, post_spec = pytree.tree_flatten(obj.copy)
+        pre_index = {id(w): i for i, w in enumerate(obj.wrapped_leaves) if isinstance(w, TracingTensor)}
+        same = post_spec == obj.spec and all(a is b for a, b in zip(post_leaves, obj.wrapped_leaves))
+        if same:
+            continue
+        sources = []
+        for leaf in post_leaves:
+            if isinstance(leaf, TracingTensor) and id(leaf) in pre_index:
+                sources.append(("pre", pre_index[id(leaf)]))  # in-place updates reach the caller's tensor
+            elif isinstance(leaf, TracingTensor):
+                sources.append(("out", len(extra_outputs)))
+                extra_outputs.append(leaf._thunder_proxy)
+            elif isinstance(leaf, torch.Tensor):
+                raise TracingError(
+                    f"the traced code stored a tensor created outside of it into the argument {obj.expr}; "
+                    "thunder cannot keep such a tensor between calls"
+                )
+            else:
+                sources.append(("const", leaf))
+        obj.post_spec, obj.sources = post_spec, sources
+        changed.append(obj)
+    return changed
+
+
+def _assign_into(dst, src) -> None:
+    """Makes the caller's object ``dst`` hold ``src``'s state, updating nested objects and lists in place."""
+    if isinstance(dst, list):
+        for i, v in enumerate(src):
+            if i < len(dst) and _same_object_kind(dst[i], v):
+                _assign_into(dst[i], v)
+            elif i < len(dst):
+                dst[i] = v
+            else:
+                dst.append(v)
+        del dst[len(src) :]
+        return
+    if type(dst) is dict:
+        for k in list(dst):
+            if k not in src:
+                del dst[k]
+        for k, v in src.items():
+            if k in dst and _same_object_kind(dst[k], v):
+                _assign_into(dst[k], v)
+            else:
+                dst[k] = v
+        return
+    d = dst.__dict__
+    for k in list(d):
+        if k not in src.__dict__:
+            del d[k]
+    for k, v in src.__dict__.items():
+        old = d.get(k, None)
+        if old is not None and _same_object_kind(old, v):
+            _assign_into(old, v)
+        else:
+            d[k] = v
+
+
+def _same_object_kind(a, b) -> bool:
+    t = type(a)
+    if t is not type(b):
+        return False
+    return t is list or t is dict or (pytree.is_registered(t) and not isinstance(a, dict) and hasattr(a, "__dict__"))
+
+
+def _make_finish(out_spec, out_leaves: list, positions: list[int], n_out: int, objects: list, index: dict):
+    """The function the prologue calls on the computation's result with the caller's object arguments:
+    writes the objects' new state into them, and rebuilds the output (returning the caller's own object
+    where the traced code returned an argument object)."""
+
+    def finish(values, *current_objects):
+        values = tuple(values)
+        user_values, extra = values[:n_out], values[n_out:]
+        for obj, current in zip(objects, current_objects):
+            if obj.post_spec is None:  # returned, not changed
+                continue
+            pre = pytree.tree_leaves(current)
+            leaves = [
+                pre[where] if kind == "pre" else extra[where] if kind == "out" else where for kind, where in obj.sources
+            ]
+            _assign_into(current, pytree.tree_unflatten(obj.post_spec, leaves))
+        leaves = list(out_leaves)
+        for i, v in zip(positions, user_values):
+            leaves[i] = v
+        for i, leaf in enumerate(out_leaves):
+            k = index.get(id(leaf))
+            if k is not None:
+                leaves[i] = current_objects[k]
+        return pytree.tree_unflatten(out_spec, leaves)
+
+    return finish
+
+
+def _collect_output(result, objects: list[_ObjectArgument]):
+    """``(the trace's return value, finish, prologue expressions finish takes)``; ``finish`` is None when the
+    output prints as the trace's return and no object argument changed."""
+    extra: list = []
+    updates = _plan_object_updates(objects, extra)
+    copies = {id(o.copy) for o in objects}
+    needed = updates + [o for o in objects if o not in updates and _contains(result, o.copy)]
+    if _printable(result) and not needed:
+        return unwrap(result), None, []
+    index = {id(o.copy): k for k, o in enumerate(needed)}
+    pytree.discover_nodes(result)
+    leaves, spec = pytree.tree_flatten(result, is_leaf=lambda x: id(x) in copies)
+    out_leaves = [leaf if id(leaf) in copies else _output_leaf(leaf) for leaf in leaves]
+    positions = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, Proxy)]
+    proxies = [out_leaves[i] for i in positions]
+    finish = _make_finish(spec, out_leaves, positions, len(proxies), needed, index)
+    return tuple(proxies) + tuple(extra), finish, [o.expr for o in needed]
+
+
+def _contains(tree, obj, depth: int = 0) -> bool:
+    if tree is obj:
+        return True
+    if depth > 6:
+        return False
+    if isinstance(tree, (tuple, list)):
+        return any(_contains(y, obj, depth + 1) for y in tree)
+    if isinstance(tree, dict):
+        return any(_contains(y, obj, depth + 1) for y in tree.values())
+    d = getattr(tree, "__dict__", None)
+    if type(d) is dict and pytree.is_registered(type(tree)):
+        return any(_contains(y, obj, depth + 1) for y in d.values())
+    return False
 
 
 class _patched_replacements:
@@ -330,11 +570,32 @@ class _patched_replacements:
 
 
 def _replacement(sym, original):
+    tracing_thread = threading.get_ident()
+
     def call_operator(*args, **kwargs):
+        if threading.get_ident() != tracing_thread:  # eager code in another thread while this one traces
+            return original(*args, **kwargs)
         return sym(*args, **kwargs)
 
     call_operator.__wrapped__ = original
     return call_operator
+
+
+def _as_called(signature: inspect.Signature, values: dict, given: set, n_positional: int) -> tuple[tuple, dict]:
+    """``values`` (by parameter name) split into the positional and keyword arguments of the user's call."""
+    args, kwargs = [], {}
+    for i, (name, param) in enumerate(signature.parameters.items()):
+        if name not in given:
+            continue
+        if param.kind is param.VAR_POSITIONAL:
+            args.extend(values[name])
+        elif param.kind is param.VAR_KEYWORD:
+            kwargs.update(values[name])
+        elif param.kind is not param.KEYWORD_ONLY and i < n_positional:
+            args.append(values[name])
+        else:
+            kwargs[name] = values[name]
+    return tuple(args), kwargs
 
 
 def trace_program(
@@ -389,12 +650,16 @@ def trace_program(
                 wrapped[name] = {k: inputs.argument(v, f"{name}[{k!r}]", k) for k, v in value.items()}
             else:
                 wrapped[name] = inputs.argument(value, name, name)
-        # the function is called as the user called it: defaults left to it (wrappers may pass them by keyword)
-        call = inspect.BoundArguments(signature, {k: v for k, v in wrapped.items() if k in given})
-        wrapped_args, wrapped_kwargs = call.args, call.kwargs
+        # the function is called as the user called it, as nn.Module.__call__ does: positional arguments
+        # stay positional, keywords stay keywords, defaults are left to it (decorators such as
+        # transformers' may read arguments from **kwargs)
+        wrapped_args, wrapped_kwargs = _as_called(signature, wrapped, given, len(args))
+        target = fn
         if module is not None:
-            inputs.module_state(module, "_self_module", "t_")
             prologue.trace.constants["_self_module"] = module
+            # the module is called (on its shadow) as nn.Module.__call__ does: its forward hooks run too
+            target = inputs.module_state(module, "_self_module", "t_")
+        dependencies = _guard_code_dependencies(prologue, fn, inputs)
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
@@ -402,11 +667,11 @@ def trace_program(
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
         _current_tracer.append(tracer)
         try:
-            with _patched_replacements(executors, fn), _TracingMode(tracer):
+            with _patched_replacements(executors, fn), inline_script_functions(module, fn), _TracingMode(tracer):
                 if compiling_flag is not None:
                     torch.compiler._is_compiling_flag = True
                 try:
-                    result = fn(*wrapped_args, **wrapped_kwargs)
+                    result = target(*wrapped_args, **wrapped_kwargs)
                 finally:
                     if compiling_flag is not None:
                         torch.compiler._is_compiling_flag = compiling_flag
@@ -414,6 +679,7 @@ def trace_program(
             _current_tracer.pop()
             reassigned = inputs.restore()
         tracer.finish()
+        side_effects = inputs.apply_attribute_updates() or _dependencies_changed(dependencies)
 
         # in-place updates of inputs (buffers, arguments) are written back at the end
         for ti, current in reassigned:
@@ -447,12 +713,7 @@ def trace_program(
             share_repeated=True,
         )
     with tracectx(trace):
-        acc: list = []
-        structure = _collect_output(result, acc)
-        rebuild = None
-        if not _printable(structure):
-            leaves, rebuild = _make_rebuild(structure)
-            structure = tuple(leaves)
+        structure, rebuild, finish_args = _collect_output(result, inputs.objects)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
 
     # the computation takes the user's tensors, then the module state the program used
@@ -484,4 +745,45 @@ def trace_program(
         grad_enabled,
         requires_grad,
         autocast=tracer.autocast,
+        side_effects=side_effects,
+        rebuild_args=finish_args,
     )
+
+
+def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilder):
+    """Checks for the globals and closure variables read by ``fn``, the modules' forwards and their hooks."""
+    functions = [fn]
+    for m in inputs.originals:
+        functions.append(type(m).forward)
+        d = m.__dict__
+        functions.append(d.get("forward"))
+        for hooks in _HOOK_DICTS:
+            functions.extend(d.get(hooks, {}).values())
+    trace_only: list = []
+    globals_read, cells = guards.code_dependencies(functions, trace_only)
+    guards.warn_trace_only(trace_only)
+    if not prologue.checks:
+        return globals_read, cells
+    for g, name, value in globals_read:
+        ns = prologue.constant(g, "_globals")
+        guards.guard_value(prologue, f"{ns}.get({name!r})", value, f"the global {name}")
+    for cell, name, value in cells:
+        guards.guard_value(
+            prologue, f"{prologue.constant(cell, '_cell')}.cell_contents", value, f"the closure variable {name}"
+        )
+    return globals_read, cells
+
+
+def _dependencies_changed(dependencies) -> bool:
+    """Whether the traced code rebound a global or closure variable it reads (a side effect of the call)."""
+    globals_read, cells = dependencies
+    for g, name, value in globals_read:
+        if g.get(name, _ABSENT) is not value:
+            return True
+    for cell, _, value in cells:
+        try:
+            if cell.cell_contents is not value:
+                return True
+        except ValueError:
+            return True
+    return False

@@ -7,11 +7,14 @@ Its checks are straight-line generated code, not a loop over descriptions.
 
 from __future__ import annotations
 
+import copy
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
@@ -48,6 +51,21 @@ def _make_tensor_guard(tensors, strides: bool = False):
         return None
 
 
+def _odd_input(t) -> bool:
+    """True for an input the C++ tensor guard must not see (a C++ exception there ends the process).
+
+    Nested and sparse tensors raise a clear error; anything that is not a tensor is a cache miss.
+    """
+    if not isinstance(t, Tensor):
+        return True
+    if t.is_nested or t.layout is not torch.strided:
+        raise TypeError(
+            f"thunder.jit does not support {'nested' if t.is_nested else str(t.layout)} tensors as inputs; "
+            "pass a regular (strided) tensor"
+        )
+    return False
+
+
 def _lines_printer(bsym, printer):
     return list(bsym.args[0])
 
@@ -68,6 +86,8 @@ class PrologueBuilder:
     check_layout: bool = False
     check_offsets: bool = False
     distinct_storages: frozenset = frozenset()  # the argument expressions whose storages must stay distinct
+    # what each check guards, in the user's words, by line index (for the recompilation warning)
+    descriptions: dict[int, str] = field(default_factory=dict)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -75,12 +95,16 @@ class PrologueBuilder:
     def emit(self, *lines: str) -> None:
         self.lines.extend(lines)
 
-    def fail_unless(self, condition: str) -> None:
+    def fail_unless(self, condition: str, what: str | None = None) -> None:
         if self.checks:
+            if what is not None:
+                self.descriptions[len(self.lines)] = what
             self.lines.append(f"if not ({condition}): return MISS")
 
-    def fail_if(self, condition: str) -> None:
+    def fail_if(self, condition: str, what: str | None = None) -> None:
         if self.checks:
+            if what is not None:
+                self.descriptions[len(self.lines)] = what
             self.lines.append(f"if {condition}: return MISS")
 
     def check_tensor(self, expr: str, proxy: TensorProxy, example: torch.Tensor | None = None) -> None:
@@ -108,7 +132,19 @@ class PrologueBuilder:
         if guard is not None:
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
-            self.lines.append(f"if not {name}.check({exprs}): return MISS")
+            # the C++ guard must only see plain tensors and parameters: a type check first (cheap), and
+            # anything else (nested tensors, non-tensors) goes through _odd_input
+            self.trace.constants["_odd_input"] = _odd_input
+            self.trace.constants["_Parameter"] = torch.nn.Parameter
+            # (a nested tensor of the strided layout has type Tensor: .is_nested is checked too)
+            pre = " or ".join(
+                f"((type({e}) is not {'_Parameter' if type(ex) is torch.nn.Parameter else 'Tensor'} or {e}.is_nested)"
+                f" and _odd_input({e}))"
+                for e, _, ex in unique
+            )
+            self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
+            self._tensor_line = (len(self.lines), unique)
+            self.lines.append(f"if {pre} or not {name}.check({exprs}): return MISS")
         else:
             for expr, proxy, ex in unique:
                 self._check_tensor_python(expr, proxy)
@@ -125,33 +161,43 @@ class PrologueBuilder:
             self.lines.append(f"if len({{{exprs}}}) != {count}: return MISS")
 
     def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:
+        self.lines.append(f"if not ({self._tensor_condition(expr, proxy)}): return MISS")
+
+    def _tensor_condition(self, expr: str, proxy: TensorProxy) -> str:
         dtype = self.constant(proxy.dtype.torch_dtype, "_dtype")
         device = self.constant(proxy.device._torch_device, "_device")
         shape = tuple(proxy.shape)
-        self.lines.append(
-            f"if not isinstance({expr}, Tensor) or {expr}.dtype is not {dtype} or {expr}.shape != {shape!r} "
-            f"or {expr}.device != {device} or {expr}.requires_grad is not {proxy.requires_grad}: return MISS"
+        return (
+            f"isinstance({expr}, Tensor) and {expr}.dtype is {dtype} and {expr}.shape == {shape!r} "
+            f"and {expr}.device == {device} and {expr}.requires_grad is {proxy.requires_grad}"
         )
 
-    def check_value(self, expr: str, value) -> None:
+    def check_value(self, expr: str, value, what: str | None = None) -> None:
         """A Python value the trace specialised on: same type and equal (identity for other objects)."""
         if not self.checks:
             return
+        what = what if what is not None else expr
         t = type(value)
         if value is None or t is bool:
-            self.fail_if(f"{expr} is not {value!r}")
+            self.fail_if(f"{expr} is not {value!r}", what)
         elif t in (int, float, complex, str):
             if t is float and value != value:  # NaN
-                self.fail_if(f"type({expr}) is not float or {expr} == {expr}")
+                self.fail_if(f"type({expr}) is not float or {expr} == {expr}", what)
+            elif t is float and value == 0.0:  # -0.0 == 0.0, but 1 / -0.0 is -inf: the sign is checked too
+                self.trace.constants["_copysign"] = math.copysign
+                sign = math.copysign(1.0, value)
+                self.fail_if(f"type({expr}) is not float or {expr} != 0.0 or _copysign(1.0, {expr}) != {sign}", what)
             else:
                 literal = (
                     repr(value) if t is not float or value not in (float("inf"), float("-inf")) else f"float('{value}')"
                 )
-                self.fail_if(f"type({expr}) is not {t.__name__} or {expr} != {literal}")
+                self.fail_if(f"type({expr}) is not {t.__name__} or {expr} != {literal}", what)
         elif isinstance(value, torch.device):
-            self.fail_if(f"{expr} != {self.constant(value, '_device')}")
+            self.fail_if(f"{expr} != {self.constant(value, '_device')}", what)
+        elif t is torch.Size:  # compared by value: a new Size object with the same sizes is the same input
+            self.fail_if(f"type({expr}) is not {self.constant(t, '_type')} or {expr} != {tuple(value)!r}", what)
         else:
-            self.fail_if(f"{expr} is not {self.constant(value, '_obj')}")
+            self.fail_if(f"{expr} is not {self.constant(value, '_obj')}", what)
 
     def check_grad_and_autocast(self, grad_enabled: bool) -> None:
         if not self.checks:
@@ -200,4 +246,37 @@ class PrologueBuilder:
         trace.bound_symbols = [_prologue_code.bind(tuple(self.lines + [f"return {call}"]), output=None)]
         trace.scopes = [trace.bound_symbols]
         trace.user_fn_name = fn_name
+        self._call = call
         return trace
+
+    def build_unchecked(self):
+        """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
+        module attributes or globals the checks describe as they were before the call)."""
+        trace = copy.copy(self.trace)
+        lines = [line for line in self.lines if not line.endswith("return MISS")]
+        trace.bound_symbols = [_prologue_code.bind(tuple(lines + [f"return {self._call}"]), output=None)]
+        trace.scopes = [trace.bound_symbols]
+        trace._python_cache = None
+        return trace.python_callable()
+
+    def first_failing_check(self, *args, **kwargs) -> str | None:
+        """Which check rejects these inputs, in the user's words (for the recompilation warning)."""
+        trace = copy.copy(self.trace)
+        lines = []
+        tensor_line = getattr(self, "_tensor_line", None)
+        for i, line in enumerate(self.lines):
+            if tensor_line is not None and i == tensor_line[0]:  # one check per tensor, to name the one that changed
+                for expr, proxy, _ in tensor_line[1]:
+                    lines.append(f"if not ({self._tensor_condition(expr, proxy)}): return {f'the tensor {expr}'!r}")
+                continue
+            if line.endswith("return MISS"):
+                what = self.descriptions.get(i, line[3 : -len(": return MISS")])
+                line = line[: -len("MISS")] + repr(what)
+            lines.append(line)
+        trace.bound_symbols = [_prologue_code.bind(tuple(lines + ["return None"]), output=None)]
+        trace.scopes = [trace.bound_symbols]
+        trace._python_cache = None
+        try:
+            return trace.python_callable()(*args, **kwargs)
+        except Exception:
+            return None

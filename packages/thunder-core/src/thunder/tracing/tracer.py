@@ -9,8 +9,10 @@ PyTorch) and records it into the trace.
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
+import os
 import warnings
 from typing import Any
 
@@ -19,11 +21,21 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.symbol import Symbol
+from thunder.core.pytree import tree_map
+from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.errors import TracingError, data_dependent_error, innermost_frame, user_frame
+from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply
+from thunder.tracing.errors import (
+    TracingError,
+    data_dependent_error,
+    describe_location,
+    innermost_frame,
+    user_frame,
+)
+from thunder.tracing.vmap import batched_call, has_batched, patched_vmap, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 
@@ -98,45 +110,52 @@ class _TracingMode(TorchFunctionMode):
     def __init__(self, tracer):
         super().__init__()
         self.tracer = tracer
+        self._function_apply = patch_function_apply()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return self.tracer.handle(func, args, kwargs or {})
 
+    def __enter__(self):
+        # torch.autograd.Function.apply is not a torch function, and torch.vmap inside the traced code
+        # batches stand-in tensors (thunder/tracing/vmap.py): both are patched while tracing
+        self._vmap = patched_vmap()
+        self._patches = contextlib.ExitStack()
+        self._patches.enter_context(self._function_apply)
+        self._patches.enter_context(self._vmap)
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._patches.close()
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._patches.__exit__(*exc)
+
 
 def unwrap(x):
-    """TracingTensors inside ``x`` (tuples, lists, dicts) replaced by their proxies."""
-    t = type(x)
-    if t is TracingTensor:
+    """TracingTensors inside ``x`` (any pytree) replaced by their proxies."""
+    if type(x) is TracingTensor:
         return x._thunder_proxy
-    if t is tuple or t is list:
-        if not x:
-            return x
-        return t(unwrap(y) for y in x)
-    if t is dict:
-        return {k: unwrap(v) for k, v in x.items()}
-    if isinstance(x, TracingTensor):
-        return x._thunder_proxy
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return t(*(unwrap(y) for y in x))
-    if isinstance(x, slice):
-        return slice(unwrap(x.start), unwrap(x.stop), unwrap(x.step))
-    return x
+    return tree_map(_unwrap_leaf, x)
+
+
+def _unwrap_leaf(x):
+    return x._thunder_proxy if isinstance(x, TracingTensor) else x
 
 
 def wrap(x):
-    """Proxies inside ``x`` replaced by TracingTensors (what user code sees)."""
+    """Proxies inside ``x`` (any pytree) replaced by TracingTensors (what user code sees)."""
     if isinstance(x, TensorProxy):
         return TracingTensor(x)
-    t = type(x)
-    if t is tuple or t is list:
-        return t(wrap(y) for y in x)
-    if t is dict:
-        return {k: wrap(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        if hasattr(t, "n_fields"):  # torch.return_types structseq
-            return t(tuple(wrap(y) for y in x))
-        if hasattr(x, "_fields"):
-            return t(*(wrap(y) for y in x))
+    return tree_map(_wrap_leaf, x)
+
+
+def _wrap_leaf(x):
+    if isinstance(x, TensorProxy):
+        return TracingTensor(x)
     if isinstance(x, Proxy):
         return x.value if hasattr(x, "value") else x
     return x
@@ -171,6 +190,21 @@ _DATA_DEPENDENT = {
     T.untyped_storage: "access a tensor's storage",
 }
 
+_NOT_TRACEABLE = {
+    T.register_hook: (
+        "register a gradient hook on a tensor inside the jitted function (the program's backward is one "
+        "operation): register it on the output after the call, or use a torch.autograd.Function"
+    ),
+    torch.autograd.grad: (
+        "run torch.autograd.grad inside the jitted function: call it on the outputs after the call, or use "
+        "thunder.core.transforms.grad / vjp on the function"
+    ),
+}
+
+
+# functions that switch grad mode: run, not recorded (the tracer applies the mode to each call it records)
+_GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
+
 
 class Tracer:
     """Records the user's torch calls into ``trace``."""
@@ -190,6 +224,8 @@ class Tracer:
         # whether the trace depends on the inputs' layout (read strides, or updated a tensor in place)
         self.layout_read = False
         self.offsets_read = False  # read a storage offset (or traced aliased arguments)
+        # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
+        self.autodiff = torch.is_grad_enabled()
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -203,15 +239,23 @@ class Tracer:
                 return func(*args, **kwargs)
         if func in _NONE_ATTRIBUTES:
             return None
+        if vmap_active[0] and has_batched(args, kwargs):
+            return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
             raise data_dependent_error(what, user_frame(2))
+        if func in _NOT_TRACEABLE:
+            raise TracingError(f"thunder.jit cannot {_NOT_TRACEABLE[func]}\n  {describe_location(user_frame(2))}")
         if func is T.__iter__:
             return iter(self.handle(T.unbind, (args[0], 0), {}))
         if func is T.__repr__ or func is T.__str__:
             return TracingTensor.__repr__(args[0])
         if func is T.requires_grad_:
             return args[0]
+        if func in _GRAD_MODE_SWITCHES:
+            # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
+            with torch._C.DisableTorchFunction():
+                return func(*args, **kwargs)
         mapped = torch_to_thunder.get(func)
         return self.record_call(func, mapped, args, kwargs)
 
@@ -226,13 +270,24 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
+        scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
-        start = len(trace.bound_symbols)
+        start = len(scope)
         fell_back = mapped is None
         if mapped is None:
             sym = fallback_symbol(func)
             mapped = torch_to_thunder.get(func, sym) if sym.inplace else sym
+        torch_uargs, torch_ukwargs = uargs, ukwargs  # as PyTorch names them, for the opaque fallback
+        if ukwargs and not fell_back and not isinstance(func, Symbol):
+            # PyTorch's argument names (torch.baddbmm(batch1=...)) mapped onto the symbol's
+            target = mapped.fn if type(mapped) is InplaceOp else mapped
+            if type(target) is Symbol:
+                try:
+                    uargs, ukwargs = bind_torch_kwargs(func, target, uargs, ukwargs)
+                except NotImplementedError:
+                    fell_back = True
+                    mapped = fallback_inplace_op(func) if type(mapped) is InplaceOp else fallback_symbol(func)
         inplace_kw = None
         if type(mapped) is Symbol and getattr(mapped, "inplace_param", None) is not None:
             # F.relu(x, inplace=True) and friends: compute out of place, then update x
@@ -248,19 +303,19 @@ class Tracer:
                 except NotImplementedError:
                     if fell_back or not callable(func) or isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
                     mapped = fallback_inplace_op(func)
-                    out = self._inplace(func, mapped, args, uargs, ukwargs, kwargs)
+                    out = self._inplace(func, mapped, args, torch_uargs, torch_ukwargs, kwargs)
             else:
                 try:
                     out = mapped(*uargs, **ukwargs)
                 except NotImplementedError:
                     if isinstance(func, Symbol):
                         raise
-                    del trace.bound_symbols[start:]
+                    del scope[start:]
                     fell_back = True
-                    out = self._fallback(func, uargs, ukwargs)
+                    out = self._fallback(func, torch_uargs, torch_ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
                     self._rebind(func, args[0], out)
         except (TracingError, RecursionError):
@@ -275,10 +330,12 @@ class Tracer:
             raise
         finally:
             self.in_symbol = False
+        if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
+            out = self._grad_mode(out, uargs, ukwargs)
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
-            bsyms = trace.bound_symbols
+            bsyms = trace.scopes[-1]
             for i in range(start, len(bsyms)):
                 bsyms[i].source = src
             self._name_from_store(frame, out, start)
@@ -314,28 +371,73 @@ class Tracer:
             mout = run_on_shadows(func, args, kwargs)
             if mout is not None:
                 wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
+                if (
+                    fell_back
+                    and isinstance(out, TensorProxy)
+                    and any(wrapped is a for a in args)
+                    and wrapped._thunder_proxy is not out
+                ):
+                    # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
+                    self._rebind(func, wrapped, out)
         return wrapped
 
-    def _unwrap_inputs(self, x):
-        t = type(x)
-        if t is TracingTensor:
-            owner = x._tt_owner
-            if owner is not self and owner is not None:
+    def _grad_mode(self, out, uargs, ukwargs):
+        """Outputs of a call whose inputs require grad: they require grad too, or with grad disabled
+        (``no_grad``, ``inference_mode``, ``set_grad_enabled(False)``) they pass through ``detach``,
+        so autodiff sees the region's end as a stop-gradient, as PyTorch's autograd does."""
+        inputs = flat_proxies((uargs, ukwargs))
+        if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
+            return out
+        enabled = torch.is_grad_enabled()
+        input_ids = {id(p) for p in inputs}
+        results = [p for p in flat_proxies(out) if type(p) is TensorProxy and id(p) not in input_ids]
+        if enabled or not self.autodiff:
+            for p in results:
+                p.requires_grad = enabled and p.dtype.kind in ("float", "complex")
+            if enabled and not self.autodiff and any(p.requires_grad for p in results):
+                from thunder.tracing.errors import describe_location
+
+                frame = user_frame(2)
+                where = f" (at {describe_location(frame)})" if frame is not None else ""
                 raise TracingError(
-                    "a thunder stand-in tensor from an earlier trace was used: a tensor created inside a jitted "
-                    "function was stored in an object that outlives the call (for example a cache that allocates "
-                    "its buffers lazily on first use). Create such tensors before calling the jitted function."
+                    "the program enables grad (torch.enable_grad or set_grad_enabled(True)) inside a call made under "
+                    f"torch.no_grad(){where}; thunder does not differentiate such a program: call it with grad "
+                    "enabled, or run that part outside thunder.jit"
                 )
-            return x._thunder_proxy
-        if t is tuple or t is list:
-            return t(self._unwrap_inputs(y) for y in x)
-        if t is dict:
-            return {k: self._unwrap_inputs(v) for k, v in x.items()}
+            return out
+        _check_hidden_function_apply()
+        from thunder.torch import detach
+
+        trace = self.trace
+        mapping = {}
+        for p in results:
+            p.requires_grad = False
+            if p.dtype.kind in ("float", "complex") and p.name not in mapping:
+                mapping[p.name] = d = detach.record(trace, (p,), {})
+                d.requires_grad = False
+        return swap_proxies(out, mapping) if mapping else out
+
+    def _unwrap_inputs(self, x):
+        if type(x) is TracingTensor:
+            return self._current_value(x)
+        return tree_map(self._unwrap_input_leaf, x)
+
+    def _unwrap_input_leaf(self, x):
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
-                return x._thunder_proxy
+                return self._current_value(x)
             return self._constant_tensor(x)
-        return unwrap(x)
+        return x
+
+    def _current_value(self, x: TracingTensor) -> TensorProxy:
+        owner = x._tt_owner
+        if owner is not self and owner is not None:
+            raise TracingError(
+                "a thunder stand-in tensor from an earlier trace was used: a tensor created inside a jitted "
+                "function was stored in an object that outlives the call (for example a cache that allocates "
+                "its buffers lazily on first use). Create such tensors before calling the jitted function."
+            )
+        return x._thunder_proxy
 
     def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
         """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
@@ -390,9 +492,14 @@ class Tracer:
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
         old = wrapper._thunder_proxy
         self.layout_read = True  # which aliases an update reaches depends on the inputs' layout
-        if value.shape != old.shape or getattr(func, "__name__", None) in _METADATA_INPLACE:
+        if value.shape != old.shape or (
+            getattr(func, "__name__", None) in _METADATA_INPLACE and _changes_layout(func, wrapper, args, kwargs or {})
+        ):
             self._rebind_metadata(func, wrapper, value, args, kwargs or {})
             return
+        if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
+            # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
+            value = _no_grad_update(self.trace, old, value)
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
                 raise RuntimeError(
@@ -462,7 +569,7 @@ class Tracer:
         if pending is not None and pending[0] != key:
             self._apply_name(pending[1], pending[2])
             self._pending_name = None
-        if not isinstance(out, TensorProxy) or len(self.trace.bound_symbols) <= start:
+        if not isinstance(out, TensorProxy) or len(self.trace.scopes[-1]) <= start:
             return
         if out.name in self.input_names:
             return
@@ -514,6 +621,31 @@ def _meta_like(shape, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
+def _check_hidden_function_apply() -> None:
+    """Raises if the current call runs inside a ``torch.autograd.Function.forward`` that PyTorch's own ``apply``
+    called (a reference to ``apply`` taken before tracing): thunder would lose the Function's backward."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        if code.co_argcount and code.co_varnames[0] == "ctx" and code.co_name == "forward":
+            ctx = f.f_locals.get("ctx")
+            if isinstance(ctx, torch.autograd.function.BackwardCFunction):
+                from thunder.tracing.errors import describe_location
+
+                caller = f.f_back
+                while caller is not None and caller.f_code.co_filename.startswith(os.path.dirname(torch.__file__)):
+                    caller = caller.f_back
+                name = ctx._forward_cls.__name__
+                raise TracingError(
+                    f"{name}.apply was called through a reference taken before thunder traced the program "
+                    f"(such as `op = {name}.apply` at import time), so thunder cannot use {name}'s backward "
+                    f"(at {describe_location(caller or f)}); call {name}.apply(...) itself in the traced code"
+                )
+        f = f.f_back
+
+
 def shadow(w: TracingTensor) -> torch.Tensor:
     """``w``'s shadow (a contiguous one unless an op or the input's layout said otherwise)."""
     m = w._tt_meta
@@ -544,7 +676,8 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
     """Whether two elements of the view ``m`` are one memory location (eager refuses most writes then)."""
     if m is None:
         return False
-    overlap = torch._debug_has_internal_overlap(m)
+    with torch._C.DisableTorchFunction():
+        overlap = torch._debug_has_internal_overlap(m)
     if overlap != 2:  # 0: no, 1: yes, 2: too hard to tell from the strides alone
         return overlap == 1
     if m.numel() > 1 << 20:
@@ -562,8 +695,21 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
     w._tt_seen = root._tt_version
 
 
+def _changes_layout(func, w: TracingTensor, args, kwargs) -> bool:
+    """Whether the metadata-changing in-place ``func`` (``t_``, ``resize_as_`` ...) changes ``w``'s layout."""
+    old = shadow(w)
+    new = run_on_shadows(func, (old.detach(), *args[1:]), kwargs) if callable(func) else None
+    with torch._C.DisableTorchFunction():
+        return new is None or (new.shape, new.stride(), new.storage_offset()) != (
+            old.shape,
+            old.stride(),
+            old.storage_offset(),
+        )
+
+
 def _storage_id(m: torch.Tensor) -> int:
-    return m.untyped_storage()._cdata
+    with torch._C.DisableTorchFunction():  # (the tracing mode may be active: this is a plain meta tensor)
+        return m.untyped_storage()._cdata
 
 
 def may_alias(func, mapped, fell_back: bool) -> bool:
@@ -961,10 +1107,12 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                 else:
                     result = func(*margs, **mkwargs)
         except Exception as e:
+            detail = str(e).split("\n")[0]
             raise TracingError(
                 f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
-                f"output's shape ({type(e).__name__}: {e}). If its output shape depends on tensor values "
-                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it."
+                f"output's shape ({type(e).__name__}: {detail}). If its output shape depends on tensor values "
+                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
+                f"  {describe_location(user_frame(2))}"
             ) from e
         return _from_meta(result, _result_device(args, kwargs))
 

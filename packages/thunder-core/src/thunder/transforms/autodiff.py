@@ -9,8 +9,15 @@ forward.
 Which grad transform differentiates a bound symbol, first match wins:
 1. an executor's ``register_implementation(..., grad_transform=f)`` whose checker accepts it;
 2. a rule registered for the symbol with :func:`register_grad` (every differentiable prim has one);
+   a rule may decline a call by returning ``NotImplemented`` (the next way then applies);
 3. its decomposition: the forward keeps the single operation, the backward recomputes the
-   decomposition's intermediates from the operation's inputs and differentiates them.
+   decomposition's intermediates from the operation's inputs and differentiates them; a
+   decomposition that draws random numbers runs in the forward instead, so the backward uses the
+   numbers the forward drew.
+
+``detach`` (``.data``, and the end of a ``no_grad``/``inference_mode`` region, where the tracer
+records one) is a stop-gradient: nothing flows through it. Values no gradient reaches are left out
+of the backward, and outputs among them do not require grad.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 
-__all__ = ["get_grad", "put_grad", "put_grads", "register_grad", "Joint", "build_joint"]
+__all__ = ["get_grad", "put_grad", "put_grads", "needs_grad", "register_grad", "Joint", "build_joint"]
 
 _grad_rules: dict[str, Callable] = {}
 
@@ -57,6 +64,7 @@ class _GradRecording:
 
 
 _recording: list[_GradRecording] = []
+_differentiating = None  # the _Differentiator at work
 
 
 def get_grad(x: TensorProxy) -> TensorProxy:
@@ -69,6 +77,12 @@ def get_grad(x: TensorProxy) -> TensorProxy:
         c = TensorProxy(like=x, requires_grad=False, prefix="g")
         rec.cotangents[x.name] = c
     return c
+
+
+def needs_grad(x) -> bool:
+    """Whether a gradient can reach the forward value ``x`` (it depends on an input that requires grad),
+    inside a grad transform."""
+    return _differentiating is not None and isinstance(x, Proxy) and x.name in _differentiating.requires_grad
 
 
 def put_grad(x, grad) -> None:
@@ -107,6 +121,18 @@ class Joint:
 
     forward: list[BoundSymbol]
     groups: list[_Group]
+    requires_grad: set[str] = field(default_factory=set)  # every value a gradient can reach, inputs included
+
+
+# symbols whose outputs carry no gradient (their inputs get none through them)
+_STOP_GRADIENT = frozenset({"torch.detach"})
+
+
+def _draws_random(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` or its decomposition draws random numbers."""
+    if "random" in bsym.sym.tags:
+        return True
+    return any(_draws_random(s) for s in bsym.subsymbols)
 
 
 def _is_differentiable(p) -> bool:
@@ -132,7 +158,7 @@ class _Differentiator:
             if impl is not None and impl.grad_transform is not None:
                 if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
                     return impl.grad_transform
-        rule = _grad_rules.get(bsym.sym.id)
+        rule = _grad_rules.get(bsym.sym.id) or getattr(bsym.sym, "grad_rule", None)
         if rule is None and "opaque" in bsym.sym.tags and getattr(bsym.sym, "torch_fn", None) is not None:
             from thunder.transforms.opaque_grads import opaque_grad_rule
 
@@ -144,14 +170,20 @@ class _Differentiator:
         if (
             bsym.sym.python_printer is not None
             or "in_place" in bsym.sym.tags  # writes of new values into inputs (buffer updates) carry no gradient
+            or bsym.sym.id in _STOP_GRADIENT  # detach, .data, and the ends of no_grad regions
             or not any(a.name in rg for a in bsym.flat_args)
         ):
             forward.append(bsym)
             return
         outs = [o for o in bsym.flat_outs if _is_differentiable(o)]
         rule = self._grad_transform(bsym)
-        if rule is not None:
-            self._apply_rule(rule, bsym, forward, groups)
+        if rule is not None and self._apply_rule(rule, bsym, forward, groups):
+            pass  # the rule recorded the forward and the backward
+        elif bsym.subsymbols and _draws_random(bsym):
+            # recomputing a random decomposition in backward would draw new numbers: the forward runs the
+            # decomposition, so the backward uses the very values (masks) the forward drew
+            for sub in bsym.subsymbols:
+                self.process(sub if sub.source is not None else sub.from_bsym(source=bsym.source), forward, groups)
         elif bsym.subsymbols:
             # forward: the operation itself; backward: its decomposition, recomputed and differentiated
             sub_forward, sub_groups = self.run(bsym.subsymbols)
@@ -169,7 +201,8 @@ class _Differentiator:
             )
         rg.update(o.name for o in outs)
 
-    def _apply_rule(self, rule, bsym: BoundSymbol, forward: list, groups: list) -> None:
+    def _apply_rule(self, rule, bsym: BoundSymbol, forward: list, groups: list) -> bool:
+        """Records ``rule`` for ``bsym``; False when the rule declined (returned ``NotImplemented``)."""
         trace = self.trace
         scope: list[BoundSymbol] = []
         rec = _GradRecording()
@@ -180,6 +213,8 @@ class _Differentiator:
         finally:
             _recording.pop()
             trace.scopes.pop()
+        if result is NotImplemented:
+            return False
         mapping = {}
         for p, o in zip(flat_proxies(result), bsym.flat_outs):
             if p.name != o.name:
@@ -198,6 +233,7 @@ class _Differentiator:
                 forward.append(b)
         outs = {o.name: o for o in bsym.flat_outs if isinstance(o, TensorProxy)}
         groups.append(_Group(outs, bwd, cotangent_of, contributions))
+        return True
 
 
 def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[TraceCtx, Joint]:
@@ -206,9 +242,14 @@ def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[Tr
     d = _Differentiator(work, executors)
     d.requires_grad = set(requires_grad)
     body = [b for b in trace.bound_symbols if b.sym.name != "python_return"]
-    with tracectx(work):
-        forward, groups = d.run(body)
-    return work, Joint(forward, groups)
+    global _differentiating
+    outer, _differentiating = _differentiating, d
+    try:
+        with tracectx(work):
+            forward, groups = d.run(body)
+    finally:
+        _differentiating = outer
+    return work, Joint(forward, groups, d.requires_grad)
 
 
 # ---------------------------------------------------------------- the backward program

@@ -2,19 +2,24 @@
 
 The backward re-runs the operation under PyTorch autograd on detached copies of its saved inputs
 and asks ``torch.autograd.grad`` for the inputs' gradients: correct for any differentiable torch
-operation, at the cost of recomputing it.
+operation, at the cost of recomputing it. The forward keeps the random number generator's state
+from just before the operation and the backward's re-run restores it, so a random operation
+(``rrelu``, ``dropout2d``, attention with dropout, ``fractional_max_pool2d``) draws the numbers the
+forward drew, never new ones.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from itertools import count
 
 import torch
 
 from thunder.core import dtypes
+from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol, flat_proxies
-from thunder.transforms.autodiff import get_grad, put_grad
+from thunder.transforms.autodiff import get_grad, needs_grad, put_grad
 
 _counter = count()
 
@@ -37,20 +42,29 @@ def _replace_tensors(x, values, pos):
 
 def opaque_grad_rule(sym: Symbol):
     """A grad transform for the opaque symbol ``sym``."""
-    func = sym.torch_fn
+    func = _functional(sym)
 
     def rule(*args, **kwargs):
-        out = sym(*args, **kwargs)
         inputs = [p for p in flat_proxies((args, kwargs)) if isinstance(p, TensorProxy)]
+        # only inputs a gradient can reach: running statistics, class weights and other constants stay out
+        # (PyTorch refuses to differentiate some ops with respect to them)
+        wrt = [i for i, p in enumerate(inputs) if _float(p) and needs_grad(p)]
+        if not wrt:
+            return sym(*args, **kwargs)
+        uid = next(_counter)
+        base = sym.print_name.replace(".", "_")
+        cuda = any(isinstance(p, TensorProxy) and p.device.devicetype is DeviceType.CUDA for p in inputs)
+        rng_device = (
+            next(p.device._torch_device for p in inputs if p.device.devicetype is DeviceType.CUDA) if cuda else None
+        )
+        forward_sym = _keeping_rng_state(sym, f"{base}_keeping_rng_state_{uid}", rng_device)
+        out, rng_state = forward_sym(*args, **kwargs)
         outputs = [p for p in flat_proxies(out) if _float(p)]
-        wrt = [i for i, p in enumerate(inputs) if _float(p)]
-        if not outputs or not wrt:
-            return out
         cotangents = [get_grad(o) for o in outputs]
 
         def backward(*values):
-            tensors, cots = values[: len(inputs)], values[len(inputs) :]
-            with torch.enable_grad():
+            tensors, state, cots = values[: len(inputs)], values[len(inputs)], values[len(inputs) + 1 :]
+            with torch.enable_grad(), _replayed_rng(state, rng_device):
                 leaves = [t.detach().requires_grad_(i in wrt) for i, t in enumerate(tensors)]
                 pos = [0]
                 call_args = _replace_tensors(args, leaves, pos)
@@ -58,10 +72,17 @@ def opaque_grad_rule(sym: Symbol):
                 result = func(*call_args, **call_kwargs)
                 flat = [r for r in (result if isinstance(result, (tuple, list)) else (result,)) if torch.is_tensor(r)]
                 flat = [r for r in flat if r.is_floating_point() or r.is_complex()]
-                grads = torch.autograd.grad(flat, [leaves[i] for i in wrt], cots, allow_unused=True)
+                # outputs PyTorch does not differentiate (layer norm's statistics, lu's permutation) carry none
+                pairs = [(r, c) for r, c in zip(flat, cots) if r.requires_grad]
+                if pairs:
+                    grads = torch.autograd.grad(
+                        [r for r, _ in pairs], [leaves[i] for i in wrt], [c for _, c in pairs], allow_unused=True
+                    )
+                else:
+                    grads = (None,) * len(wrt)
             return tuple(g if g is not None else torch.zeros_like(leaves[i]) for g, i in zip(grads, wrt))
 
-        name = f"{sym.print_name.replace('.', '_')}_backward_{next(_counter)}"
+        name = f"{base}_backward_{uid}"
         backward_sym = Symbol(
             name,
             lambda *vals: tuple(TensorProxy(like=inputs[i], requires_grad=False) for i in wrt),
@@ -71,9 +92,54 @@ def opaque_grad_rule(sym: Symbol):
             call_ctx={name: backward},
             executor=sym.executor,
         )
-        grads = backward_sym(*inputs, *cotangents)
+        grads = backward_sym(*inputs, rng_state, *cotangents)
         for i, g in zip(wrt, grads):
             put_grad(inputs[i], g)
         return out
 
     return rule
+
+
+def _functional(sym: Symbol):
+    """What runs ``sym``: for an in-place torch function, its functional wrapper (copy, then update the copy)."""
+    if getattr(sym, "inplace", False) and sym.call_ctx:
+        return sym.call_ctx[sym.print_name]
+    return sym.torch_fn
+
+
+def _rng_state(device):
+    return torch.cuda.get_rng_state(device) if device is not None else torch.get_rng_state()
+
+
+@contextmanager
+def _replayed_rng(state, device):
+    """Runs its body with the generator's state set to ``state``; the current state is put back after."""
+    current = _rng_state(device)
+    if device is not None:
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+    try:
+        yield
+    finally:
+        if device is not None:
+            torch.cuda.set_rng_state(current, device)
+        else:
+            torch.set_rng_state(current)
+
+
+def _keeping_rng_state(sym: Symbol, name: str, device) -> Symbol:
+    """``sym``'s operation that also returns the random generator's state from before it ran."""
+    func = _functional(sym)
+
+    def run(*args, **kwargs):
+        state = _rng_state(device)
+        return func(*args, **kwargs), state
+
+    def meta(*args, **kwargs):
+        state = _rng_state(device)
+        return sym.meta(*args, **kwargs), TensorProxy(shape=state.shape, dtype=state.dtype, device="cpu")
+
+    return Symbol(
+        name, meta, id=f"opaque_rng::{name}", is_prim=True, print_name=name, call_ctx={name: run}, executor=sym.executor
+    )

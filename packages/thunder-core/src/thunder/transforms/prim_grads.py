@@ -117,11 +117,25 @@ _binary(
     lambda a, b, out, g: ltorch.true_divide(g, b),
     lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, out), b)),
 )
-_binary(
-    prims.pow,
-    lambda a, b, out, g: M(g, M(b, ltorch.pow(a, ltorch.sub(b, 1)))),
-    lambda a, b, out, g: M(g, M(out, ltorch.log(a))),
-)
+
+
+def _pow_grad_base(a, b, out, g):
+    # PyTorch's pow_backward_self: zero where the exponent is zero (0 * 0**-1 would be NaN)
+    if not _is_tensor(b):
+        return zeros_like(a) if b == 0 else M(g, M(b, ltorch.pow(a, b - 1)))
+    return ltorch.where(ltorch.eq(b, 0), 0.0, M(g, M(b, ltorch.pow(a, ltorch.sub(b, 1)))))
+
+
+def _pow_grad_exponent(a, b, out, g):
+    # PyTorch's pow_backward_exponent: zero where the base is zero and the exponent is not negative
+    if not _is_tensor(a):  # a Python number: log(0) is -inf, log of a negative number NaN
+        if a == 0:
+            return ltorch.where(ltorch.ge(b, 0), 0.0, M(g, M(out, -math.inf)))
+        return M(g, M(out, math.log(a) if a > 0 else math.nan))
+    return ltorch.where(ltorch.logical_and(ltorch.eq(a, 0), ltorch.ge(b, 0)), 0.0, M(g, M(out, ltorch.log(a))))
+
+
+_binary(prims.pow, _pow_grad_base, _pow_grad_exponent)
 
 
 def _max_min_grad(first: bool, cmp):
@@ -145,10 +159,18 @@ _binary(
     lambda a, b, out, g: g,
     lambda a, b, out, g: ltorch.neg(M(g, ltorch.floor(ltorch.true_divide(a, b)))),
 )
+
+
+def _atan2_scale(a, b):
+    # 1 / (a² + b²), zero at the origin as PyTorch's atan2_backward gives
+    d = ltorch.add(M(a, a), M(b, b))
+    return ltorch.where(ltorch.eq(d, 0), 0.0, ltorch.reciprocal(d))
+
+
 _binary(
     prims.atan2,
-    lambda a, b, out, g: ltorch.true_divide(M(g, b), ltorch.add(M(a, a), M(b, b))),
-    lambda a, b, out, g: ltorch.neg(ltorch.true_divide(M(g, a), ltorch.add(M(a, a), M(b, b)))),
+    lambda a, b, out, g: M(M(g, b), _atan2_scale(a, b)),
+    lambda a, b, out, g: ltorch.neg(M(M(g, a), _atan2_scale(a, b))),
 )
 _binary(
     prims.copysign,
@@ -305,6 +327,9 @@ def _expanded_index(index: TensorProxy, dim: int, like: TensorProxy) -> TensorPr
 def _take_grad(a, index, dim):
     out = prims.take(a, index, dim)
     g = get_grad(out)
+    if a.ndim == 0:  # every pick is the one element
+        put_grad(a, ltorch.sum(g) if g.ndim else g)
+        return out
     put_grad(a, prims.scatter_add(zeros_like(a), _expanded_index(index, dim, g), g, dim))
     return out
 
@@ -344,9 +369,19 @@ def _sum_grad(a, dims):
 
 @register_grad(prims.prod)
 def _prod_grad(a, dims):
+    """PyTorch's prod_backward, zeros included: an element's gradient is the product of the others."""
     out = prims.prod(a, dims)
     g = get_grad(out)
-    put_grad(a, ltorch.true_divide(M(_restore_reduced(g, a, dims), _restore_reduced(out, a, dims)), a))
+    if not dims:
+        put_grad(a, g)
+        return out
+    is_zero = ltorch.eq(a, 0)
+    safe = ltorch.where(is_zero, 1.0, a)
+    others = _restore_reduced(prims.prod(safe, dims), a, dims)  # the product of the non-zero elements
+    zeros = _restore_reduced(prims.sum(ltorch.to(is_zero, a.dtype.torch_dtype), dims), a, dims)
+    at_zero = ltorch.where(ltorch.eq(zeros, 1), others, 0.0)  # the only zero: the product of the rest
+    elsewhere = ltorch.where(ltorch.eq(zeros, 0), ltorch.true_divide(others, safe), 0.0)
+    put_grad(a, M(_restore_reduced(g, a, dims), ltorch.where(is_zero, at_zero, elsewhere)))
     return out
 
 
@@ -511,4 +546,35 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
 def _bernoulli_grad(a):
     out = prims.bernoulli(a)  # a sample: no gradient flows to the probabilities
     put_grad(a, zeros_like(a))
+    return out
+
+
+@register_grad(prims.index_put)
+def _index_put_grad(a, indices, values, accumulate):
+    """``a[indices] = values`` (or ``+=``): ``values`` gets the cotangent at the indexed positions; ``a`` gets
+    the rest (all of it when accumulating)."""
+    out = prims.index_put(a, indices, values, accumulate)
+    g = get_grad(out)
+    if any(i.dtype is dtypes.bool8 for i in indices):
+        raise NotImplementedError("the gradient of index_put with boolean indices is not supported")
+    m = len(indices)
+    lead, rest = a.shape[:m], a.shape[m:]
+    shape = tuple(torch.broadcast_shapes(*(tuple(i.shape) for i in indices)))
+    linear = None
+    stride = 1
+    for k, n in reversed(list(zip(indices, lead))):
+        k = ltorch.expand(k, shape)
+        k = ltorch.where(ltorch.lt(k, 0), ltorch.add(k, n), k)
+        term = ltorch.mul(k, stride) if stride != 1 else k
+        linear = term if linear is None else ltorch.add(linear, term)
+        stride *= n
+    count = math.prod(shape)
+    flat_g = ltorch.reshape(g, (stride, *rest))
+    picked = ltorch.reshape(prims.take(flat_g, ltorch.reshape(linear, (count,)), 0), (*shape, *rest))
+    if _is_tensor(values) and dtypes.is_inexact_dtype(values.dtype):
+        put_grad(values, ltorch.to(sum_to_shape(picked, values.shape), values.dtype.torch_dtype))
+    if accumulate:
+        put_grad(a, g)
+    else:
+        put_grad(a, prims.index_put(g, indices, zeros_like(picked), False))
     return out

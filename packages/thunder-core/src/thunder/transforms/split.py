@@ -47,6 +47,8 @@ class ForwardBackward:
     # inputs the program updates in place with a differentiable value: (output index of the new value,
     # input index); autograd rebases those inputs' history on the compiled function (``mark_dirty``)
     dirty: tuple[tuple[int, int], ...] = ()
+    # names of the outputs no gradient can reach (no input that requires grad flows into them)
+    non_differentiable: frozenset = frozenset()
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
@@ -131,7 +133,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         bw.fn_name = "backward_fn"
         with tracectx(bw):
             cotangents = [TensorProxy(like=o, requires_grad=False, prefix="ct") for o in outputs]
-        seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o)}
+        reached = joint.requires_grad
+        seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
         bw.names |= work.names
         grads = [
@@ -169,7 +172,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw.scopes = [fw.bound_symbols]
         t.stamp(fw)
         t.stamp(bw)
-        return ForwardBackward(fw, bw, outputs, structure, tuple(dirty))
+        non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
+        return ForwardBackward(fw, bw, outputs, structure, non_differentiable=non_differentiable, dirty=tuple(dirty))
 
 
 _CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
@@ -279,7 +283,9 @@ class ThunderFunction(torch.autograd.Function):
 
 def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     """The computation callable for training: outputs carry ``ThunderFunctionBackward``."""
-    non_diff = tuple(i for i, p in enumerate(fb.output_proxies) if not _differentiable(p))
+    non_diff = tuple(
+        i for i, p in enumerate(fb.output_proxies) if not _differentiable(p) or p.name in fb.non_differentiable
+    )
     index = {p.name: i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
     dirty = fb.dirty

@@ -6,8 +6,14 @@ The forward keeps the single operation; the backward calls a dedicated backward 
 
 from __future__ import annotations
 
+import inspect
+
+import torch
+
 import thunder.torch as ltorch
-from thunder.transforms.autodiff import get_grad, put_grad, register_grad
+from thunder.core import dtypes, prims
+from thunder.core.proxies import TensorProxy
+from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
 
 
 @register_grad(ltorch.silu)
@@ -36,3 +42,168 @@ def _softmax_like(forward, backward):
 
 register_grad(ltorch.softmax, _softmax_like(ltorch.softmax, ltorch.softmax_backward))
 register_grad(ltorch.log_softmax, _softmax_like(ltorch.log_softmax, ltorch.log_softmax_backward))
+
+
+@register_grad(ltorch.dropout)
+def _dropout_grad(a, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """PyTorch's ``native_dropout`` returns the mask it drew: the backward scales the cotangent by it."""
+    if not training or p == 0.0 or p == 1.0:
+        out = ltorch.dropout(a, p, training)
+        put_grad(a, get_grad(out) if p != 1.0 or not training else zeros_like(a))
+        return out
+    from thunder.tracing.tracer import fallback_symbol
+
+    out, mask = fallback_symbol(torch.native_dropout)(a, p, True)
+    put_grad(a, ltorch.mul(ltorch.mul(get_grad(out), mask), 1.0 / (1.0 - p)))
+    return out
+
+
+# ---------------------------------------------------------------- PyTorch's formulas at singular points
+# (decompositions differentiated by the chain rule give NaN or split gradients where PyTorch's
+# derivatives.yaml gives a finite, specific value)
+
+
+def _bind(sym, args, kwargs) -> dict:
+    """The call's arguments by parameter name, defaults filled in."""
+    sig = _signatures.get(sym.id)
+    if sig is None:
+        sig = _signatures[sym.id] = inspect.signature(sym.__wrapped__)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+_signatures: dict[str, inspect.Signature] = {}
+
+
+def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
+    """hardtanh and relu6: the gradient is zero at the bounds (PyTorch's hardtanh_backward)."""
+
+    def rule(*args, **kwargs):
+        bound = _bind(sym, args, kwargs)
+        a = next(iter(bound.values()))
+        lo = bound[low_name] if low_name else low
+        hi = bound[high_name] if high_name else high
+        out = sym(*args, **kwargs)
+        inside = ltorch.logical_and(ltorch.gt(a, lo), ltorch.lt(a, hi))
+        put_grad(a, ltorch.where(inside, get_grad(out), 0.0))
+        return out
+
+    register_grad(sym, rule)
+
+
+_hardtanh_like(ltorch.hardtanh, "min_val", "max_val")
+_hardtanh_like(ltorch.relu6, None, None, 0.0, 6.0)
+
+
+def _restore_dims(t: TensorProxy, ndim: int, dims, keepdim: bool) -> TensorProxy:
+    """A reduction's result with its reduced dims back (size 1), to broadcast against the input."""
+    if keepdim or t.ndim == ndim:
+        return t
+    shape = list(t.shape)
+    for d in sorted(dims):
+        shape.insert(d, 1)
+    return ltorch.reshape(t, tuple(shape))
+
+
+def _reduced_dims(a: TensorProxy, dim) -> tuple[int, ...]:
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return tuple(range(a.ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({d % a.ndim if a.ndim else 0 for d in dims}))
+
+
+@register_grad(ltorch.norm)
+def _norm_grad(*args, **kwargs):
+    """PyTorch's norm_backward for the 2-norm: zero (not NaN) where the norm is zero."""
+    bound = _bind(ltorch.norm, args, kwargs)
+    values = list(bound.values())
+    a, p = values[0], values[1]
+    dim, keepdim, dtype = bound.get("dim"), bound.get("keepdim", False), bound.get("dtype")
+    out = ltorch.norm(*args, **kwargs)
+    if p not in (2, 2.0, "fro") or a.ndim == 0:
+        return NotImplemented  # other orders: their decompositions' gradients match PyTorch's
+    g = get_grad(out)
+    dims = _reduced_dims(a, dim)
+    x = ltorch.to(a, dtype) if dtype is not None else a
+    go = _restore_dims(g, a.ndim, dims, keepdim)
+    no = _restore_dims(out, a.ndim, dims, keepdim)
+    grad = ltorch.mul(x, ltorch.where(ltorch.eq(no, 0), 0.0, ltorch.true_divide(go, no)))
+    put_grad(a, ltorch.to(grad, a.dtype.torch_dtype))
+    return out
+
+
+@register_grad(ltorch.std)
+def _std_grad(*args, **kwargs):
+    """PyTorch's std_backward: zero (not NaN) where the deviation is zero."""
+    bound = _bind(ltorch.std, args, kwargs)
+    a = next(iter(bound.values()))
+    out = ltorch.std(*args, **kwargs)
+    if a.ndim == 0:
+        return NotImplemented
+    g = get_grad(out)
+    half = ltorch.where(ltorch.eq(out, 0), 0.0, ltorch.true_divide(g, ltorch.mul(out, 2.0)))
+    dim, unbiased = bound.get("dim"), bound.get("unbiased")
+    if isinstance(dim, bool):  # the overload std(input, unbiased)
+        dim, unbiased = None, dim
+    dims = _reduced_dims(a, dim)
+    n = 1
+    for d in dims:
+        n *= a.shape[d]
+    correction = bound.get("correction")
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    mean = ltorch.mean(a, list(dims), keepdim=True)
+    scale = 2.0 / (n - correction) if n != correction else float("inf")
+    grad = ltorch.mul(
+        ltorch.mul(_restore_dims(half, a.ndim, dims, bound.get("keepdim", False)), ltorch.sub(a, mean)), scale
+    )
+    put_grad(a, grad)
+    return out
+
+
+def _value_selecting(sym):
+    """max(dim)/min(dim): the whole gradient goes to the returned index, as in PyTorch (not split among ties)."""
+
+    def rule(*args, **kwargs):
+        bound = _bind(sym, args, kwargs)
+        values = list(bound.values())
+        a, dim = values[0], values[1]
+        keepdim = bound.get("keepdim", False)
+        if not isinstance(dim, int) or a.ndim == 0:
+            return NotImplemented
+        out = sym(*args, **kwargs)
+        vals, idx = out
+        g = get_grad(vals)
+        d = dim % a.ndim
+        if not keepdim:
+            g = ltorch.unsqueeze(g, d)
+            idx = ltorch.unsqueeze(idx, d)
+        put_grad(a, prims.scatter_add(zeros_like(a), idx, g, d))
+        return out
+
+    register_grad(sym, rule)
+
+
+_value_selecting(ltorch.max)
+_value_selecting(ltorch.min)
+
+
+@register_grad(ltorch.xlogy)
+def _xlogy_grad(*args, **kwargs):
+    """PyTorch's xlogy derivatives: ``xlogy(a != 0, b) * g`` for ``a`` (zero where ``a`` is zero, even at log(0))."""
+    import math
+
+    from thunder.transforms.prim_grads import sum_to_shape
+
+    a, b = list(_bind(ltorch.xlogy, args, kwargs).values())[:2]
+    out = ltorch.xlogy(*args, **kwargs)
+    g = get_grad(out)
+    if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
+        if isinstance(b, TensorProxy):
+            put_grad(a, sum_to_shape(ltorch.where(ltorch.ne(a, 0), ltorch.mul(g, ltorch.log(b)), 0.0), a.shape))
+        else:  # xlogy(Tensor, Scalar): PyTorch gives g * log(b), unmasked
+            put_grad(a, ltorch.mul(g, math.log(b) if b > 0 else (-math.inf if b == 0 else math.nan)))
+    if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
+        put_grad(b, sum_to_shape(ltorch.true_divide(ltorch.mul(g, a), b), b.shape))
+    return out

@@ -1,0 +1,182 @@
+"""Pytrees: the one way thunder walks nested Python values (arguments, outputs, symbol arguments).
+
+Built on ``optree`` in the ``"thunder"`` namespace, with dict keys kept in insertion order. Besides
+optree's own nodes (tuples, lists, dicts, named tuples, ``torch.return_types`` structseqs,
+``OrderedDict``, ``defaultdict``, ``deque``), thunder registers:
+
+- ``slice`` (its start, stop and step);
+- dataclasses, including Hugging Face ``ModelOutput`` (a dataclass that is also a dict);
+- plain Python objects (HF ``DynamicCache`` and its layers, user classes: anything with an instance
+  ``__dict__`` that is not a module, function, class or enum), registered the first time a traced
+  program meets one (:func:`register_object_type`); their attributes are the children;
+- anything registered with :func:`register_node`.
+
+``torch.Size`` is a leaf (a shape, not a container of values to trace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import torch
+
+__all__ = [
+    "NAMESPACE",
+    "tree_flatten",
+    "tree_unflatten",
+    "tree_leaves",
+    "tree_map",
+    "register_node",
+    "register_object_type",
+    "is_registered",
+    "discover_nodes",
+]
+
+NAMESPACE = "thunder"
+
+# keep dict keys in insertion order (the order user code and traces see), for this namespace only
+_insertion_order = optree.dict_insertion_ordered(True, namespace=NAMESPACE)
+_insertion_order.__enter__()
+
+_registered: set[type] = set()
+_BUILTIN_NODES = (tuple, list, dict)
+
+
+def register_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
+    """Registers ``cls`` as a node: ``flatten(x) -> (children, metadata)``, ``unflatten(metadata, children) -> x``."""
+    if cls in _registered:
+        return
+    optree.register_pytree_node(
+        cls,
+        lambda x: (*flatten(x), None),
+        unflatten,
+        namespace=NAMESPACE,
+    )
+    _registered.add(cls)
+
+
+def is_registered(cls: type) -> bool:
+    return cls in _registered
+
+
+def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, Any]:
+    """``(leaves, treespec)``; ``None`` is a leaf."""
+    return optree.tree_flatten(tree, is_leaf, none_is_leaf=True, namespace=NAMESPACE)
+
+
+def tree_unflatten(spec, leaves) -> Any:
+    return optree.tree_unflatten(spec, leaves)
+
+
+def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
+    return optree.tree_leaves(tree, is_leaf, none_is_leaf=True, namespace=NAMESPACE)
+
+
+def tree_map(fn: Callable, tree: Any, is_leaf: Callable | None = None) -> Any:
+    return optree.tree_map(fn, tree, is_leaf=is_leaf, none_is_leaf=True, namespace=NAMESPACE)
+
+
+# ---------------------------------------------------------------- nodes thunder registers
+
+register_node(slice, lambda s: ((s.start, s.stop, s.step), None), lambda _, c: slice(*c))
+
+
+def _dataclass_node(cls: type) -> None:
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    if issubclass(cls, dict):  # HF ModelOutput: the set fields are the dict's items, rebuilt by the constructor
+        register_node(
+            cls,
+            lambda x: (list(x.values()), tuple(x.keys())),
+            lambda keys, children: cls(**dict(zip(keys, children))),
+        )
+        return
+
+    def unflatten(meta, children):
+        obj = object.__new__(cls)
+        for name, value in zip(names, children):
+            object.__setattr__(obj, name, value)
+        for name, value in meta:  # attributes that are not fields
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def flatten(x):
+        extra = tuple((k, v) for k, v in getattr(x, "__dict__", {}).items() if k not in names)
+        return [getattr(x, n) for n in names], extra
+
+    register_node(cls, flatten, unflatten)
+
+
+def register_object_type(cls: type) -> None:
+    """Registers a plain class as a node whose children are its instance ``__dict__`` (in order).
+
+    A rebuilt object is a new instance of ``cls`` with those attributes (``__init__`` is not called).
+    """
+    if dataclasses.is_dataclass(cls):
+        _dataclass_node(cls)
+        return
+
+    def unflatten(keys, children):
+        obj = object.__new__(cls)
+        obj.__dict__.update(zip(keys, children))
+        return obj
+
+    register_node(cls, lambda x: (list(vars(x).values()), tuple(vars(x))), unflatten)
+
+
+def _is_object_candidate(x) -> bool:
+    if isinstance(
+        x,
+        (
+            type,
+            types.FunctionType,
+            types.MethodType,
+            types.BuiltinFunctionType,
+            types.ModuleType,
+            torch.nn.Module,
+            torch.Tensor,
+        ),
+    ):
+        return False
+    t = type(x)
+    if t.__module__ in ("builtins", "torch", "functools", "enum") or t.__module__.startswith(("thunder.", "torch.")):
+        return False
+    if isinstance(x, enum.Enum) or (callable(x) and not dataclasses.is_dataclass(x)):
+        return False
+    return type(getattr(x, "__dict__", None)) is dict or dataclasses.is_dataclass(x)
+
+
+def discover_nodes(tree: Any) -> None:
+    """Registers the types of the objects in ``tree`` that carry tensors (dataclasses, ModelOutput, caches,
+    user classes) so that flattening ``tree`` reaches their tensors."""
+    _discover(tree, 0)
+
+
+def _discover(x, depth: int) -> None:
+    if depth > 8 or isinstance(x, torch.Tensor) or x is None:
+        return
+    t = type(x)
+    if t in (tuple, list) or (isinstance(x, tuple) and hasattr(x, "_fields")):
+        for y in x:
+            _discover(y, depth + 1)
+        return
+    if t is dict or (isinstance(x, dict) and not dataclasses.is_dataclass(x)):
+        for y in x.values():
+            _discover(y, depth + 1)
+        return
+    if t in _registered:
+        children = vars(x).values() if hasattr(x, "__dict__") and not isinstance(x, dict) else ()
+        if isinstance(x, dict):
+            children = x.values()
+        for y in children:
+            _discover(y, depth + 1)
+        return
+    if (dataclasses.is_dataclass(x) and not isinstance(x, type)) or _is_object_candidate(x):
+        register_object_type(t)
+        values = x.values() if isinstance(x, dict) else vars(x).values()
+        for y in values:
+            _discover(y, depth + 1)

@@ -1,0 +1,291 @@
+"""``torch.autograd.Function.apply`` inside traced code: one operation whose gradient is the user's ``backward``.
+
+While thunder traces, ``Function.apply`` called with stand-in tensors runs the Function's ``forward``
+with grad disabled (as PyTorch does: its operations carry no gradient of their own), traces its
+``backward`` right away on stand-ins for the outputs' cotangents, and records one
+``autograd_function_<Name>`` operation. That operation passes the forward's outputs through
+unchanged and takes the differentiable inputs as arguments; its gradient rule is the traced
+``backward``, so autodiff puts the user's backward into the backward trace, where executors can
+fuse it like any other code. ``ctx.save_for_backward``/``saved_tensors``, tensors kept as ``ctx``
+attributes, ``needs_input_grad``, ``mark_non_differentiable``, ``set_materialize_grads``,
+``once_differentiable``, ``setup_context``, non-tensor arguments and several outputs behave as
+in PyTorch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from itertools import count
+
+import torch
+
+from thunder.core import dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Symbol
+from thunder.tracing.errors import TracingError
+
+__all__ = ["patch_function_apply"]
+
+_Function = torch.autograd.Function
+_original_apply = _Function.__dict__["apply"]
+_lock = threading.Lock()
+_installed = [0]
+_counter = count()
+
+
+class patch_function_apply:
+    """While entered, ``Function.apply`` with stand-in tensors is traced as one operation (reentrant)."""
+
+    def __enter__(self):
+        with _lock:
+            if _installed[0] == 0:
+                _Function.apply = classmethod(_apply)
+            _installed[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            _installed[0] -= 1
+            if _installed[0] == 0:
+                _Function.apply = _original_apply
+        return False
+
+
+def _apply(cls, *args, **kwargs):
+    from thunder.tracing.tracer import TracingTensor, _current_tracer
+
+    tracer = _current_tracer[-1]
+    if tracer is None or not any(isinstance(a, TracingTensor) for a in (*args, *kwargs.values())):
+        return _original_apply.__func__(cls, *args, **kwargs)
+    return _trace_apply(tracer, cls, args, kwargs)
+
+
+class _Context:
+    """What ``forward``/``setup_context`` and ``backward`` see as ``ctx``."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self.to_save = ()
+        self.non_differentiable: set[int] = set()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors) -> None:
+        self.to_save = tensors
+
+    def save_for_forward(self, *tensors) -> None:
+        pass
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return self.to_save
+
+    saved_variables = saved_tensors
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        self.non_differentiable.update(id(t) for t in tensors)
+
+    def mark_dirty(self, *tensors) -> None:
+        raise TracingError(
+            "thunder does not support a torch.autograd.Function whose forward modifies its inputs in place "
+            "(ctx.mark_dirty); return new tensors instead"
+        )
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
+
+
+def _is_float(t) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _checkpointed(run_function, preserve_rng_state, *args):
+    # torch.utils.checkpoint(use_reentrant=True): recomputing in backward is how it saves memory, not what it
+    # computes; the program is the function itself (thunder chooses what to save or recompute)
+    return run_function(*args)
+
+
+# Functions whose gradient is their forward's: traced through, not as one operation
+_TRACED_THROUGH = {}
+try:
+    from torch.utils.checkpoint import CheckpointFunction
+
+    _TRACED_THROUGH[CheckpointFunction] = _checkpointed
+except ImportError:  # pragma: no cover - older or newer PyTorch without it
+    pass
+
+
+def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
+    from thunder.tracing.tracer import TracingTensor, unwrap
+
+    through = _TRACED_THROUGH.get(cls)
+    if through is not None:
+        return through(*args, **kwargs)
+
+    setup_context = cls.setup_context is not _Function.setup_context
+    if setup_context:
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = bound.args, bound.kwargs
+    if kwargs:
+        raise TracingError(f"{cls.__name__}.apply does not take keyword arguments")
+    needs = tuple(isinstance(a, TracingTensor) and a.requires_grad and _is_float(a) for a in args)
+    ctx = _Context(needs)
+    with torch.no_grad():
+        if setup_context:
+            out = cls.forward(*args)
+            cls.setup_context(ctx, args, out)
+        else:
+            out = cls.forward(ctx, *args)
+    if not (torch.is_grad_enabled() and tracer.autodiff and any(needs)):
+        return out
+
+    outs = list(out) if isinstance(out, tuple) else [out]
+    input_ids = {id(a) for a in args}
+    routed: list[int] = []  # positions of the outputs that carry the backward's gradient
+    for i, o in enumerate(outs):
+        if isinstance(o, torch.Tensor) and not isinstance(o, TracingTensor):
+            raise TracingError(f"{cls.__name__}.forward returned a tensor that was not computed from its inputs")
+        if isinstance(o, TracingTensor) and id(o) not in ctx.non_differentiable and _is_float(o):
+            if id(o) in input_ids:
+                with torch.no_grad():
+                    outs[i] = o = tracer.handle(torch.Tensor.clone, (o,), {})  # a new value, as in eager
+            routed.append(i)
+    if not routed:
+        return out
+
+    # the backward, traced now on stand-ins for the cotangents
+    trace = tracer.trace
+    placeholders = [
+        TensorProxy(like=o._thunder_proxy, requires_grad=False, prefix="ct") if isinstance(o, TracingTensor) else None
+        for o in outs
+    ]
+    cotangents = [
+        (TracingTensor(p) if (i in routed or ctx.materialize_grads) else None) if p is not None else None
+        for i, p in enumerate(placeholders)
+    ]
+    backward_scope: list = []
+    trace.scopes.append(backward_scope)
+    autodiff, tracer.autodiff = tracer.autodiff, False
+    try:
+        with torch.no_grad():
+            grads = cls.backward(ctx, *cotangents)
+    finally:
+        tracer.autodiff = autodiff
+        trace.scopes.pop()
+    grads = list(grads) if isinstance(grads, tuple) else [grads]
+    if len(grads) != len(args):
+        # PyTorch allows trailing Nones beyond the inputs
+        if len(grads) > len(args) and all(g is None for g in grads[len(args) :]):
+            grads = grads[: len(args)]
+        else:
+            raise TracingError(
+                f"function {cls.__name__}Backward returned an incorrect number of gradients "
+                f"(expected {len(args)}, got {len(grads)})"
+            )
+    grad_proxies = [tracer._unwrap_inputs(g) if needs[i] and g is not None else None for i, g in enumerate(grads)]
+    diff_inputs = [unwrap(a) for i, a in enumerate(args) if needs[i]]
+    input_grads = [g for i, g in enumerate(grad_proxies) if needs[i]]
+    routed_proxies = [outs[i]._thunder_proxy for i in routed]
+    unrouted = [p for i, p in enumerate(placeholders) if p is not None and i not in routed and ctx.materialize_grads]
+    routed_placeholders = [placeholders[i] for i in routed]
+
+    name = "".join(c if c.isalnum() else "_" for c in cls.__name__)
+    print_name = f"autograd_function_{name}"
+    n_inputs = len(diff_inputs)
+
+    def run(*values):
+        return values[n_inputs:]
+
+    def meta(*values):
+        return tuple(TensorProxy(like=p, requires_grad=True) for p in values[n_inputs:])
+
+    from thunder.executors.torchex import ex as torch_ex
+
+    sym = Symbol(
+        print_name,
+        meta,
+        id=f"autograd_function::{print_name}_{next(_counter)}",
+        is_prim=True,
+        print_name=print_name,
+        call_ctx={print_name: run},
+        executor=torch_ex,
+        tags=("autograd_function",),
+    )
+    sym.grad_rule = _grad_rule(sym, n_inputs, routed_placeholders, unrouted, backward_scope, input_grads)
+    results = sym.record(trace, (*diff_inputs, *routed_proxies), {})
+    for i, p in zip(routed, results):
+        outs[i] = TracingTensor(p)
+    return tuple(outs) if isinstance(out, tuple) else outs[0]
+
+
+def _grad_rule(sym: Symbol, n_inputs: int, placeholders, unrouted, backward_scope, input_grads):
+    """The node's gradient: the traced backward, its cotangent stand-ins replaced by the real cotangents."""
+
+    def rule(*values):
+        from thunder.core.trace import get_tracectx
+        from thunder.transforms.autodiff import get_grad, put_grad, zeros_like
+        from thunder.transforms.prim_grads import sum_to_shape
+
+        inputs = values[:n_inputs]
+        outs = sym(*values)
+        mapping = {p.name: get_grad(o) for p, o in zip(placeholders, outs)}
+        for p in unrouted:  # non-differentiable outputs' cotangents are zeros, as in PyTorch
+            mapping[p.name] = zeros_like(p)
+        scope = get_tracectx().scopes[-1]
+        for b in backward_scope:
+            scope.append(b.swap_proxies(mapping))
+        for x, g in zip(inputs, input_grads):
+            if g is None:
+                continue
+            if not isinstance(g, TensorProxy):
+                raise TracingError(f"{sym.name}'s backward returned a {type(g).__name__} as a gradient")
+            g = mapping.get(g.name, g)
+            if g.shape != x.shape:
+                g = sum_to_shape(g, x.shape)
+            if g.dtype is not x.dtype and dtypes.is_inexact_dtype(x.dtype):
+                import thunder.torch as ltorch
+
+                g = ltorch.to(g, x.dtype.torch_dtype)
+            put_grad(x, g)
+        return outs
+
+    return rule
+
+
+def _keep_new(old, new):
+    return new
+
+
+def _keep_grad_rule(old, new):
+    from thunder.transforms.autodiff import get_grad, put_grad
+
+    out = keep_grad_of(old, new)
+    put_grad(old, get_grad(out))
+    return out
+
+
+keep_grad_of = Symbol(
+    "keep_grad_of",
+    lambda old, new: TensorProxy(like=new, requires_grad=True),
+    id="keep_grad_of",
+    is_prim=True,
+    call_ctx={"keep_grad_of": _keep_new},
+)
+keep_grad_of.grad_rule = _keep_grad_rule
+
+
+def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """The value an in-place update under ``no_grad`` gives a tensor: ``new``'s values, and for autodiff the
+    gradient path ``old`` had (``keep_grad_of``), or none when ``old`` needed no gradient (``detach``)."""
+    if old.requires_grad:
+        if keep_grad_of.executor is None:
+            from thunder.executors.torchex import ex as torch_ex
+
+            keep_grad_of.executor = torch_ex
+        return keep_grad_of.record(trace, (old, new), {})
+    from thunder.torch import detach
+
+    out = detach.record(trace, (new,), {})
+    out.requires_grad = False
+    return out

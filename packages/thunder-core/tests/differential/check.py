@@ -1,0 +1,130 @@
+"""Run a ``Program`` eagerly and through ``thunder.jit`` and compare everything a user can observe."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import torch
+
+from differential.programs import Program
+
+
+class Divergence(AssertionError):
+    """thunder.jit and eager disagree on ``program``; ``kind`` names what differed."""
+
+    def __init__(self, kind: str, detail: str, program: Program) -> None:
+        super().__init__(f"{kind}: {detail}\n--- repro ---{program!r}")
+        self.kind = kind
+        self.detail = detail
+        self.program = program
+
+    @property
+    def cls(self) -> str:
+        """The mismatch class: the kind, and for errors the exception type and its message's gist."""
+        if self.kind != "error":
+            return self.kind
+        gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", self.detail.splitlines()[0])
+        return f"error {gist[:90]}"
+
+
+def _tol(dtype: torch.dtype) -> dict:
+    if dtype == torch.float64:
+        return {"rtol": 1e-7, "atol": 1e-9}
+    return {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _compare(actual, expected, what: str, program: Program, *, check_requires_grad: bool = True) -> None:
+    if len(actual) != len(expected):
+        raise Divergence("structure", f"{what}: thunder gave {len(actual)} values, eager {len(expected)}", program)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        name = f"{what} {i}"
+        if not isinstance(a, torch.Tensor):
+            raise Divergence("structure", f"{name}: thunder gave {type(a).__name__}, eager a tensor", program)
+        if a.dtype != e.dtype:
+            raise Divergence("dtype", f"{name}: thunder {a.dtype}, eager {e.dtype}", program)
+        if a.shape != e.shape:
+            raise Divergence("shape", f"{name}: thunder {tuple(a.shape)}, eager {tuple(e.shape)}", program)
+        if check_requires_grad and a.requires_grad != e.requires_grad:
+            raise Divergence(
+                "requires_grad", f"{name}: thunder requires_grad={a.requires_grad}, eager {e.requires_grad}", program
+            )
+        try:
+            torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True, **_tol(e.dtype))
+        except AssertionError as err:
+            kind = "input_mutation" if what == "input" else "value"
+            detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a.detach()}\neager:   {e.detach()}"
+            raise Divergence(kind, detail, program) from None
+
+
+CHECKS = ("requires_grad", "input_mutation", "grad", "second_call")
+
+
+def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Raise ``Divergence`` where ``thunder.jit`` differs from eager on ``program``. Returns False when
+    eager itself cannot run the program (the caller should discard it), True otherwise.
+
+    Outputs' values, dtypes and shapes, and thunder errors, are always checked; ``skip`` may name
+    checks among ``CHECKS`` to leave out."""
+    import thunder
+
+    fn = program.make_function()
+    e_inputs = program.make_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = fn(*e_inputs)
+        except Exception:
+            return False
+        t_inputs = program.make_inputs()
+        jfn = thunder.jit(fn)
+        try:
+            actual = jfn(*t_inputs)
+        except Exception as exc:
+            raise Divergence("error", f"{type(exc).__name__}: {exc}", program) from exc
+
+        _compare(list(actual), list(expected), "output", program, check_requires_grad="requires_grad" not in skip)
+        if "input_mutation" not in skip:
+            _compare(t_inputs, e_inputs, "input", program, check_requires_grad=False)
+        if "second_call" not in skip:
+            # the cached program on fresh, equal inputs gives the same answer
+            again_inputs = program.make_inputs()
+            try:
+                again = jfn(*again_inputs)
+            except Exception as exc:
+                raise Divergence("second_call", f"{type(exc).__name__}: {exc}", program) from exc
+            try:
+                _compare(list(again), list(expected), "output", program, check_requires_grad=False)
+                _compare(again_inputs, e_inputs, "input", program, check_requires_grad=False)
+            except Divergence as d:
+                raise Divergence("second_call", d.detail, program) from None
+    if "grad" in skip:
+        return True
+
+    diff = [i for i, e in enumerate(expected) if e.requires_grad and actual[i].requires_grad]
+    e_leaves = [t for t in e_inputs if t.requires_grad and t.is_leaf]
+    if not diff or not e_leaves:
+        return True
+    gen = torch.Generator().manual_seed(1234)
+    cotangents = [torch.randn(expected[i].shape, generator=gen, dtype=expected[i].dtype) for i in diff]
+    try:
+        e_grads = torch.autograd.grad([expected[i] for i in diff], e_leaves, cotangents, allow_unused=True)
+    except RuntimeError:
+        return True  # eager's backward refuses (a value it saved was overwritten in place): nothing to compare
+    t_leaves = [t for t in t_inputs if t.requires_grad and t.is_leaf]
+    try:
+        t_grads = torch.autograd.grad([actual[i] for i in diff], t_leaves, cotangents, allow_unused=True)
+    except Exception as exc:
+        raise Divergence("error", f"backward: {type(exc).__name__}: {exc}", program) from exc
+    for k, (a, e) in enumerate(zip(t_grads, e_grads)):
+        name = f"grad of a{[i for i, t in enumerate(e_inputs) if t.requires_grad and t.is_leaf][k]}"
+        a = torch.zeros_like(t_leaves[k]) if a is None else a
+        e = torch.zeros_like(e_leaves[k]) if e is None else e
+        try:
+            # a float64 gradient may flow through float32 values (mixed_dtype): float32 tolerances then
+            tol = _tol(torch.float32 if "mixed_dtype" in program.features else e.dtype)
+            torch.testing.assert_close(a, e, equal_nan=True, **tol)
+        except AssertionError as err:
+            detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a}\neager:   {e}"
+            raise Divergence("grad", detail, program) from None
+    return True

@@ -1,0 +1,394 @@
+"""Random straight-line torch programs, drawn by hypothesis, printable as runnable Python.
+
+A ``Program`` is a list of input specs (shape, dtype, requires_grad, values) and a list of source
+lines over the names ``a0, a1, ...`` (inputs) and ``v0, v1, ...`` (intermediates). While drawing, each
+candidate line is executed eagerly on the values so far; a line eager rejects is dropped, so every
+drawn program runs in eager PyTorch, and shapes, dtypes and aliasing are exactly eager's.
+
+Each vocabulary feature (``FEATURES``) is a switch: ``programs(features={...})`` draws only from
+the features given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from differential.functions import FUNCTIONS
+
+FEATURES = {
+    "elementwise": "unary elementwise ops and scalar arithmetic",
+    "broadcast": "binary ops between tensors of broadcastable shapes",
+    "mixed_dtype": "int64/bool/float32 inputs beside float64 ones, dtype casts and comparisons",
+    "singular_values": "inputs with zeros and ties, and the reductions singular there (prod, norm, std, var, max(dim))",
+    "reduction": "sum/mean/amax/logsumexp (prod/norm/std/var/max(dim) with singular_values)",
+    "view": "transpose, .mT, unsqueeze, reshape, view, indexing with ints and slices, expand, diagonal",
+    "zero_dim_views": "view ops (and in-place through views) on 0-d tensors too",
+    "indexing": "advanced indexing, index_select, gather, masked_fill",
+    "matmul": "matmul between tensors of matching inner size",
+    "softmax": "softmax and log_softmax",
+    "inplace": "in-place ops (add_, mul_, sigmoid_, clamp_, index assignment ...) on intermediates",
+    "inplace_view": "in-place ops through a view of an intermediate or an input",
+    "inplace_input": "in-place ops on the inputs themselves",
+    "aliased_inputs": "the same tensor (or a view of it) passed as two arguments",
+    "detach": "x.detach() and straight-through estimators",
+    "no_grad": "statements inside `with torch.no_grad():` (in-place updates of leaves included)",
+    "autograd_function": "custom torch.autograd.Function.apply (their backwards differ from the forward's derivative)",
+}
+
+_UNARY = [
+    "torch.sin({a})",
+    "torch.cos({a})",
+    "torch.tanh({a})",
+    "torch.sigmoid({a})",
+    "torch.relu({a})",
+    "{a}.abs()",
+    "-{a}",
+    "torch.square({a})",
+    "F.silu({a})",
+    "F.gelu({a})",
+    "{a}.clamp(-0.5, 0.5)",
+    "torch.exp({a}.tanh())",
+    "torch.where({a} > 0, {a}, 0.5 * {a})",
+]
+_SCALAR = ["{a} * 2", "{a} + 1", "{a} * -0.5", "{a} - 3", "2 * {a}", "{a} / 4"]
+_BINARY = [
+    "{a} + {b}",
+    "{a} * {b}",
+    "{a} - {b}",
+    "torch.maximum({a}, {b})",
+    "torch.where({a} > {b}, {a}, {b})",
+    "{a} / ({b}.abs() + 1)",
+    "torch.add({a}, {b}, alpha=2)",
+]
+_CAST = ["{a}.double()", "{a}.float()", "{a}.to(torch.int64)", "{a} > 0", "{a} == {b}", "{a}.to({b}.dtype)"]
+_REDUCE_ALL = ["{a}.sum()", "{a}.mean()", "{a}.amax()"]
+_REDUCE_DIM = [
+    "{a}.sum({d})",
+    "{a}.sum({d}, keepdim=True)",
+    "{a}.mean({d}, keepdim=True)",
+    "{a}.amax({d})",
+    "torch.logsumexp({a}, {d})",
+]
+# reductions with singular points (a zero factor, a zero norm, ties, var of one element is NaN):
+# drawn with "singular_values"
+_REDUCE_ALL_SINGULAR = ["{a}.prod()", "{a}.norm()", "{a}.std()", "{a}.var()"]
+_REDUCE_DIM_SINGULAR = [
+    "{a}.var({d})",
+    "{a}.max({d}).values",
+    "{a}.min({d}, keepdim=True)[0]",
+    "{a}.prod({d})",
+    "torch.linalg.vector_norm({a}, dim={d})",
+]
+_VIEW = [
+    "{a}.t()",
+    "{a}.mT",
+    "{a}.transpose(0, -1)",
+    "{a}.unsqueeze({d})",
+    "{a}.reshape(-1)",
+    "{a}.view(-1)",
+    "{a}.flatten()",
+    "{a}[0]",
+    "{a}[..., 1:]",
+    "{a}[:, :1]",
+    "{a}.narrow(-1, 0, 1)",
+    "{a}.expand(2, *{a}.shape)",
+    "{a}.permute(*reversed(range({a}.ndim)))",
+    "{a}.squeeze()",
+    "{a}.diagonal()",
+    "{a}.select(0, -1)",
+    "{a}.contiguous()",
+    "{a}.unbind(0)[0]",
+    "{a}.chunk(2, -1)[0]",
+    "{a}[::2]",
+]
+_INDEX = [
+    "{a}[torch.tensor([0, 0])]",
+    "{a}[[-1, 0]]",
+    "torch.index_select({a}, {d}, torch.tensor([0]))",
+    "{a}.gather({d}, torch.zeros_like({a}, dtype=torch.int64))",
+    "{a}.masked_fill({a} > 0, 0.25)",
+    "{a}[..., torch.tensor([0, -1, 0])]",
+]
+_MATMUL = ["{a} @ {b}", "torch.matmul({a}, {b})", "{a} @ {b}.mT"]
+_SOFTMAX = ["torch.softmax({a}, {d})", "F.log_softmax({a}, dim={d})", "{a}.softmax(-1)"]
+_INPLACE = [
+    "{t}.add_({b})",
+    "{t}.mul_({b})",
+    "{t}.mul_(2)",
+    "{t}.sigmoid_()",
+    "{t}.sin_()",
+    "{t}.abs_()",
+    "{t}.clamp_(min=0)",
+    "{t}.pow_(2)",
+    "{t}.zero_()",
+    "{t}.fill_(1.5)",
+    "{t}.copy_({b})",
+    "{t}[0] = {b}",
+    "{t}[..., :1] = 0.5",
+    "{t}.add_({b}, alpha=-1)",
+]
+_VIEW_OF_TARGET = ["{t}[0]", "{t}.t()", "{t}.mT", "{t}[..., 1:]", "{t}.diagonal()", "{t}.view(-1)", "{t}.select(-1, 0)"]
+_DETACH = ["{a}.detach()", "{a} * {b}.detach()", "{a} + (torch.round({a}) - {a}).detach()", "{a}.detach() * {a}"]
+_FUNCTION = ["ScaleGrad.apply({a})", "MulSaved.apply({a}, {b})", "ClampST.apply({a}, -0.25)", "SinCos.apply({a})[0]"]
+
+
+@dataclass
+class InputSpec:
+    """One tensor argument: its values (a nested list), dtype and requires_grad."""
+
+    values: list | float | int | bool
+    dtype: torch.dtype
+    requires_grad: bool
+    alias: str | None = None  # e.g. "a0.mT": this argument is (a view of) an earlier one
+
+    def make(self, earlier: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.alias is not None:
+            return eval(self.alias, {"torch": torch}, dict(earlier))
+        return torch.tensor(self.values, dtype=self.dtype).requires_grad_(self.requires_grad)
+
+    def source(self) -> str:
+        if self.alias is not None:
+            return self.alias
+        rg = ", requires_grad=True" if self.requires_grad else ""
+        return f"torch.tensor({self.values!r}, dtype={self.dtype}{rg})"
+
+
+def _make_all(specs: list[InputSpec]) -> list[torch.Tensor]:
+    made: dict[str, torch.Tensor] = {}
+    for i, spec in enumerate(specs):
+        made[f"a{i}"] = spec.make(made)
+    return list(made.values())
+
+
+@dataclass
+class Program:
+    """A drawn program: ``fn(a0, a1, ...)`` runs ``lines`` and returns ``outputs``."""
+
+    inputs: list[InputSpec]
+    lines: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    features: frozenset[str] = frozenset()
+
+    def function_source(self) -> str:
+        params = ", ".join(f"a{i}" for i in range(len(self.inputs)))
+        body = [f"    {line}" for line in self.lines]
+        body.append(f"    return {', '.join(self.outputs)},")
+        return f"def fn({params}):\n" + "\n".join(body) + "\n"
+
+    def make_function(self):
+        namespace = {"torch": torch, "F": F, **FUNCTIONS}
+        exec(compile(self.function_source(), "<differential program>", "exec"), namespace)
+        return namespace["fn"]
+
+    def make_inputs(self) -> list[torch.Tensor]:
+        """Fresh input tensors (arguments that alias an earlier one alias the fresh one)."""
+        return _make_all(self.inputs)
+
+    def repro(self) -> str:
+        """A standalone script that runs the program eagerly and through thunder.jit."""
+        used = [name for name in FUNCTIONS if f"{name}.apply" in self.function_source()]
+        parts = ["import torch", "import torch.nn.functional as F", "", "import thunder", ""]
+        if used:
+            parts.append("from torch.autograd.function import once_differentiable")
+            parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
+        parts.append(self.function_source())
+        names = ", ".join(f"a{i}" for i in range(len(self.inputs)))
+        parts.append("def make_inputs():")
+        parts.extend(f"    a{i} = {spec.source()}" for i, spec in enumerate(self.inputs))
+        parts.append(f"    return {names},\n")
+        parts.append("expected = fn(*make_inputs())")
+        parts.append("actual = thunder.jit(fn)(*make_inputs())")
+        return "\n".join(parts) + "\n"
+
+    def __repr__(self) -> str:
+        return f"\n# features: {sorted(self.features)}\n{self.repro()}"
+
+
+_SHAPES = [(2, 3), (3,), (2, 1), (1, 3), (), (3, 3), (2, 3, 3), (3, 2)]
+
+
+@st.composite
+def _input_spec(draw, features: frozenset[str]) -> InputSpec:
+    shape = draw(st.sampled_from(_SHAPES))
+    dtypes = [torch.float64]
+    if "mixed_dtype" in features:
+        dtypes += [torch.float32, torch.int64, torch.bool]
+    dtype = draw(st.sampled_from(dtypes))
+    seed = draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        values = torch.randn(shape, generator=gen, dtype=torch.float64)
+        if "singular_values" in features and draw(st.booleans()):
+            values = (values * 2).round() / 2  # zeros and ties
+        requires_grad = draw(st.booleans())
+    elif dtype == torch.bool:
+        values, requires_grad = torch.randn(shape, generator=gen) > 0, False
+    else:
+        values, requires_grad = torch.randint(-3, 4, shape, generator=gen), False
+    return InputSpec(values.to(dtype).tolist(), dtype, requires_grad)
+
+
+def _names(env: dict, pred=lambda t: True) -> list[str]:
+    return [k for k, v in env.items() if isinstance(v, torch.Tensor) and pred(v)]
+
+
+def _float(t: torch.Tensor) -> bool:
+    return t.is_floating_point()
+
+
+def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str]) -> str | None:
+    """One source line for ``feature`` over the names in ``env``, or None if nothing fits."""
+    tensors = _names(env)
+    floats = _names(env, _float)
+    viewable = tensors if "zero_dim_views" in enabled else _names(env, lambda t: t.ndim > 0)
+
+    def pick(names):
+        return draw(st.sampled_from(names)) if names else None
+
+    def dim(name):
+        ndim = env[name].ndim
+        return draw(st.integers(-ndim, ndim - 1)) if ndim else 0
+
+    def inplace_target(kind: str):
+        if kind == "inplace_input":
+            names = [n for n in tensors if n.startswith("a")]
+        else:
+            names = [n for n in tensors if n.startswith("v")]
+        t = pick(names)
+        if t is None:
+            return None
+        if kind == "inplace_view":
+            if t not in viewable:
+                return None
+            t = draw(st.sampled_from(_VIEW_OF_TARGET)).format(t=t)
+        return t
+
+    if feature == "elementwise":
+        a = pick(floats)
+        return a and f"{new} = " + draw(st.sampled_from(_UNARY + _SCALAR)).format(a=a)
+    if feature == "broadcast":
+        a, b = pick(tensors), pick(tensors)
+        return a and f"{new} = " + draw(st.sampled_from(_BINARY)).format(a=a, b=b)
+    if feature == "mixed_dtype":
+        a, b = pick(tensors), pick(tensors)
+        return a and f"{new} = " + draw(st.sampled_from(_CAST)).format(a=a, b=b)
+    if feature == "reduction":
+        a = pick(floats)
+        if a is None:
+            return None
+        singular = "singular_values" in enabled
+        if env[a].ndim and draw(st.booleans()):
+            templates = _REDUCE_DIM + (_REDUCE_DIM_SINGULAR if singular else [])
+            return f"{new} = " + draw(st.sampled_from(templates)).format(a=a, d=dim(a))
+        return f"{new} = " + draw(st.sampled_from(_REDUCE_ALL + (_REDUCE_ALL_SINGULAR if singular else []))).format(a=a)
+    if feature == "view":
+        a = pick(viewable)
+        return a and f"{new} = " + draw(st.sampled_from(_VIEW)).format(a=a, d=dim(a))
+    if feature == "indexing":
+        a = pick(_names(env, lambda t: t.ndim > 0))
+        return a and f"{new} = " + draw(st.sampled_from(_INDEX)).format(a=a, d=dim(a))
+    if feature == "matmul":
+        pairs = [
+            (x, y)
+            for x in floats
+            for y in floats
+            if env[x].ndim >= 1 and env[y].ndim >= 1 and env[x].shape[-1] == env[y].shape[-2 if env[y].ndim > 1 else 0]
+        ]
+        if not pairs:
+            return None
+        a, b = draw(st.sampled_from(pairs))
+        return f"{new} = " + draw(st.sampled_from(_MATMUL[:2])).format(a=a, b=b)
+    if feature == "softmax":
+        a = pick(floats)
+        return a and f"{new} = " + draw(st.sampled_from(_SOFTMAX)).format(a=a, d=dim(a))
+    if feature in ("inplace", "inplace_view", "inplace_input"):
+        t = inplace_target(feature)
+        b = pick(tensors)
+        return t and draw(st.sampled_from(_INPLACE)).format(t=t, b=b)
+    if feature == "detach":
+        a, b = pick(floats), pick(floats)
+        return a and f"{new} = " + draw(st.sampled_from(_DETACH)).format(a=a, b=b)
+    if feature == "no_grad":
+        if draw(st.booleans()):
+            t = inplace_target(draw(st.sampled_from(["inplace", "inplace_input"])))
+            stmt = t and draw(st.sampled_from(_INPLACE)).format(t=t, b=pick(tensors))
+        else:
+            a, b = pick(floats), pick(tensors)
+            stmt = a and f"{new} = " + draw(st.sampled_from(_UNARY + _BINARY)).format(a=a, b=b)
+        return stmt and f"with torch.no_grad(): {stmt}"
+    if feature == "autograd_function":
+        a = pick(floats)
+        if a is None:
+            return None
+        same = [n for n in floats if env[n].shape == env[a].shape and env[n].dtype == env[a].dtype]
+        return f"{new} = " + draw(st.sampled_from(_FUNCTION)).format(a=a, b=pick(same))
+    raise ValueError(f"unknown feature {feature!r}")
+
+
+_MODIFIERS = {"singular_values", "zero_dim_views", "aliased_inputs"}  # features that change other features' draws
+_STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
+
+
+@st.composite
+def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), max_lines: int = 8) -> Program:
+    """A random program that eager PyTorch runs, using only ``features``."""
+    features = frozenset(features)
+    unknown = features - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
+    stmt_features = [f for f in _STATEMENT_FEATURES if f in features]
+    if not stmt_features:
+        raise ValueError("no statement feature enabled")
+    inputs = draw(st.lists(_input_spec(features), min_size=1, max_size=3))
+    if not any(spec.dtype.is_floating_point for spec in inputs):
+        shape = torch.tensor(inputs[0].values).shape
+        values = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        inputs[0] = InputSpec(values.tolist(), torch.float64, True)
+    if "aliased_inputs" in features:
+        for i in range(1, len(inputs)):
+            if draw(st.booleans()):
+                ndim = torch.tensor(inputs[0].values).ndim
+                views = ["a0"] + (["a0[0]", "a0[..., :1]"] if ndim >= 1 else []) + (["a0.mT"] if ndim >= 2 else [])
+                inputs[i] = InputSpec(
+                    None, inputs[0].dtype, inputs[0].requires_grad, alias=draw(st.sampled_from(views))
+                )
+    env: dict = {"torch": torch, "F": F, **FUNCTIONS}
+    for i, t in enumerate(_make_all(inputs)):
+        env[f"a{i}"] = t
+    lines: list[str] = []
+    n_lines = draw(st.integers(1, max_lines))
+    counter = 0
+    for _ in range(n_lines):
+        feature = draw(st.sampled_from(stmt_features))
+        new = f"v{counter}"
+        tensors = {k: v for k, v in env.items() if isinstance(v, torch.Tensor)}
+        line = _candidate(draw, feature, tensors, new, features)
+        if not line:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(line, env)
+        except Exception:
+            env.pop(new, None)
+            continue  # eager rejects it: drop the line
+        if new in env:
+            if not isinstance(env[new], torch.Tensor):
+                del env[new]
+                continue
+            counter += 1
+        lines.append(line)
+    names = _names({k: v for k, v in env.items() if k[0] in "av" and k[1:].isdigit()})
+    produced = [n for n in names if n.startswith("v")]
+    last = produced[-1:] if produced else [names[0]]
+    # favour returning what the program updated in place, so lost updates show in the outputs
+    mutated = [n for n in names if any(line.startswith(n + ".") or line.startswith(n + "[") for line in lines)]
+    extra = draw(st.lists(st.sampled_from(mutated + names), max_size=3, unique=True))
+    outputs = list(dict.fromkeys(last + extra))
+    return Program(inputs, lines, outputs, features)

@@ -1,0 +1,255 @@
+"""One minimal reproduction per defect class found by the differential fuzzer (``test_differential.py``,
+``fuzz_campaign.py``) and by PyTorch's op_db (``test_op_db.py``). Each is a strict xfail naming its
+class and issue, pinned to the exception the defect raises today: when a fix lands the test XPASSes,
+and the fixer removes the mark (and the matching entry of ``DISABLED_IN_CI`` /
+``op_db_known_failures.txt``).
+
+Every test compares ``thunder.jit`` with eager PyTorch on cloned inputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+
+def _clone(xs):
+    return [x.detach().clone().requires_grad_(x.requires_grad) for x in xs]
+
+
+def _assert_same(fn, *inputs, grads: bool = False) -> None:
+    """Outputs (values, dtypes, requires_grad), inputs after the call and, with ``grads``, the
+    gradients of the inputs that require grad, all equal eager's."""
+    e_in, t_in = _clone(inputs), _clone(inputs)
+    expected = fn(*e_in)
+    actual = thunder.jit(fn)(*t_in)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.requires_grad == e.requires_grad, "requires_grad differs"
+        torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True)
+    for a, e in zip(t_in, e_in):
+        torch.testing.assert_close(a.detach(), e.detach(), msg="input after the call differs")
+    if grads:
+        outs = [(a, e) for a, e in zip(actual, expected) if e.requires_grad]
+        e_leaves = [x for x in e_in if x.requires_grad]
+        t_leaves = [x for x in t_in if x.requires_grad]
+        e_grads = torch.autograd.grad([e.sum() for _, e in outs], e_leaves, allow_unused=True)
+        t_grads = torch.autograd.grad([a.sum() for a, _ in outs], t_leaves, allow_unused=True)
+        for a, e, x in zip(t_grads, e_grads, t_leaves):
+            a = torch.zeros_like(x) if a is None else a
+            e = torch.zeros_like(x) if e is None else e
+            torch.testing.assert_close(a, e, msg="gradient differs")
+
+
+def _x(*shape, requires_grad: bool = True) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(requires_grad)
+
+
+# --- issue 13: gradients -------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="detach-not-a-stop-gradient (issue 13.1)")
+def test_detach_is_a_stop_gradient():
+    _assert_same(lambda a: a * a.detach(), _x(2, 3), grads=True)
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="custom-autograd-function-backward-ignored (issue 13.3)")
+def test_custom_function_backward_is_used():
+    _assert_same(lambda a: _ScaleGrad.apply(a), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="no-grad-region-ignored-by-autodiff (issue 13.2)")
+def test_no_grad_region_is_respected():
+    def fn(a):
+        with torch.no_grad():
+            b = a * 3
+        return a * b
+
+    _assert_same(fn, _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="requires-grad-of-non-differentiable-output (issue 13.7)")
+def test_output_of_non_differentiable_inputs_does_not_require_grad():
+    _assert_same(lambda a, b: torch.sin(a), _x(2, 3, requires_grad=False), _x(2, 3))
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason="index-put-has-no-grad-rule (issue 13)")
+def test_slice_assignment_is_differentiable():
+    def fn(a):
+        b = torch.sin(a)
+        b[..., :1] = 0.5
+        return b
+
+    _assert_same(fn, _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="opaque-op-nondifferentiable-outputs-require-grad (issue 13)"
+)
+def test_native_layer_norm_statistics_do_not_require_grad():
+    w, b = _x(3), _x(3)
+    _assert_same(lambda a, w, b: torch.native_layer_norm(a, (3,), w, b, 1e-5), _x(2, 3), w, b)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="inplace-op-backward-uses-updated-value (issue 13.4)")
+def test_inplace_mul_of_input_by_parameter_grad():
+    def fn(a, w):
+        a.mul_(w)  # timm's LayerScale(inplace=True): w's gradient needs a's value before the update
+        return a
+
+    _assert_same(fn, _x(2, 3, requires_grad=False), _x(3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="nan-grad-at-singular-point (issue 13.6)")
+def test_prod_with_a_zero_grad():
+    _assert_same(lambda a: (a - a).prod(1) + a.sum(1), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="nan-grad-at-singular-point (issue 13.6)")
+def test_std_and_norm_of_constant_grad():
+    _assert_same(lambda a: (a * 0 + 1).std() + (a * 0).norm() + a.sum(), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="nan-grad-at-singular-point (issue 13.6)")
+def test_amax_backward_keeps_nan_to_the_selected_element():
+    # var of one element is NaN; eager's amax backward sends it to the maximum only, not everywhere
+    _assert_same(lambda a: a.amax().var(), _x(2, 3), grads=True)
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason="no-grad-region-ignored-by-autodiff (issue 13.2)")
+def test_slice_assignment_under_no_grad():
+    def fn(a):
+        b = torch.sin(a)
+        with torch.no_grad():
+            b[..., :1] = 0.5
+        return b
+
+    _assert_same(fn, _x(2, 3), grads=True)
+
+
+# --- issue 14: views, aliases, in-place ----------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="inplace-through-view-lost (issue 14.1)")
+def test_inplace_through_mT_updates_base():
+    def fn(a):
+        b = torch.sin(a)
+        b.mT.mul_(2)
+        return b
+
+    _assert_same(fn, _x(2, 3, requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="inplace-through-detach-alias-lost (issue 14.1)")
+def test_inplace_through_detach_updates_input():
+    def fn(a):
+        b = a.detach()
+        b.add_(1)
+        return b * 1
+
+    _assert_same(fn, _x(2, 3, requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="aliased-arguments-traced-as-independent (issue 14.2)")
+def test_same_tensor_passed_twice():
+    def fn(a, b):
+        a.add_(a)
+        return torch.sin(b)
+
+    def run(f):
+        x = _x(2, 3, requires_grad=False)
+        return f(x, x), x
+
+    expected, e_x = run(fn)
+    actual, t_x = run(thunder.jit(fn))
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(t_x, e_x)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="ops-returning-their-input-lose-the-alias (issue 14.1)")
+def test_inplace_through_float_of_float_tensor_updates_input():
+    def fn(a):
+        b = a.float()  # a is float32: eager returns a itself
+        b.add_(1)
+        return a * 1
+
+    _assert_same(fn, _x(2, 3, requires_grad=False).float())
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError, reason="mT-of-0d-tensor (issue 14.8)")
+def test_inplace_through_mT_of_0d_tensor():
+    def fn(a):
+        b = torch.sin(a)
+        b.mT.add_(a)
+        return b
+
+    _assert_same(fn, _x(requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="setitem-value-with-leading-unit-dims (issue 14)")
+def test_setitem_squeezes_leading_unit_dims_of_value():
+    def fn(a):
+        a[0] = a  # a is (1, 3): eager drops the value's leading 1
+        return a * 1
+
+    _assert_same(fn, _x(1, 3, requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="bool-inplace-add-with-alpha-dtype (issue 14.5)")
+def test_bool_inplace_add_with_alpha():
+    def fn(a):
+        b = a[0]
+        b.add_(b, alpha=-1)
+        return b
+
+    _assert_same(fn, torch.tensor([[True, True, False]]))
+
+
+# --- op_db: defects not named in the issues ------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="tensor-where-method-argument-order (op_db where method)")
+def test_tensor_where_method():
+    _assert_same(lambda a, c: a.where(c, 0.5), _x(2, 3, requires_grad=False), torch.tensor([True, False, True]))
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError, reason="index-fill-index-select-IndexError (issue 13)")
+def test_index_fill():
+    _assert_same(lambda a: a.index_fill(0, torch.tensor([0]), -1.0), _x(requires_grad=False))  # a 0-d input
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="rejects-pytorch-kwarg-name (issue 13 / 16)")
+def test_flip_dims_keyword():
+    _assert_same(lambda a: torch.flip(a, dims=(0,)), _x(2, 3, requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="var-unbiased-backward-bad-decomposition-call (issue 13)")
+def test_var_unbiased_grad():
+    _assert_same(lambda a: torch.var(a, True), _x(2, 3), grads=True)  # unbiased given positionally
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="tensor-value-read-while-tracing (op_db narrow)")
+def test_narrow_with_tensor_start():
+    _assert_same(lambda a: torch.narrow(a, 1, torch.tensor(1), 2), _x(2, 3, requires_grad=False))
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="opaque-backward-nondiff-arg (issue 13)")
+def test_nll_loss_with_weight_grad():
+    target, weight = torch.tensor([0, 2]), torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    _assert_same(lambda a: F.nll_loss(a, target, weight=weight, reduction="none"), _x(2, 3), grads=True)

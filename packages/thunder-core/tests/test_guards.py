@@ -1,0 +1,309 @@
+"""A cached program is never stale: everything a trace read is checked (or read at call time).
+
+Each test changes something after the first call and compares the jitted result with eager.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import thunder
+
+
+def _x():
+    return torch.randn(2, 3)
+
+
+def test_replaced_submodule_is_used():
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m[0] = nn.Linear(3, 3)
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_deleted_submodule_is_noticed():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    del m[1]
+    torch.testing.assert_close(jm(x), m(x))
+
+
+class _Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3, bias=False)
+        self.b = nn.Linear(3, 3, bias=False)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_untied_weights_are_used():
+    m = _Tied()
+    jm = thunder.jit(m)
+    x = _x()
+    torch.testing.assert_close(jm(x), m(x))
+    m.b.weight = nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_untied_by_writing_the_parameter_dict():
+    m = _Tied()
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m.b._parameters["weight"] = nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_monkeypatched_forward_is_used():
+    m = nn.Linear(3, 3)
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m.forward = lambda inp: inp * 2
+    torch.testing.assert_close(jm(x), x * 2)
+
+
+class _Attrs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dims = (0,)
+        self.dt = torch.float32
+        self.fn = torch.sin
+        self.t = torch.ones(3)
+        self.scales = [1.0]
+
+    def forward(self, x):
+        return self.fn(x.sum(self.dims, keepdim=True).to(self.dt)) + self.t * self.scales[0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: setattr(m, "dims", (1,)),
+        lambda m: setattr(m, "dt", torch.float64),
+        lambda m: setattr(m, "fn", torch.cos),
+        lambda m: setattr(m, "t", torch.full((3,), 5.0)),
+        lambda m: m.t.mul_(3),
+        lambda m: m.scales.__setitem__(0, 3.0),
+    ],
+    ids=["tuple", "dtype", "function", "tensor", "tensor-in-place", "list"],
+)
+def test_module_attribute_of_any_type(change):
+    m = _Attrs()
+    jm = thunder.jit(m)
+    x = _x()
+    torch.testing.assert_close(jm(x), m(x))
+    change(m)
+    expected = m(x)
+    out = jm(x)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
+
+
+def test_tensor_attribute_is_an_input_not_a_constant():
+    m = _Attrs()
+    jm = thunder.jit(m)
+    jm(_x())
+    assert any("_tensor_constant" in str(t) for t in thunder.last_traces(jm)) is False
+
+
+class _Config:
+    def __init__(self):
+        self.scale = 2.0
+        self.inner = type("Inner", (), {})()
+        self.inner.shift = 1.0
+
+
+class _UsesConfig(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, x):
+        return x * self.config.scale + self.config.inner.shift
+
+
+def test_config_object_attributes():
+    config = _Config()
+    m = _UsesConfig(config)
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    config.scale = 3.0
+    torch.testing.assert_close(jm(x), m(x))
+    config.inner.shift = -4.0
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_forward_hooks_on_root_run():
+    m = nn.Linear(3, 3)
+    m.register_forward_hook(lambda mod, inp, out: out * 10)
+    jm = thunder.jit(m)
+    x = _x()
+    torch.testing.assert_close(jm(x), m(x))
+    handle = m.register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,))
+    torch.testing.assert_close(jm(x), m(x))
+    handle.remove()
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_hook_added_to_submodule_after_jit():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m[0].register_forward_hook(lambda mod, inp, out: out * 0 + 2)
+    torch.testing.assert_close(jm(x), m(x))
+
+
+SCALE = 2.0
+OFFSET = torch.ones(3)
+
+
+def _reads_globals(x):
+    return x * SCALE + OFFSET
+
+
+def test_globals_rebound():
+    global SCALE, OFFSET
+    jf = thunder.jit(_reads_globals)
+    x = _x()
+    old = SCALE, OFFSET
+    try:
+        jf(x)
+        SCALE = 3.0
+        torch.testing.assert_close(jf(x), _reads_globals(x))
+        OFFSET = torch.zeros(3)
+        torch.testing.assert_close(jf(x), _reads_globals(x))
+    finally:
+        SCALE, OFFSET = old
+
+
+def _helper(x):
+    return x * SCALE
+
+
+def _calls_helper(x):
+    return _helper(x) + 1
+
+
+def test_globals_of_called_helpers():
+    global SCALE
+    jf = thunder.jit(_calls_helper)
+    x = _x()
+    old = SCALE
+    try:
+        jf(x)
+        SCALE = -1.5
+        torch.testing.assert_close(jf(x), _calls_helper(x))
+    finally:
+        SCALE = old
+
+
+def test_closure_variable_rebound():
+    k = 2.0
+
+    def g(x):
+        return x * k
+
+    jg = thunder.jit(g)
+    x = _x()
+    jg(x)
+    k = 5.0
+    torch.testing.assert_close(jg(x), g(x))
+
+
+def test_torch_size_argument_does_not_recompile():
+    jf = thunder.jit(lambda x, s: x.reshape(s))
+    x = _x()
+    for _ in range(3):
+        jf(x, torch.Size([3, 2]))
+    assert thunder.cache_misses(jf) == 1
+    assert jf(x, torch.Size([6])).shape == (6,)
+
+
+def test_negative_zero_is_not_zero():
+    jf = thunder.jit(lambda x, s: 1 / (x * s))
+    x = torch.ones(2)
+    torch.testing.assert_close(jf(x, 0.0), 1 / (x * 0.0))
+    torch.testing.assert_close(jf(x, -0.0), 1 / (x * -0.0))
+    assert torch.isneginf(jf(x, -0.0)).all()
+
+
+class _SideEffects(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.initialized = False
+        self.seen = []
+
+    def forward(self, x):
+        self.calls += 1
+        if not self.initialized:
+            self.initialized = True
+        self.seen.append(x.shape[0])
+        return x + self.calls
+
+
+def test_forward_setting_attributes_applies_them_every_call():
+    m, ref = _SideEffects(), _SideEffects()
+    jm = thunder.jit(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(4):
+            x = _x()
+            torch.testing.assert_close(jm(x), ref(x))
+    assert (m.calls, m.initialized, m.seen) == (ref.calls, ref.initialized, ref.seen)
+
+
+class _LazyInit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ready = False
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        if not self.ready:
+            self.ready = True
+        return self.lin(x)
+
+
+def test_lazy_init_flag_compiles_twice_then_hits():
+    m = _LazyInit()
+    jm = thunder.jit(m)
+    for _ in range(4):
+        x = _x()
+        torch.testing.assert_close(jm(x), m.lin(x))
+    assert m.ready
+    assert thunder.cache_misses(jm) == 2
+
+
+COUNTER = 0
+
+
+def _bumps_global(x):
+    global COUNTER
+    COUNTER += 1
+    return x * 2
+
+
+def test_function_rebinding_a_global_it_reads():
+    global COUNTER
+    COUNTER = 0
+    jf = thunder.jit(_bumps_global)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            jf(_x())
+    assert COUNTER == 3
