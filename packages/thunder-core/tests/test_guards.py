@@ -307,3 +307,44 @@ def test_function_rebinding_a_global_it_reads():
         for _ in range(3):
             jf(_x())
     assert COUNTER == 3
+
+
+def test_global_forward_hook_added_after_jit():
+    from torch.nn.modules.module import register_module_forward_hook
+
+    m = nn.Linear(3, 3)
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    handle = register_module_forward_hook(lambda mod, inp, out: out + 100)
+    try:
+        torch.testing.assert_close(jm(x), m(x))
+    finally:
+        handle.remove()
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_module_backward_hook_is_a_clear_error():
+    m = nn.Linear(3, 3)
+    m.register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+    with pytest.raises(RuntimeError, match="backward hooks"):
+        thunder.jit(m)(_x())
+
+
+def _prints(x):
+    print("tracing")
+    return x * 2
+
+
+def _draws(x):
+    import random
+
+    return x * random.random()
+
+
+@pytest.mark.parametrize("fn, what", [(_prints, "print"), (_draws, "random")])
+def test_trace_only_python_warns_naming_the_line(fn, what, capsys):
+    with pytest.warns(UserWarning, match=what) as record:
+        thunder.jit(fn)(_x())
+    message = next(str(w.message) for w in record if what in str(w.message))
+    assert __file__ in message and "line" in message

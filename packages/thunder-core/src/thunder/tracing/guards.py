@@ -242,9 +242,12 @@ def _is_library_code(code: types.CodeType) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _global_loads(code: types.CodeType) -> tuple[tuple[str, int], ...]:
+def _global_loads(code: types.CodeType) -> tuple[tuple[str, str, int], ...]:
+    """``(kind, name, line)`` of the global loads in ``code``, and of locals bound by ``import random``."""
     out = []
     line = code.co_firstlineno
+    imported: dict[str, str] = {}  # local name -> module imported into it
+    pending = None
     for ins in dis.get_instructions(code):
         pos = getattr(ins, "positions", None)  # Python 3.11+
         if pos is not None and pos.lineno is not None:
@@ -252,14 +255,24 @@ def _global_loads(code: types.CodeType) -> tuple[tuple[str, int], ...]:
         elif type(ins.starts_line) is int:  # Python 3.10
             line = ins.starts_line
         if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            out.append((ins.argval, line))
+            out.append(("global", ins.argval, line))
+        elif ins.opname == "IMPORT_NAME" and ins.argval in _TRACE_ONLY_MODULES:
+            pending = ins.argval
+        elif ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF") and pending is not None:
+            imported[ins.argval] = pending
+            pending = None
+        elif ins.opname in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in imported:
+            out.append(("import", imported[ins.argval], line))
     return tuple(out)
 
 
 def _trace_only_calls(code: types.CodeType, g: dict) -> list[tuple[str, str, int]]:
     """``print(...)`` and the ``random`` module in ``code``: Python that runs once, while thunder traces."""
     found = []
-    for name, line in _global_loads(code):
+    for kind, name, line in _global_loads(code):
+        if kind == "import":
+            found.append((f"the {name} module", code.co_filename, line))
+            continue
         value = g.get(name, _MISSING)
         if value is _MISSING and name == "print":
             found.append(("print(...)", code.co_filename, line))

@@ -174,6 +174,25 @@ class _InputBuilder:
                     f"_structure_version[0] != {guards.structure_version()[0]}",
                     "the module tree (a submodule, parameter or buffer was registered or replaced)",
                 )
+                # global module hooks (torch.nn.modules.module.register_module_forward_hook and friends)
+                from torch.nn.modules import module as mm
+
+                for hooks in _GLOBAL_HOOK_DICTS:
+                    current = getattr(mm, hooks, None)
+                    if current is None:
+                        continue
+                    expr = pb.constant(current, "_global_hooks")
+                    if current:
+                        pb.fail_if(f"{expr}.keys() != {pb.constant(frozenset(current), '_hook_ids')}", hooks)
+                    else:
+                        pb.fail_if(expr, hooks)
+            for hooks in ("_backward_hooks", "_backward_pre_hooks"):
+                if m.__dict__.get(hooks):
+                    raise TracingError(
+                        f"thunder.jit does not support module backward hooks (register_full_backward_hook, "
+                        f"register_full_backward_pre_hook) on {type(m).__name__} {mname or '(the root module)'}; "
+                        "register a hook on the output tensor after the call instead"
+                    )
             shadow = shadows[id(m)]
             m_expr = pb.constant(m, "_module") if mname else module_expr
             qual = f"{prefix[:-1] if mname else 'self'}{'.' + mname if mname else ''}"
@@ -296,7 +315,13 @@ def _is_object_argument(value) -> bool:
     return pytree.is_registered(t) and t is not slice
 
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
 
