@@ -348,3 +348,48 @@ def test_trace_only_python_warns_naming_the_line(fn, what, capsys):
         thunder.jit(fn)(_x())
     message = next(str(w.message) for w in record if what in str(w.message))
     assert __file__ in message and "line" in message
+
+
+class _HoldsTensors(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = [torch.ones(3), torch.full((3,), 2.0)]
+        self.table = {"shift": torch.ones(3)}
+
+    def forward(self, x):
+        return x * self.pair[0] + self.pair[1] + self.table["shift"]
+
+
+def test_tensors_in_module_held_containers_are_read_at_call_time():
+    m = _HoldsTensors()
+    jm = thunder.jit(m)
+    x = torch.randn(3)
+    torch.testing.assert_close(jm(x), m(x))
+    m.pair[0] = torch.full((3,), 5.0)
+    torch.testing.assert_close(jm(x), m(x))
+    m.table["shift"] = torch.zeros(3)
+    torch.testing.assert_close(jm(x), m(x))
+
+
+class _KV:
+    def __init__(self):
+        self.keys = torch.zeros(1, 2)
+
+
+class _HoldsCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = _KV()
+
+    def forward(self, v):
+        self.cache.keys = torch.cat([self.cache.keys, v])
+        return self.cache.keys.sum(0)
+
+
+def test_object_held_by_module_is_updated_every_call():
+    m, ref = _HoldsCache(), _HoldsCache()
+    jm = thunder.jit(m)
+    for _ in range(3):
+        v = torch.randn(1, 2)
+        torch.testing.assert_close(jm(v), ref(v))
+        torch.testing.assert_close(m.cache.keys, ref.cache.keys)

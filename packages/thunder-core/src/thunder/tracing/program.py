@@ -80,6 +80,7 @@ class _InputBuilder:
         self.module_names: dict[str, str] = {}  # prologue constant -> the module's name for messages
         self.attribute_snapshots: dict[int, dict] = {}
         self.objects: list[_ObjectArgument] = []  # arguments holding tensors inside Python objects
+        self.object_attributes: set[tuple[int, str]] = set()  # (id(module), attribute) held as such objects
 
     @property
     def originals(self) -> list:
@@ -221,6 +222,13 @@ class _InputBuilder:
                     # a plain tensor attribute is read at call time, like a buffer
                     self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
                     continue
+                if _holds_tensors(value):
+                    # tensors in a list, dict or object held by the module: inputs, like an argument's
+                    copy = self.object_argument(value, f"{m_expr}.__dict__[{attr!r}]", _sanitize(f"{qual}_{attr}"))
+                    if copy is not value:
+                        shadow.__dict__[attr] = copy
+                        self.object_attributes.add((id(m), attr))
+                    continue
                 guards.guard_value(pb, expr, value, f"{qual}.{attr}")
             for kind in ("_parameters", "_buffers"):
                 container = getattr(shadow, kind)
@@ -274,6 +282,8 @@ class _InputBuilder:
         for original, shadow in self.shadow_pairs():
             od, sd = original.__dict__, shadow.__dict__
             for key in set(od) | set(sd):
+                if (id(original), key) in self.object_attributes:
+                    continue  # updates of the objects inside are written back by the program's finish
                 if key in _MODULE_INTERNALS:
                     if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
                         continue
@@ -303,6 +313,21 @@ class _InputBuilder:
 
 
 _ABSENT = object()
+
+
+def _holds_tensors(value) -> bool:
+    """Whether ``value`` (a list, tuple, dict or plain object) has tensors among its pytree leaves."""
+    t = type(value)
+    if t not in (list, tuple, dict) and not pytree.is_registered(t):
+        if isinstance(value, (torch.nn.Module, torch.Tensor)) or t.__module__ == "builtins":
+            return False
+        pytree.discover_nodes(value)
+        if not pytree.is_registered(t):
+            return False
+    try:
+        return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+    except RecursionError:
+        return False
 
 
 def _is_object_argument(value) -> bool:
