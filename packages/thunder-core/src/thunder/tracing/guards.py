@@ -158,10 +158,20 @@ def guard_value(pb, expr: str, value: Any, what: str | None = None) -> None:
             cond += f" or _repr({expr}) != {repr(value)!r}"
         pb.fail_if(cond, what)
     elif _is_config_object(value):
-        pb.trace.constants["_config_equal"] = _config_equal
         obj = pb.constant(value, "_obj")
-        snap = pb.constant(_config_snapshot(value), "_config")
-        pb.fail_if(f"{expr} is not {obj} or not _config_equal({obj}, {snap})", what)
+        seen = pb.__dict__.setdefault("_configs_checked", set())
+        if id(value) in seen:  # the same config held by many modules (HF layers): its data is checked once
+            pb.fail_if(f"{expr} is not {obj}", what)
+            return
+        seen.add(id(value))
+        snapshot = _config_snapshot(value)
+        snap = pb.constant(snapshot, "_config")
+        if all(type(v) is not dict or type(getattr(value, k)) is dict for k, v in snapshot.items()):
+            # only plain data: one dict comparison (C speed)
+            pb.fail_if(f"{expr} is not {obj} or {obj}.__dict__ != {snap}", what)
+        else:
+            pb.trace.constants["_config_equal"] = _config_equal
+            pb.fail_if(f"{expr} is not {obj} or not _config_equal({obj}, {snap})", what)
     else:
         pb.fail_if(f"{expr} is not {pb.constant(value, '_obj')}", what)
 
