@@ -215,8 +215,8 @@ def _arg_key(a):
     t = type(a)
     if t is torch.Tensor or t is torch.nn.Parameter:
         return (a.shape, a.dtype)
-    if t is int or t is bool or t is str or a is None:
-        return a
+    if t is int or t is float or t is bool or t is str or a is None:
+        return a  # (0.0 and -0.0 share a key; their prologues tell them apart)
     return t
 
 
