@@ -151,3 +151,22 @@ def test_model_output_argument_and_output():
         torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state)
         torch.testing.assert_close(out.hidden_states, ref.hidden_states)
     assert thunder.cache_misses(jf) == 1
+
+
+def _appends(acc, options, x):
+    acc.append(x * 2)
+    options["shifted"] = x + 1
+    return x.sum()
+
+
+def test_list_and_dict_arguments_changed_in_place_as_in_eager():
+    jf = thunder.jit(_appends)
+    for _ in range(3):
+        x = torch.randn(3)
+        mine_acc, mine_opts = [], {"keep": 1}
+        ref_acc, ref_opts = [], {"keep": 1}
+        torch.testing.assert_close(jf(mine_acc, mine_opts, x), _appends(ref_acc, ref_opts, x))
+        assert len(mine_acc) == 1 and list(mine_opts) == list(ref_opts)
+        torch.testing.assert_close(mine_acc[0], ref_acc[0])
+        torch.testing.assert_close(mine_opts["shifted"], ref_opts["shifted"])
+    assert thunder.cache_misses(jf) == 1

@@ -116,11 +116,14 @@ class _InputBuilder:
         if t is tuple or t is list or (isinstance(value, tuple) and hasattr(value, "_fields")):
             pb.fail_unless(f"type({expr}) is {pb.constant(t, '_type')} and len({expr}) == {len(value)}")
             items = [self.argument(v, f"{expr}[{i}]", f"{name}_{i}") for i, v in enumerate(value)]
+            if t is list:
+                return self._track_mutable(expr, value, items)
             return t(*items) if hasattr(value, "_fields") else t(items)
         if t is dict and all(isinstance(k, str) for k in value):
             keys = pb.constant(frozenset(value), "_keys")
             pb.fail_unless(f"type({expr}) is dict and {expr}.keys() == {keys}")
-            return {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
+            wrapped = {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
+            return self._track_mutable(expr, value, wrapped)
         if _is_object_argument(value):
             return self.object_argument(value, expr, name)
         if isinstance(value, torch.nn.Module):
@@ -133,6 +136,16 @@ class _InputBuilder:
             )
         pb.check_value(expr, value)
         return value
+
+    def _track_mutable(self, expr: str, value, wrapped):
+        """A list or dict argument: what the traced code changes in it is written into the caller's (as eager)."""
+        try:
+            spec = pytree.tree_flatten(value)[1]
+            leaves = pytree.tree_leaves(wrapped)
+        except RecursionError:
+            return wrapped
+        self.objects.append(_ObjectArgument(expr, value, wrapped, spec, leaves))
+        return wrapped
 
     def object_argument(self, value, expr: str, name: str):
         """An object holding tensors: the prologue flattens it (one pytree), checks its structure and leaves."""
@@ -404,6 +417,7 @@ class _ObjectArgument:
         self.spec = spec
         self.wrapped_leaves = wrapped_leaves
         self.post_spec = None
+        self.keys = list(original) if type(original) is dict else None
         self.sources: list = []  # per leaf of the state after the call: ("pre", i), ("out", k) or ("const", v)
 
 
@@ -488,7 +502,10 @@ def _make_finish(out_spec, out_leaves: list, positions: list[int], n_out: int, o
         for obj, current in zip(objects, current_objects):
             if obj.post_spec is None:  # returned, not changed
                 continue
-            pre = pytree.tree_leaves(current)
+            if type(current) is dict and list(current) != obj.keys:  # same keys (checked), another order
+                pre = pytree.tree_leaves({k: current[k] for k in obj.keys})
+            else:
+                pre = pytree.tree_leaves(current)
             leaves = [
                 pre[where] if kind == "pre" else extra[where] if kind == "out" else where for kind, where in obj.sources
             ]
