@@ -393,3 +393,25 @@ def test_object_held_by_module_is_updated_every_call():
         v = torch.randn(1, 2)
         torch.testing.assert_close(jm(v), ref(v))
         torch.testing.assert_close(m.cache.keys, ref.cache.keys)
+
+
+CALL_LOG: list = []
+STATE = {"n": 0}
+
+
+def _mutates_global_containers(x):
+    CALL_LOG.append(1)
+    STATE["n"] += 1
+    return x * 2
+
+
+def test_function_changing_global_containers_it_reads():
+    CALL_LOG.clear()
+    STATE["n"] = 0
+    jf = thunder.jit(_mutates_global_containers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            x = _x()
+            torch.testing.assert_close(jf(x), x * 2)
+    assert len(CALL_LOG) == 3 and STATE["n"] == 3

@@ -361,6 +361,8 @@ def make_compiled(cd: CompileData) -> Callable:
             _note_last(entry)
         result = entry.prologue(*args, **kwargs)
         if result is MISS:
+            if entry.run_unchecked is None and _changed_by_the_call(entry, args, kwargs):
+                entry.run_unchecked = entry.builder.build_unchecked()
             if entry.run_unchecked is None:
                 raise RuntimeError(
                     "internal error: the inputs thunder just traced do not pass the checks generated for them; "
@@ -390,6 +392,15 @@ def make_compiled(cd: CompileData) -> Callable:
 
     thunder_compiled._lc_cd = cd
     return thunder_compiled
+
+
+def _changed_by_the_call(entry: CacheEntry, args, kwargs) -> bool:
+    """Whether the check that failed right after tracing is on a Python value (a global list appended to,
+    a dict entry bumped) that the traced call itself changed, rather than on the tensors."""
+    if entry.builder is None:
+        return False
+    what = entry.builder.first_failing_check(*args, **kwargs)
+    return what is not None and not what.startswith(("the tensor", "_is_grad_enabled"))
 
 
 def _safe_key(args, kwargs):
