@@ -46,13 +46,18 @@ _CASES = textwrap.dedent(
                                and torch.allclose(out.nan_to_num(), ref.nan_to_num())))
 
     nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
-    for name, warm in [("nested-warm", True), ("nested-cold", False)]:
+    sparse = torch.randn(2, 2).to_sparse()
+    for name, warm, odd in [
+        ("nested-warm", True, nested),
+        ("nested-cold", False, nested),
+        ("sparse-warm", True, sparse),
+    ]:
         print(json.dumps({"start": name}), flush=True)
         jf = thunder.jit(lambda a: a * 2)
         if warm:
-            jf(torch.randn(2))
+            jf(torch.randn(2) if odd is nested else torch.randn(2, 2))
         try:
-            jf(nested)
+            jf(odd)
             report(name, error=None)
         except Exception as e:
             report(name, error=type(e).__name__, message=str(e))
@@ -93,11 +98,11 @@ def test_sdpa_empty_inputs_match_eager(crash_results, case):
     assert crash_results[case] == [{"case": case, "same": True}]
 
 
-@pytest.mark.parametrize("case", ["nested-warm", "nested-cold"])
-def test_nested_tensor_input_is_a_clear_error(crash_results, case):
+@pytest.mark.parametrize("case", ["nested-warm", "nested-cold", "sparse-warm"])
+def test_unusual_tensor_input_is_a_clear_error(crash_results, case):
     (result,) = crash_results[case]
     assert result["error"] == "TypeError"
-    assert "nested" in result["message"]
+    assert case.split("-")[0] in result["message"]
 
 
 def test_numpy_argument_is_a_clear_error(crash_results):

@@ -32,16 +32,12 @@ import thunder
 # the minimal repro of each class is in test_differential_repros.py). Delete an entry once its class
 # is fixed and `THUNDER_FUZZ_FEATURES=<base features>,<it> THUNDER_FUZZ_EXAMPLES=2000` passes.
 DISABLED_IN_CI: dict[str, str] = {
-    "inplace": "issue 13: `b[..., :1] = 0.5` in differentiable code has no gradient rule (prims.index_put); "
-    "issue 14: `a[0] = a` with a (1, n) value fails to expand",
-    "inplace_view": "issue 14.1: in-place updates through views (.mT, .t(), .detach(), select) are lost",
-    "inplace_input": "issue 13.4: gradients through inputs updated in place differ",
+    "inplace_input": "issue 13.4: an input that does not require grad, updated in place with a value that does, "
+    "stays out of the caller's autograd graph",
     "detach": "issue 13.1: detach() is not a stop-gradient",
     "no_grad": "issue 13.2: torch.no_grad() regions are ignored by autodiff",
     "autograd_function": "issue 13.3: a custom autograd.Function's backward is ignored",
     "singular_values": "issue 13.6: NaN gradients of prod with a zero (and ties of max(dim))",
-    "zero_dim_views": "issue 14.8: .mT / .t() of a 0-d tensor raise IndexError",
-    "aliased_inputs": "issue 14.2: an argument passed twice is traced as two independent tensors",
 }
 # Checks left out of the CI run, likewise.
 SKIPPED_CHECKS_IN_CI: dict[str, str] = {

@@ -307,3 +307,111 @@ def test_function_rebinding_a_global_it_reads():
         for _ in range(3):
             jf(_x())
     assert COUNTER == 3
+
+
+def test_global_forward_hook_added_after_jit():
+    from torch.nn.modules.module import register_module_forward_hook
+
+    m = nn.Linear(3, 3)
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    handle = register_module_forward_hook(lambda mod, inp, out: out + 100)
+    try:
+        torch.testing.assert_close(jm(x), m(x))
+    finally:
+        handle.remove()
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_module_backward_hook_is_a_clear_error():
+    m = nn.Linear(3, 3)
+    m.register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+    with pytest.raises(RuntimeError, match="backward hooks"):
+        thunder.jit(m)(_x())
+
+
+def _prints(x):
+    print("tracing")
+    return x * 2
+
+
+def _draws(x):
+    import random
+
+    return x * random.random()
+
+
+@pytest.mark.parametrize("fn, what", [(_prints, "print"), (_draws, "random")])
+def test_trace_only_python_warns_naming_the_line(fn, what, capsys):
+    with pytest.warns(UserWarning, match=what) as record:
+        thunder.jit(fn)(_x())
+    message = next(str(w.message) for w in record if what in str(w.message))
+    assert __file__ in message and "line" in message
+
+
+class _HoldsTensors(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = [torch.ones(3), torch.full((3,), 2.0)]
+        self.table = {"shift": torch.ones(3)}
+
+    def forward(self, x):
+        return x * self.pair[0] + self.pair[1] + self.table["shift"]
+
+
+def test_tensors_in_module_held_containers_are_read_at_call_time():
+    m = _HoldsTensors()
+    jm = thunder.jit(m)
+    x = torch.randn(3)
+    torch.testing.assert_close(jm(x), m(x))
+    m.pair[0] = torch.full((3,), 5.0)
+    torch.testing.assert_close(jm(x), m(x))
+    m.table["shift"] = torch.zeros(3)
+    torch.testing.assert_close(jm(x), m(x))
+
+
+class _KV:
+    def __init__(self):
+        self.keys = torch.zeros(1, 2)
+
+
+class _HoldsCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = _KV()
+
+    def forward(self, v):
+        self.cache.keys = torch.cat([self.cache.keys, v])
+        return self.cache.keys.sum(0)
+
+
+def test_object_held_by_module_is_updated_every_call():
+    m, ref = _HoldsCache(), _HoldsCache()
+    jm = thunder.jit(m)
+    for _ in range(3):
+        v = torch.randn(1, 2)
+        torch.testing.assert_close(jm(v), ref(v))
+        torch.testing.assert_close(m.cache.keys, ref.cache.keys)
+
+
+CALL_LOG: list = []
+STATE = {"n": 0}
+
+
+def _mutates_global_containers(x):
+    CALL_LOG.append(1)
+    STATE["n"] += 1
+    return x * 2
+
+
+def test_function_changing_global_containers_it_reads():
+    CALL_LOG.clear()
+    STATE["n"] = 0
+    jf = thunder.jit(_mutates_global_containers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            x = _x()
+            torch.testing.assert_close(jf(x), x * 2)
+    assert len(CALL_LOG) == 3 and STATE["n"] == 3

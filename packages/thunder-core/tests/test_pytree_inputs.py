@@ -134,3 +134,39 @@ def test_hf_dynamic_cache_decoding_matches_eager():
         for layer_t, layer_e in zip(cache_t.layers, cache_e.layers):
             torch.testing.assert_close(layer_t.keys, layer_e.keys)
             torch.testing.assert_close(layer_t.values, layer_e.values)
+
+
+def test_model_output_argument_and_output():
+    modeling_outputs = pytest.importorskip("transformers.modeling_outputs")
+    BaseModelOutput = modeling_outputs.BaseModelOutput
+
+    def f(o):
+        return BaseModelOutput(last_hidden_state=o.last_hidden_state * 2, hidden_states=(o["last_hidden_state"],))
+
+    jf = thunder.jit(f)
+    for _ in range(2):
+        o = BaseModelOutput(last_hidden_state=torch.randn(2, 3))
+        out, ref = jf(o), f(o)
+        assert type(out) is BaseModelOutput and list(out.keys()) == list(ref.keys())
+        torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state)
+        torch.testing.assert_close(out.hidden_states, ref.hidden_states)
+    assert thunder.cache_misses(jf) == 1
+
+
+def _appends(acc, options, x):
+    acc.append(x * 2)
+    options["shifted"] = x + 1
+    return x.sum()
+
+
+def test_list_and_dict_arguments_changed_in_place_as_in_eager():
+    jf = thunder.jit(_appends)
+    for _ in range(3):
+        x = torch.randn(3)
+        mine_acc, mine_opts = [], {"keep": 1}
+        ref_acc, ref_opts = [], {"keep": 1}
+        torch.testing.assert_close(jf(mine_acc, mine_opts, x), _appends(ref_acc, ref_opts, x))
+        assert len(mine_acc) == 1 and list(mine_opts) == list(ref_opts)
+        torch.testing.assert_close(mine_acc[0], ref_acc[0])
+        torch.testing.assert_close(mine_opts["shifted"], ref_opts["shifted"])
+    assert thunder.cache_misses(jf) == 1

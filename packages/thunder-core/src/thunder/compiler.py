@@ -225,8 +225,8 @@ def _arg_key(a):
     t = type(a)
     if t is torch.Tensor or t is torch.nn.Parameter:
         return (a.shape, a.dtype)
-    if t is int or t is bool or t is str or a is None:
-        return a
+    if t is int or t is float or t is bool or t is str or a is None:
+        return a  # (0.0 and -0.0 share a key; their prologues tell them apart)
     return t
 
 
@@ -371,6 +371,8 @@ def make_compiled(cd: CompileData) -> Callable:
             _note_last(entry)
         result = entry.prologue(*args, **kwargs)
         if result is MISS:
+            if entry.run_unchecked is None and _changed_by_the_call(entry, args, kwargs):
+                entry.run_unchecked = entry.builder.build_unchecked()
             if entry.run_unchecked is None:
                 raise RuntimeError(
                     "internal error: the inputs thunder just traced do not pass the checks generated for them; "
@@ -400,6 +402,15 @@ def make_compiled(cd: CompileData) -> Callable:
 
     thunder_compiled._lc_cd = cd
     return thunder_compiled
+
+
+def _changed_by_the_call(entry: CacheEntry, args, kwargs) -> bool:
+    """Whether the check that failed right after tracing is on a Python value (a global list appended to,
+    a dict entry bumped) that the traced call itself changed, rather than on the tensors."""
+    if entry.builder is None:
+        return False
+    what = entry.builder.first_failing_check(*args, **kwargs)
+    return what is not None and not what.startswith(("the tensor", "_is_grad_enabled"))
 
 
 def _safe_key(args, kwargs):

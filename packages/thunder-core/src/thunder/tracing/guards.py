@@ -158,10 +158,20 @@ def guard_value(pb, expr: str, value: Any, what: str | None = None) -> None:
             cond += f" or _repr({expr}) != {repr(value)!r}"
         pb.fail_if(cond, what)
     elif _is_config_object(value):
-        pb.trace.constants["_config_equal"] = _config_equal
         obj = pb.constant(value, "_obj")
-        snap = pb.constant(_config_snapshot(value), "_config")
-        pb.fail_if(f"{expr} is not {obj} or not _config_equal({obj}, {snap})", what)
+        seen = pb.__dict__.setdefault("_configs_checked", set())
+        if id(value) in seen:  # the same config held by many modules (HF layers): its data is checked once
+            pb.fail_if(f"{expr} is not {obj}", what)
+            return
+        seen.add(id(value))
+        snapshot = _config_snapshot(value)
+        snap = pb.constant(snapshot, "_config")
+        if all(type(v) is not dict or type(getattr(value, k)) is dict for k, v in snapshot.items()):
+            # only plain data: one dict comparison (C speed)
+            pb.fail_if(f"{expr} is not {obj} or {obj}.__dict__ != {snap}", what)
+        else:
+            pb.trace.constants["_config_equal"] = _config_equal
+            pb.fail_if(f"{expr} is not {obj} or not _config_equal({obj}, {snap})", what)
     else:
         pb.fail_if(f"{expr} is not {pb.constant(value, '_obj')}", what)
 
@@ -242,9 +252,12 @@ def _is_library_code(code: types.CodeType) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _global_loads(code: types.CodeType) -> tuple[tuple[str, int], ...]:
+def _global_loads(code: types.CodeType) -> tuple[tuple[str, str, int], ...]:
+    """``(kind, name, line)`` of the global loads in ``code``, and of locals bound by ``import random``."""
     out = []
     line = code.co_firstlineno
+    imported: dict[str, str] = {}  # local name -> module imported into it
+    pending = None
     for ins in dis.get_instructions(code):
         pos = getattr(ins, "positions", None)  # Python 3.11+
         if pos is not None and pos.lineno is not None:
@@ -252,14 +265,24 @@ def _global_loads(code: types.CodeType) -> tuple[tuple[str, int], ...]:
         elif type(ins.starts_line) is int:  # Python 3.10
             line = ins.starts_line
         if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            out.append((ins.argval, line))
+            out.append(("global", ins.argval, line))
+        elif ins.opname == "IMPORT_NAME" and ins.argval in _TRACE_ONLY_MODULES:
+            pending = ins.argval
+        elif ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF") and pending is not None:
+            imported[ins.argval] = pending
+            pending = None
+        elif ins.opname in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in imported:
+            out.append(("import", imported[ins.argval], line))
     return tuple(out)
 
 
 def _trace_only_calls(code: types.CodeType, g: dict) -> list[tuple[str, str, int]]:
     """``print(...)`` and the ``random`` module in ``code``: Python that runs once, while thunder traces."""
     found = []
-    for name, line in _global_loads(code):
+    for kind, name, line in _global_loads(code):
+        if kind == "import":
+            found.append((f"the {name} module", code.co_filename, line))
+            continue
         value = g.get(name, _MISSING)
         if value is _MISSING and name == "print":
             found.append(("print(...)", code.co_filename, line))

@@ -92,6 +92,7 @@ class _InputBuilder:
         self.module_names: dict[str, str] = {}  # prologue constant -> the module's name for messages
         self.attribute_snapshots: dict[int, dict] = {}
         self.objects: list[_ObjectArgument] = []  # arguments holding tensors inside Python objects
+        self.object_attributes: set[tuple[int, str]] = set()  # (id(module), attribute) held as such objects
 
     @property
     def originals(self) -> list:
@@ -136,11 +137,14 @@ class _InputBuilder:
         if t is tuple or t is list or (isinstance(value, tuple) and hasattr(value, "_fields")):
             pb.fail_unless(f"type({expr}) is {pb.constant(t, '_type')} and len({expr}) == {len(value)}")
             items = [self.argument(v, f"{expr}[{i}]", f"{name}_{i}") for i, v in enumerate(value)]
+            if t is list:
+                return self._track_mutable(expr, value, items)
             return t(*items) if hasattr(value, "_fields") else t(items)
         if t is dict and all(isinstance(k, str) for k in value):
             keys = pb.constant(frozenset(value), "_keys")
             pb.fail_unless(f"type({expr}) is dict and {expr}.keys() == {keys}")
-            return {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
+            wrapped = {k: self.argument(v, f"{expr}[{k!r}]", f"{name}_{_sanitize(k)}") for k, v in value.items()}
+            return self._track_mutable(expr, value, wrapped)
         if _is_object_argument(value):
             return self.object_argument(value, expr, name)
         if isinstance(value, torch.nn.Module):
@@ -153,6 +157,16 @@ class _InputBuilder:
             )
         pb.check_value(expr, value)
         return value
+
+    def _track_mutable(self, expr: str, value, wrapped):
+        """A list or dict argument: what the traced code changes in it is written into the caller's (as eager)."""
+        try:
+            spec = pytree.tree_flatten(value)[1]
+            leaves = pytree.tree_leaves(wrapped)
+        except RecursionError:
+            return wrapped
+        self.objects.append(_ObjectArgument(expr, value, wrapped, spec, leaves))
+        return wrapped
 
     def object_argument(self, value, expr: str, name: str):
         """An object holding tensors: the prologue flattens it (one pytree), checks its structure and leaves."""
@@ -195,6 +209,25 @@ class _InputBuilder:
                     f"_structure_version[0] != {guards.structure_version()[0]}",
                     "the module tree (a submodule, parameter or buffer was registered or replaced)",
                 )
+                # global module hooks (torch.nn.modules.module.register_module_forward_hook and friends)
+                from torch.nn.modules import module as mm
+
+                for hooks in _GLOBAL_HOOK_DICTS:
+                    current = getattr(mm, hooks, None)
+                    if current is None:
+                        continue
+                    expr = pb.constant(current, "_global_hooks")
+                    if current:
+                        pb.fail_if(f"{expr}.keys() != {pb.constant(frozenset(current), '_hook_ids')}", hooks)
+                    else:
+                        pb.fail_if(expr, hooks)
+            for hooks in ("_backward_hooks", "_backward_pre_hooks"):
+                if m.__dict__.get(hooks):
+                    raise TracingError(
+                        f"thunder.jit does not support module backward hooks (register_full_backward_hook, "
+                        f"register_full_backward_pre_hook) on {type(m).__name__} {mname or '(the root module)'}; "
+                        "register a hook on the output tensor after the call instead"
+                    )
             shadow = shadows[id(m)]
             m_expr = pb.constant(m, "_module") if mname else module_expr
             qual = f"{prefix[:-1] if mname else 'self'}{'.' + mname if mname else ''}"
@@ -222,6 +255,13 @@ class _InputBuilder:
                 if isinstance(value, torch.Tensor) and not isinstance(value, TracingTensor):
                     # a plain tensor attribute is read at call time, like a buffer
                     self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
+                    continue
+                if _holds_tensors(value):
+                    # tensors in a list, dict or object held by the module: inputs, like an argument's
+                    copy = self.object_argument(value, f"{m_expr}.__dict__[{attr!r}]", _sanitize(f"{qual}_{attr}"))
+                    if copy is not value:
+                        shadow.__dict__[attr] = copy
+                        self.object_attributes.add((id(m), attr))
                     continue
                 guards.guard_value(pb, expr, value, f"{qual}.{attr}")
             for kind in ("_parameters", "_buffers"):
@@ -311,6 +351,8 @@ class _InputBuilder:
         for original, shadow in self.shadow_pairs():
             od, sd = original.__dict__, shadow.__dict__
             for key in set(od) | set(sd):
+                if (id(original), key) in self.object_attributes:
+                    continue  # updates of the objects inside are written back by the program's finish
                 if key in _MODULE_INTERNALS:
                     if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
                         continue
@@ -342,6 +384,21 @@ class _InputBuilder:
 _ABSENT = object()
 
 
+def _holds_tensors(value) -> bool:
+    """Whether ``value`` (a list, tuple, dict or plain object) has tensors among its pytree leaves."""
+    t = type(value)
+    if t not in (list, tuple, dict) and not pytree.is_registered(t):
+        if isinstance(value, (torch.nn.Module, torch.Tensor)) or t.__module__ == "builtins":
+            return False
+        pytree.discover_nodes(value)
+        if not pytree.is_registered(t):
+            return False
+    try:
+        return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+    except RecursionError:
+        return False
+
+
 def _is_object_argument(value) -> bool:
     """A dataclass, ModelOutput, HF cache or user object with tensors inside (registered as a pytree node)."""
     t = type(value)
@@ -352,7 +409,13 @@ def _is_object_argument(value) -> bool:
     return pytree.is_registered(t) and t is not slice
 
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
 
@@ -410,6 +473,7 @@ class _ObjectArgument:
         self.spec = spec
         self.wrapped_leaves = wrapped_leaves
         self.post_spec = None
+        self.keys = list(original) if type(original) is dict else None
         self.sources: list = []  # per leaf of the state after the call: ("pre", i), ("out", k) or ("const", v)
 
 
@@ -494,7 +558,10 @@ def _make_finish(out_spec, out_leaves: list, positions: list[int], n_out: int, o
         for obj, current in zip(objects, current_objects):
             if obj.post_spec is None:  # returned, not changed
                 continue
-            pre = pytree.tree_leaves(current)
+            if type(current) is dict and list(current) != obj.keys:  # same keys (checked), another order
+                pre = pytree.tree_leaves({k: current[k] for k in obj.keys})
+            else:
+                pre = pytree.tree_leaves(current)
             leaves = [
                 pre[where] if kind == "pre" else extra[where] if kind == "out" else where for kind, where in obj.sources
             ]
