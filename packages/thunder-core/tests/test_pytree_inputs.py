@@ -34,7 +34,6 @@ def test_dataclass_argument_tensors_are_inputs_not_constants():
     assert thunder.cache_misses(jf) == 2
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _SlottedBatch:
     x: torch.Tensor
