@@ -34,6 +34,24 @@ def test_dataclass_argument_tensors_are_inputs_not_constants():
     assert thunder.cache_misses(jf) == 2
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SlottedBatch:
+    x: torch.Tensor
+    scale: float
+
+
+def test_slotted_frozen_dataclass_argument():
+    # a frozen dataclass with __slots__ has no __dict__ (torch's op_db passes such option objects)
+    def f(b):
+        return b.x * b.scale
+
+    jf = thunder.jit(f)
+    for scale in (2.0, 2.0, -1.0):
+        b = _SlottedBatch(torch.randn(3), scale)
+        torch.testing.assert_close(jf(b), f(b))
+    assert thunder.cache_misses(jf) == 2
+
+
 class _Cache:
     def __init__(self):
         self.keys = torch.zeros(1, 2)

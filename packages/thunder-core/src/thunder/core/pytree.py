@@ -150,6 +150,17 @@ def _is_object_candidate(x) -> bool:
     return type(getattr(x, "__dict__", None)) is dict or dataclasses.is_dataclass(x)
 
 
+def _attribute_values(x) -> list:
+    """The values a registered object's flattening visits: a dict's values, a dataclass's fields (slotted
+    ones included) and instance attributes, or a plain object's instance attributes."""
+    if isinstance(x, dict):
+        return list(x.values())
+    values = list(getattr(x, "__dict__", {}).values())
+    if dataclasses.is_dataclass(x):
+        values += [getattr(x, f.name) for f in dataclasses.fields(x) if f.name not in getattr(x, "__dict__", {})]
+    return values
+
+
 def discover_nodes(tree: Any) -> None:
     """Registers the types of the objects in ``tree`` that carry tensors (dataclasses, ModelOutput, caches,
     user classes) so that flattening ``tree`` reaches their tensors."""
@@ -169,14 +180,10 @@ def _discover(x, depth: int) -> None:
             _discover(y, depth + 1)
         return
     if t in _registered:
-        children = vars(x).values() if hasattr(x, "__dict__") and not isinstance(x, dict) else ()
-        if isinstance(x, dict):
-            children = x.values()
-        for y in children:
+        for y in _attribute_values(x):
             _discover(y, depth + 1)
         return
     if (dataclasses.is_dataclass(x) and not isinstance(x, type)) or _is_object_candidate(x):
         register_object_type(t)
-        values = x.values() if isinstance(x, dict) else vars(x).values()
-        for y in values:
+        for y in _attribute_values(x):
             _discover(y, depth + 1)
