@@ -108,3 +108,33 @@ def test_inplace_through_a_view_of_an_input():
         return x * 1
 
     _grads_match(f, lambda leaves: [leaves[0] * 1, leaves[1]])
+
+
+def test_update_through_detach_keeps_the_gradient_path():
+    # eager: writing through a detached alias changes the values, not the leaf's gradient path
+    def f(a):
+        a.detach().t().sin_()
+        return a * 3
+
+    grads = []
+    for run in (f, thunder.jit(f)):
+        a = torch.linspace(-1, 1, 9, dtype=torch.float64).reshape(3, 3).requires_grad_()
+        out = run(a)
+        out.sum().backward()
+        grads.append((out.detach(), a.detach().clone(), a.grad))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_inplace_update_of_an_aliased_view_argument_with_grad():
+    def f(a, b):
+        b.mul_(2)
+        return a * 1
+
+    results = []
+    for run in (f, thunder.jit(f)):
+        leaf = torch.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
+        x = leaf * 1
+        out = run(x, x[0])
+        out.sum().backward()
+        results.append((out.detach(), leaf.grad))
+    torch.testing.assert_close(results[1][0], results[0][0])

@@ -62,6 +62,7 @@ class TracingTensor(torch.Tensor):
         t._tt_seen = 0  # the base's version this view's value was derived at
         t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
         t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
+        t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
         return t
 
@@ -520,10 +521,15 @@ class Tracer:
             )
         # an update through a view writes the root; the root's other views re-derive lazily
         base, steps = view
+        old_base = base._tt_value
         if steps is None:
-            base._tt_value = _write_strided(base, wrapper, value)
+            new_base = _write_strided(base, wrapper, value)
         else:
-            base._tt_value = _write_view(base._tt_value, steps, value)
+            new_base = _write_view(old_base, steps, value)
+        if self.autodiff and wrapper._tt_nondiff and new_base.dtype.kind in ("float", "complex"):
+            # written through detach(): the base keeps its gradient path, as in eager
+            new_base = _no_grad_update(self.trace, old_base, new_base)
+        base._tt_value = new_base
         base._tt_version += 1
         wrapper._tt_value = value
         wrapper._tt_seen = base._tt_version
@@ -695,6 +701,9 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
     w._tt_seen = root._tt_version
 
 
+_DETACHING = frozenset((T.detach, torch.detach, T.data.__get__))
+
+
 def _changes_layout(func, w: TracingTensor, args, kwargs) -> bool:
     """Whether the metadata-changing in-place ``func`` (``t_``, ``resize_as_`` ...) changes ``w``'s layout."""
     old = shadow(w)
@@ -773,6 +782,7 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
         if src is not None:
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
+            w._tt_nondiff = src._tt_nondiff or func in _DETACHING
         return w
 
     if isinstance(wrapped, TracingTensor):

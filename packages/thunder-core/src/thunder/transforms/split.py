@@ -256,7 +256,9 @@ class ThunderFunction(torch.autograd.Function):
             marked = []
             for out_index, in_index in dirty:
                 t = inputs[in_index]
-                if not (t.is_leaf and t.requires_grad):  # eager refuses those; no_grad updates stay as they are
+                # eager refuses leaves that require grad (no_grad updates stay as they are); autograd refuses
+                # returning an updated view from a Function (its base keeps the old history then)
+                if not (t.is_leaf and t.requires_grad) and t._base is None:
                     outputs[out_index] = t
                     marked.append(t)
             if marked:
