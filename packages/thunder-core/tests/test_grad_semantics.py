@@ -682,3 +682,21 @@ def test_enable_grad_inside_a_call_under_no_grad_is_a_clear_error():
 
     with torch.no_grad(), pytest.raises(TracingError, match=r"enables grad.*test_grad_semantics.py"):
         thunder.jit(fn)(_x(3))
+
+
+# ---------------------------------------------------------------- fills: zero gradients, as in eager
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.fill(x, 2.0),
+        lambda x: x.clone().zero_(),
+        lambda x: x.clone().fill_(3.0),
+        lambda x: (x * 1).fill_(x[0] * 2),
+    ],
+    ids=["fill", "zero_", "fill_", "fill_tensor_value"],
+)
+def test_fills_require_grad_with_zero_gradient(fn):
+    # eager: the result requires grad (FillBackward) and the filled tensor gets zeros, not "unused"
+    assert_like_eager(fn, _x(3))

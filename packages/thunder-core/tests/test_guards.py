@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import thunder
+from thunder.tracing.errors import TracingError
 
 
 def _x():
@@ -415,3 +416,16 @@ def test_function_changing_global_containers_it_reads():
             x = _x()
             torch.testing.assert_close(jf(x), x * 2)
     assert len(CALL_LOG) == 3 and STATE["n"] == 3
+
+
+_STORE: dict = {}
+
+
+def test_tensor_stored_into_a_global_container_is_a_clear_error():
+    # eager leaves a real tensor in the dict; a stand-in left there after tracing would be silently wrong
+    def f(x):
+        _STORE["t"] = x * 2
+        return x + 1
+
+    with pytest.raises(TracingError, match="'_STORE'"):
+        thunder.jit(f)(torch.ones(3))

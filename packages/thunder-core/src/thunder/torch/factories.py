@@ -354,11 +354,15 @@ register_torch_alias(T.normal_, InplaceOp(_normal_))
 # ---------------------------------------------------------------- in-place fills and copies
 
 
-def _zero_(a):
+# fill and zero are symbols taking ``a`` (not bare ``full``s), so that, as in eager, their result requires grad
+# when ``a`` does (with a zero gradient)
+@torchsymbol(name="zero")
+def zero(a):
     return prims.full(a.shape, 0, device=a.device, dtype=a.dtype)
 
 
-def _fill_(a, value):
+@torchsymbol(name="fill")
+def fill(a, value):
     if isinstance(value, TensorProxy):
         check(
             value.ndim == 0,
@@ -372,15 +376,15 @@ def _fill_(a, value):
 def copy(a, src, non_blocking: bool = False):
     """The value ``a.copy_(src)`` gives ``a``: ``src`` broadcast and converted to ``a``'s dtype and device."""
     if not isinstance(src, TensorProxy):  # x.copy_(1.5): a Python number fills
-        return _fill_(a, src)
+        return fill(a, src)
     if src.device is not a.device:
         src = prims.device_put(src, a.device)
     return clang.expand(clang.maybe_convert_to_dtype(src, a.dtype), a.shape)
 
 
-register_torch_alias(T.zero_, InplaceOp(_zero_))
-register_torch_alias(torch.zero_, InplaceOp(_zero_))
-register_torch_alias(T.fill_, InplaceOp(_fill_))
-register_torch_alias(torch.fill_, InplaceOp(_fill_))
+register_torch_alias(T.zero_, InplaceOp(zero))
+register_torch_alias(torch.zero_, InplaceOp(zero))
+register_torch_alias(T.fill_, InplaceOp(fill))
+register_torch_alias(torch.fill_, InplaceOp(fill))
 register_torch_alias(T.copy_, InplaceOp(copy))
-register_torch_alias(torch.fill, _fill_)
+register_torch_alias(torch.fill, fill)

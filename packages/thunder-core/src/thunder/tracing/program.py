@@ -747,6 +747,7 @@ def trace_program(
             reassigned = inputs.restore()
         tracer.finish()
         side_effects = inputs.apply_attribute_updates() or _dependencies_changed(dependencies)
+        _check_no_stand_in_escaped(dependencies)
 
         # in-place updates of inputs (buffers, arguments) are written back at the end
         for ti, current in reassigned:
@@ -839,6 +840,38 @@ def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilde
             prologue, f"{prologue.constant(cell, '_cell')}.cell_contents", value, f"the closure variable {name}"
         )
     return globals_read, cells
+
+
+def _check_no_stand_in_escaped(dependencies) -> None:
+    """Raises when the traced code stored a tensor it computed into a global or closure container (a dict,
+    list, set or tuple it reads): the program cannot recreate that side effect, and the stand-in left there
+    would be a silently wrong value after the call."""
+
+    def escaped(x, depth: int) -> bool:
+        if isinstance(x, TracingTensor):
+            return True
+        if depth > 3:
+            return False
+        if type(x) in (dict,):
+            return any(escaped(v, depth + 1) for v in list(x.values()))
+        if type(x) in (list, tuple, set):
+            return any(escaped(v, depth + 1) for v in list(x))
+        return False
+
+    globals_read, cells = dependencies
+    found = [name for g, name, _ in globals_read if escaped(g.get(name, None), 0)]
+    for cell, name, _ in cells:
+        try:
+            if escaped(cell.cell_contents, 0):
+                found.append(name)
+        except ValueError:
+            pass
+    if found:
+        raise TracingError(
+            f"the jitted function stored a tensor it computed into {', '.join(repr(n) for n in found)} (a global or "
+            "closure container): thunder cannot repeat that side effect on later calls. Return the tensor from the "
+            "function and store it after the call."
+        )
 
 
 def _dependencies_changed(dependencies) -> bool:

@@ -207,3 +207,20 @@ def _xlogy_grad(*args, **kwargs):
     if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
         put_grad(b, sum_to_shape(ltorch.true_divide(ltorch.mul(g, a), b), b.shape))
     return out
+
+
+@register_grad(ltorch.zero)
+def _zero_grad(a):
+    """As eager's: the result of ``zero_``/``fill`` requires grad when ``a`` does, and ``a`` gets a zero gradient."""
+    out = ltorch.zero(a)
+    put_grad(a, zeros_like(a))
+    return out
+
+
+@register_grad(ltorch.fill)
+def _fill_grad(a, value):
+    out = ltorch.fill(a, value)
+    put_grad(a, zeros_like(a))
+    if isinstance(value, TensorProxy):  # a 0-d value tensor gets the sum of the cotangent
+        put_grad(value, ltorch.to(ltorch.sum(get_grad(out)), value.dtype.torch_dtype))
+    return out
