@@ -34,15 +34,9 @@ import thunder
 DISABLED_IN_CI: dict[str, str] = {
     "inplace_input": "issue 13.4: an input that does not require grad, updated in place with a value that does, "
     "stays out of the caller's autograd graph",
-    "detach": "issue 13.1: detach() is not a stop-gradient",
-    "no_grad": "issue 13.2: torch.no_grad() regions are ignored by autodiff",
-    "autograd_function": "issue 13.3: a custom autograd.Function's backward is ignored",
-    "singular_values": "issue 13.6: NaN gradients of prod with a zero (and ties of max(dim))",
 }
 # Checks left out of the CI run, likewise.
-SKIPPED_CHECKS_IN_CI: dict[str, str] = {
-    "requires_grad": "issue 13.7: outputs that depend on no differentiable input report requires_grad=True",
-}
+SKIPPED_CHECKS_IN_CI: dict[str, str] = {}
 
 _ALL = os.environ.get("THUNDER_FUZZ_ALL") == "1"
 _EXAMPLES = os.environ.get("THUNDER_FUZZ_EXAMPLES")

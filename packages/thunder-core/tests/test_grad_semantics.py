@@ -700,3 +700,25 @@ def test_enable_grad_inside_a_call_under_no_grad_is_a_clear_error():
 def test_fills_require_grad_with_zero_gradient(fn):
     # eager: the result requires grad (FillBackward) and the filled tensor gets zeros, not "unused"
     assert_like_eager(fn, _x(3))
+
+
+def test_leaf_updated_under_no_grad_keeps_its_gradient():
+    # found by the differential fuzzer: the no_grad copy_ into the leaf was returned as a differentiable
+    # output of the compiled function, and its cotangent leaked into the leaf's gradient
+    def fn(a):
+        v = a * -0.5
+        with torch.no_grad():
+            a.copy_(v)
+        return v
+
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a = torch.tensor([0.5, -1.5, -0.5], dtype=torch.float64, requires_grad=True)
+        out = f(a)
+        out.sum().backward()
+        results.append((out.detach(), a.detach().clone(), a.grad, a.is_leaf))
+    (eo, ea, eg, el), (to, ta, tg, tl) = results
+    torch.testing.assert_close(to, eo)
+    torch.testing.assert_close(ta, ea)
+    torch.testing.assert_close(tg, eg)
+    assert tl == el

@@ -56,12 +56,17 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
     position = {p.name: i for i, p in enumerate(trace.args) if isinstance(p, TensorProxy)}
     depends = set(requires_grad)
     updates = []
+    kept_history = {}  # value -> the input whose gradient path it keeps (an update under no_grad)
     for b in trace.bound_symbols:
+        if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy):
+            kept_history[b.output.name] = b.args[0].name
         if b.sym.id == prims.copy_.id:
             src, dst = b.args[0], b.args[1]
             if (
                 isinstance(src, TensorProxy)
                 and dst.name in position
+                # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
+                and kept_history.get(src.name) != dst.name
                 and dst.requires_grad  # (a buffer that does not require grad, e.g. BatchNorm's statistics, stays so)
                 and src.name in depends
                 and dtypes.is_inexact_dtype(dst.dtype)
