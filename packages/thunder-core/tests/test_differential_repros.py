@@ -94,9 +94,6 @@ def test_slice_assignment_is_differentiable():
     _assert_same(fn, _x(2, 3), grads=True)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="opaque-op-nondifferentiable-outputs-require-grad (issue 13)"
-)
 def test_native_layer_norm_statistics_do_not_require_grad():
     w, b = _x(3), _x(3)
     _assert_same(lambda a, w, b: torch.native_layer_norm(a, (3,), w, b, 1e-5), _x(2, 3), w, b)

@@ -54,7 +54,7 @@ class TensorProxy(Proxy):
     ``TensorProxy(like=x)`` copies ``x``'s metadata; keyword arguments override it.
     """
 
-    __slots__ = ("shape", "dtype", "device", "requires_grad", "ndim")
+    __slots__ = ("shape", "dtype", "device", "requires_grad", "ndim", "nondifferentiable")
 
     def __init__(
         self,

@@ -1079,6 +1079,39 @@ def fallback_inplace_op(func) -> InplaceOp:
     return InplaceOp(sym)
 
 
+def _mark_nondifferentiable_outputs(func, margs, mkwargs, out) -> None:
+    """Marks the outputs PyTorch's autograd does not differentiate (``native_layer_norm``'s statistics,
+    ``linalg.lu``'s pivots...): run again on the meta device with every floating input requiring grad, an
+    output that then has no gradient path is non-differentiable, as it is in eager."""
+    leaves = []
+
+    def grad_leaf(x):
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            leaf = x.detach().requires_grad_(True)
+            leaves.append(leaf)
+            return leaf
+        if isinstance(x, (tuple, list)):
+            return type(x)(grad_leaf(y) for y in x)
+        return x
+
+    gargs = grad_leaf(margs)
+    gkwargs = {k: grad_leaf(v) for k, v in mkwargs.items()}
+    if not leaves:
+        return
+    try:
+        with torch.enable_grad():
+            result = func(*gargs, **gkwargs)
+    except Exception:
+        return
+    flat_result = [r for r in (result if isinstance(result, (tuple, list)) else (result,))]
+    flat_out = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
+    if len(flat_result) != len(flat_out):
+        return
+    for r, o in zip(flat_result, flat_out):
+        if isinstance(r, torch.Tensor) and isinstance(o, TensorProxy) and not r.requires_grad:
+            o.nondifferentiable = True
+
+
 def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
     """An opaque symbol for a torch callable with no torch-language symbol: metadata from the meta device."""
     key = (func, force_inplace)
@@ -1124,7 +1157,10 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                 "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
                 f"  {describe_location(user_frame(2))}"
             ) from e
-        return _from_meta(result, _result_device(args, kwargs))
+        out = _from_meta(result, _result_device(args, kwargs))
+        if not inplace and torch.is_grad_enabled():
+            _mark_nondifferentiable_outputs(func, margs, mkwargs, out)
+        return out
 
     sym = Symbol(
         print_name,

@@ -136,7 +136,11 @@ def _draws_random(bsym: BoundSymbol) -> bool:
 
 
 def _is_differentiable(p) -> bool:
-    return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
+    return (
+        isinstance(p, TensorProxy)
+        and dtypes.is_inexact_dtype(p.dtype)
+        and not getattr(p, "nondifferentiable", False)  # an opaque op's output eager's autograd does not track
+    )
 
 
 class _Differentiator:
