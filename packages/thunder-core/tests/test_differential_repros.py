@@ -99,7 +99,6 @@ def test_native_layer_norm_statistics_do_not_require_grad():
     _assert_same(lambda a, w, b: torch.native_layer_norm(a, (3,), w, b, 1e-5), _x(2, 3), w, b)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="inplace-op-backward-uses-updated-value (issue 13.4)")
 def test_inplace_mul_of_input_by_parameter_grad():
     def fn(a, w):
         a.mul_(w)  # timm's LayerScale(inplace=True): w's gradient needs a's value before the update

@@ -193,6 +193,9 @@ def batch_norm_functional(a, running_mean, running_var, weight, bias, training: 
         out = clang.mul(out, as_param(weight))
     if bias is not None:
         out = clang.add(out, as_param(bias))
+    for stat in (new_mean, new_var):  # running statistics carry no gradient in eager (the kernel updates them)
+        if stat is not None:
+            stat.nondifferentiable = True
     return clang.maybe_convert_to_dtype(out, a.dtype), new_mean, new_var
 
 

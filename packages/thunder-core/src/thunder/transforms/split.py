@@ -67,14 +67,15 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
                 and dst.name in position
                 # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
                 and kept_history.get(src.name) != dst.name
-                and dst.requires_grad  # (a buffer that does not require grad, e.g. BatchNorm's statistics, stays so)
+                # (a tensor that did not require grad and gets a value that does, requires grad afterwards, as in
+                # eager; BatchNorm's running statistics are non-differentiable outputs, so they stay as they are)
                 and src.name in depends
                 and dtypes.is_inexact_dtype(dst.dtype)
             ):
                 updates.append((src, position[dst.name]))
             continue
         if any(a.name in depends for a in b.flat_args):
-            depends.update(o.name for o in b.flat_outs)
+            depends.update(o.name for o in b.flat_outs if not getattr(o, "nondifferentiable", False))
     return updates
 
 
