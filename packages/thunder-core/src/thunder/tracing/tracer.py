@@ -1079,10 +1079,10 @@ def fallback_inplace_op(func) -> InplaceOp:
     return InplaceOp(sym)
 
 
-def _mark_nondifferentiable_outputs(func, margs, mkwargs, out) -> None:
-    """Marks the outputs PyTorch's autograd does not differentiate (``native_layer_norm``'s statistics,
-    ``linalg.lu``'s pivots...): run again on the meta device with every floating input requiring grad, an
-    output that then has no gradient path is non-differentiable, as it is in eager."""
+def _run_tracking_grad(func, margs, mkwargs):
+    """Runs ``func`` on meta inputs whose floating tensors require grad, so each output's ``requires_grad``
+    says whether PyTorch's autograd differentiates it (``native_layer_norm``'s statistics and ``linalg.lu``'s
+    pivots it does not). None when there is no floating input or the op refuses such inputs."""
     leaves = []
 
     def grad_leaf(x):
@@ -1097,14 +1097,18 @@ def _mark_nondifferentiable_outputs(func, margs, mkwargs, out) -> None:
     gargs = grad_leaf(margs)
     gkwargs = {k: grad_leaf(v) for k, v in mkwargs.items()}
     if not leaves:
-        return
+        return None
     try:
         with torch.enable_grad():
-            result = func(*gargs, **gkwargs)
+            return func(*gargs, **gkwargs)
     except Exception:
-        return
-    flat_result = [r for r in (result if isinstance(result, (tuple, list)) else (result,))]
-    flat_out = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
+        return None
+
+
+def _mark_nondifferentiable_outputs(result, out) -> None:
+    """Marks the proxies in ``out`` whose meta counterpart in ``result`` has no gradient path."""
+    flat_result = result if isinstance(result, (tuple, list)) else (result,)
+    flat_out = out if isinstance(out, (tuple, list)) else (out,)
     if len(flat_result) != len(flat_out):
         return
     for r, o in zip(flat_result, flat_out):
@@ -1141,6 +1145,11 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
 
     def meta(*args, **kwargs):
         margs, mkwargs = _to_meta(args), _to_meta(kwargs)
+        tracked = _run_tracking_grad(func, margs, mkwargs) if not inplace and torch.is_grad_enabled() else None
+        if tracked is not None:
+            out = _from_meta(tracked, _result_device(args, kwargs))
+            _mark_nondifferentiable_outputs(tracked, out)
+            return out
         try:
             with torch.no_grad():
                 if inplace:
@@ -1157,10 +1166,7 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                 "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
                 f"  {describe_location(user_frame(2))}"
             ) from e
-        out = _from_meta(result, _result_device(args, kwargs))
-        if not inplace and torch.is_grad_enabled():
-            _mark_nondifferentiable_outputs(func, margs, mkwargs, out)
-        return out
+        return _from_meta(result, _result_device(args, kwargs))
 
     sym = Symbol(
         print_name,
