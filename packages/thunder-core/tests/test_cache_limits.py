@@ -15,7 +15,7 @@ def _double(x):
 
 
 def test_cache_size_limit_evicts_least_recently_used():
-    jf = thunder.jit(_double, cache_size_limit=3, recompile_limit=None)
+    jf = thunder.jit(_double, cache_size_limit=3, recompile_limit=None, dynamic=False)
     xs = {n: torch.randn(n) for n in range(1, 6)}
     for n in (1, 2, 3):
         jf(xs[n])
@@ -33,7 +33,7 @@ def test_cache_size_limit_evicts_least_recently_used():
 
 
 def test_default_cache_is_bounded():
-    jf = thunder.jit(_double, recompile_limit=None)
+    jf = thunder.jit(_double, recompile_limit=None, dynamic=False)
     cd = thunder.compile_data(jf)
     limit = cd.cache.limit
     assert limit is not None
@@ -61,7 +61,7 @@ def test_recompile_warning_names_a_varying_tensor():
     def f(a, b):
         return a + b
 
-    jf = thunder.jit(f, recompile_limit=2)
+    jf = thunder.jit(f, recompile_limit=2, dynamic=False)
     b = torch.randn(1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -72,7 +72,7 @@ def test_recompile_warning_names_a_varying_tensor():
 
 
 def test_hit_on_an_old_entry_runs_few_prologues():
-    jf = thunder.jit(_double, cache_size_limit=100, recompile_limit=None)
+    jf = thunder.jit(_double, cache_size_limit=100, recompile_limit=None, dynamic=False)
     xs = [torch.randn(n) for n in range(1, 41)]
     for x in xs:
         jf(x)

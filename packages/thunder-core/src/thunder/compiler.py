@@ -10,6 +10,7 @@ naming the input that varies.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -27,14 +28,26 @@ from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.torchex import no_autocast
 from thunder.tracing.program import trace_program
-from thunder.tracing.prologue import MISS
+from thunder.tracing.prologue import MISS, size_local
 from thunder.transforms.split import make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
 
 
 class CacheOption(Enum):
+    """What a compiled program specialises on.
+
+    - ``"constant values"`` (the default): numbers and sizes are constants of the program; an argument dimension
+      whose size changed between two compiles becomes symbolic from then on (so a decode loop or variable-length
+      batches compile a couple of programs, not one per length);
+    - ``"symbolic values"``: every argument dimension of size 2 or more is symbolic from the first compile;
+      the program is reused for any sizes that satisfy the relations it relied on (``s0 > 1``, ``s1 == s0``);
+    - ``"same input"``: no checks (the caller promises the inputs always match);
+    - ``"no caching"``: every call compiles.
+    """
+
     CONSTANT_VALUES = "constant values"
+    SYMBOLIC_VALUES = "symbolic values"
     SAME_INPUT = "same input"
     NO_CACHING = "no caching"
 
@@ -93,6 +106,10 @@ class CompileData:
     used_compile_options: dict[str, str] = field(default_factory=dict)
     cache: Any = field(default_factory=list)  # an EntryCache once make_compiled has run
     stats: CompileStats = field(default_factory=CompileStats)
+    # automatic dynamic sizes: each argument tensor's sizes at the last compile, and the dimensions seen to vary
+    size_history: dict[str, tuple] = field(default_factory=dict)
+    dynamic_dims: dict[str, frozenset] = field(default_factory=dict)
+    symbolic_failed: bool = False  # tracing with symbolic sizes failed once: trace with numbers only
 
     @property
     def executors_list(self) -> tuple:
@@ -115,15 +132,7 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     start = time.perf_counter_ns()
     fn = cd.module.forward if cd.module is not None else cd.fn
     record_log = bool(cd.get_compile_option("record_interpreter_log", "record what ran while tracing", True))
-    program = trace_program(
-        fn,
-        args,
-        kwargs,
-        module=cd.module,
-        executors=cd.executors,
-        checks=cd.cache_option is not CacheOption.SAME_INPUT,
-        record_log=record_log,
-    )
+    program = _trace_with_sizes(cd, fn, args, kwargs, record_log)
     times["tracing"] = time.perf_counter_ns() - start
     traces = [_stamp(program.computation, "Tracing", start)]
 
@@ -165,7 +174,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     if program.autocast:
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
-    call = f"computation({', '.join(ti.expr for ti in program.tensor_inputs)})"
+    call_args = [ti.expr for ti in program.tensor_inputs] + [size_local(p) for p in program.size_inputs]
+    call = f"computation({', '.join(call_args)})"
     if program.rebuild_output is not None:
         # the output's structure is rebuilt (and object arguments updated) from the computation's flat output
         program.prologue.trace.constants["_finish"] = program.rebuild_output
@@ -192,6 +202,78 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         program.prologue,
         run_unchecked,
     )
+
+
+def _dynamic_policy(cd: CompileData):
+    """Which dimensions of an argument tensor to trace as symbols (None: none, the policy is off)."""
+    option = cd.cache_option
+    dynamic = cd.get_compile_option(
+        "dynamic",
+        "symbolic sizes: True traces every argument dimension symbolically from the first call (as cache='symbolic "
+        "values'), False never; by default a dimension becomes symbolic once a call changed its size",
+        None,
+    )
+    if option is CacheOption.SYMBOLIC_VALUES or (dynamic is True and option is CacheOption.CONSTANT_VALUES):
+        return lambda expr, t: range(t.ndim)
+    if option is not CacheOption.CONSTANT_VALUES or not cd.size_history or dynamic is False:
+        return None
+    history, dynamic = cd.size_history, cd.dynamic_dims
+
+    def varying(expr: str, t: torch.Tensor):
+        dims = dynamic.get(expr, frozenset())
+        before = history.get(expr)
+        if before is not None and len(before) == t.ndim:
+            dims = dims | {d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b}
+        return sorted(dims)
+
+    return varying
+
+
+def _trace_with_sizes(cd: CompileData, fn, args, kwargs, record_log: bool):
+    """Traces with the dimensions the cache option makes symbolic; with numbers only if that fails."""
+    checks = cd.cache_option is not CacheOption.SAME_INPUT
+    dynamic = None if cd.symbolic_failed else _dynamic_policy(cd)
+    program = failure = None
+    if dynamic is not None:
+        try:
+            program = trace_program(
+                fn,
+                args,
+                kwargs,
+                module=cd.module,
+                executors=cd.executors,
+                checks=checks,
+                record_log=record_log,
+                dynamic=dynamic,
+            )
+        except Exception as e:  # noqa: BLE001 - the user's error, or a limitation of symbolic tracing: see below
+            if os.environ.get("THUNDER_DEBUG_SYMBOLIC"):
+                raise
+            failure = e
+    if program is None:
+        # (an error of the user's code is raised again here, as eager raises it)
+        program = trace_program(
+            fn, args, kwargs, module=cd.module, executors=cd.executors, checks=checks, record_log=record_log
+        )
+    if failure is not None:  # symbolic sizes failed where numbers work: numbers from now on
+        cd.symbolic_failed = True
+        if cd.cache_option is CacheOption.SYMBOLIC_VALUES:
+            detail = str(failure).splitlines()[0] if str(failure) else ""
+            warnings.warn(
+                f"thunder.jit(cache='symbolic values'): tracing with symbolic sizes failed ({type(failure).__name__}: "
+                f"{detail}); this function's sizes are traced as numbers",
+                stacklevel=5,
+            )
+    if cd.cache_option is CacheOption.CONSTANT_VALUES:
+        for ti in program.tensor_inputs:
+            if ti.example is not None and not ti.is_module_state:
+                before = cd.size_history.get(ti.expr)
+                if before is not None and len(before) == ti.example.ndim:
+                    changed = {d for d, (a, b) in enumerate(zip(before, ti.example.shape)) if a != b}
+                    if changed:
+                        cd.dynamic_dims[ti.expr] = cd.dynamic_dims.get(ti.expr, frozenset()) | changed
+                cd.size_history[ti.expr] = tuple(ti.example.shape)
+    return program
 
 
 def _executable_traces(trace: TraceCtx, executors) -> list[TraceCtx]:

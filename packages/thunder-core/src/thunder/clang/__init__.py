@@ -37,8 +37,10 @@ def _category(d: dtypes.dtype) -> int:
 def _number_dtype(x: Number) -> dtypes.dtype:
     if isinstance(x, bool):
         return dtypes.bool8
-    if isinstance(x, int):
+    if isinstance(x, (int, torch.SymInt)):
         return dtypes.int64
+    if isinstance(x, torch.SymFloat):
+        return dtypes.to_dtype(torch.get_default_dtype())
     if isinstance(x, float):
         return dtypes.to_dtype(torch.get_default_dtype())
     return dtypes.to_dtype(torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64)
@@ -59,7 +61,7 @@ def result_dtype(*args) -> dtypes.dtype:
                 dim_t = _promote(dim_t, a.dtype)
             else:
                 zero_t = _promote(zero_t, a.dtype)
-        elif isinstance(a, Number):
+        elif isinstance(a, (Number, torch.SymInt, torch.SymFloat)):
             num = _promote(num, _number_dtype(a))
         elif a is not None:
             raise TypeError(f"expected a tensor or a number, got {type(a).__name__}")
@@ -116,6 +118,13 @@ def maybe_convert_to_dtype(a, dtype):
         return prims.convert_element_type(a, dtype)
     if isinstance(a, Number):
         return _python_type_for(dtype)(a)
+    if isinstance(a, (torch.SymInt, torch.SymFloat)):  # computed from symbolic sizes: kept when its type fits
+        target = _python_type_for(dtype)
+        if (target is int and type(a) is torch.SymInt) or (target is float and type(a) is torch.SymFloat):
+            return a
+        if target is float:
+            return torch.sym_float(a)
+        return target(int(a) if type(a) is torch.SymInt else float(a))
     return a
 
 
@@ -249,7 +258,7 @@ def where(pred, a, b):
 
 
 def infer_reshape_shape(shape: Sequence[int], numel: int) -> tuple[int, ...]:
-    shape = [int(s) for s in shape]
+    shape = [s if type(s) is torch.SymInt else int(s) for s in shape]
     neg = [i for i, s in enumerate(shape) if s == -1]
     check(len(neg) <= 1, "only one dimension can be inferred")
     for s in shape:

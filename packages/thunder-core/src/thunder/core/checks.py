@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
+
 __all__ = ["check", "canonicalize_dim", "canonicalize_dims", "check_valid_shape"]
 
 
@@ -36,5 +38,5 @@ def canonicalize_dims(rank: int, dims: int | Sequence[int] | None, wrap_scalar: 
 
 def check_valid_shape(shape: Sequence[int]) -> None:
     for s in shape:
-        check(isinstance(s, int), lambda: f"shape {tuple(shape)} must contain only ints", TypeError)
+        check(isinstance(s, (int, torch.SymInt)), lambda: f"shape {tuple(shape)} must contain only ints", TypeError)
         check(s >= 0, lambda: f"Trying to create tensor with negative dimension {s}: {list(shape)}")

@@ -12,6 +12,7 @@ import torch
 from thunder.core import devices, dtypes
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
+from thunder.core.symbolic import SizeProxy, print_size
 from thunder.core.trace import TraceCtx
 
 __all__ = ["bsym_lines", "trace_to_python", "compile_trace"]
@@ -30,6 +31,8 @@ class _Printer:
         if isinstance(x, Proxy):
             return x.name
         t = type(x)
+        if t is torch.SymInt or t is torch.SymFloat:
+            return print_size(x)
         if x is None or t is bool or t is int or t is str:
             return repr(x)
         if t is float:
@@ -81,7 +84,7 @@ class _Printer:
 def _type_comment(out) -> str:
     if isinstance(out, TensorProxy):
         return f'  # {out.name}: "{out.type_string()}"'
-    if isinstance(out, NumberProxy):
+    if isinstance(out, (NumberProxy, SizeProxy)):
         return f'  # {out.name}: "{out.type_string()}"'
     return ""
 
@@ -165,7 +168,7 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
     printer = _Printer(trace)
     body: list[str] = []
     for a in list(trace.args) + [v for v in trace.kwargs.values() if isinstance(v, Proxy)]:
-        if isinstance(a, TensorProxy):
+        if isinstance(a, (TensorProxy, SizeProxy)):
             body.append(f'{_INDENT}# {a.name}: "{a.type_string()}"')
     last_source = None
     for bsym in trace.bound_symbols:
@@ -195,7 +198,8 @@ def _namespace(trace: TraceCtx) -> dict:
     import thunder.core.devices as devices_mod
     import thunder.core.dtypes as dtypes_mod
 
-    ns = {"torch": torch, "Tensor": torch.Tensor, "dtypes": dtypes_mod, "devices": devices_mod}
+    # (math: symbolic sizes print as expressions that may use math.floor, math.ceil)
+    ns = {"torch": torch, "Tensor": torch.Tensor, "dtypes": dtypes_mod, "devices": devices_mod, "math": math}
     for bsym in trace.bound_symbols:
         ctx = bsym.sym.call_ctx
         if ctx:

@@ -119,6 +119,10 @@ def to_dtype(x) -> dtype | None:
     d = getattr(x, "dtype", None)
     if d is not None:
         return to_dtype(d)
+    if isinstance(x, torch.SymInt):
+        return _python_types[int]
+    if isinstance(x, torch.SymFloat):
+        return _python_types[float]
     if isinstance(x, (bool, int, float, complex)):
         return _python_types[type(x)] if type(x) in _python_types else _python_types[_python_type_of(x)]
     raise TypeError(f"cannot interpret {x!r} as a dtype")

@@ -110,8 +110,10 @@ for _n in _binary_bool:
 def _where_meta(pred, a, b):
     tensors = _tensors(pred, a, b)
     check(bool(tensors), "where needs at least one tensor", TypeError)
-    shapes = {t.shape for t in tensors}
-    check(len(shapes) == 1, lambda: f"where: expected one shape, got {sorted(shapes)}")
+    check(
+        all(t.shape == tensors[0].shape for t in tensors[1:]),
+        lambda: f"where: expected one shape, got {[tuple(t.shape) for t in tensors]}",
+    )
     if isinstance(pred, TensorProxy):
         check(pred.dtype is dtypes.bool8, lambda: f"where: the condition must be bool, got {pred.dtype}")
     values = _tensors(a, b)

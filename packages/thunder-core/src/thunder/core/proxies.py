@@ -11,6 +11,8 @@ from __future__ import annotations
 from numbers import Number
 from typing import Any
 
+from torch import SymInt
+
 from thunder.core import devices, dtypes
 from thunder.core.trace import get_tracectx
 
@@ -75,14 +77,15 @@ class TensorProxy(Proxy):
             requires_grad = like.requires_grad if requires_grad is None else requires_grad
         if shape is None or dtype is None or device is None:
             raise ValueError("TensorProxy needs a shape, a dtype and a device (or like=)")
-        self.shape = tuple(int(s) for s in shape)
+        # a dimension is an int, or a torch.SymInt when it is traced symbolically (thunder.core.symbolic)
+        self.shape = tuple(s if type(s) is SymInt else int(s) for s in shape)
         self.dtype = dtypes.to_dtype(dtype)
         self.device = devices.to_device(device)
         self.requires_grad = bool(requires_grad)
         self.ndim = len(self.shape)
 
     def type_string(self) -> str:
-        return f"{self.device} {self.dtype.short_name}[{', '.join(str(s) for s in self.shape)}]"
+        return f"{self.device} {self.dtype.short_name}[{', '.join(_size_string(s) for s in self.shape)}]"
 
     def __repr__(self) -> str:
         return f'<TensorProxy {self.name}: "{self.type_string()}">'
@@ -237,6 +240,14 @@ class NumberProxy(Proxy):
 
     def type_string(self) -> str:
         return f"{self.python_type.__name__} {self.value}"
+
+
+def _size_string(s) -> str:
+    if type(s) is SymInt:
+        from thunder.core.symbolic import print_size
+
+        return print_size(s)
+    return str(s)
 
 
 def is_proxy(x) -> bool:

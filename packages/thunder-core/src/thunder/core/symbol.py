@@ -12,8 +12,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch import SymFloat, SymInt
+
 from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_leaves, tree_map
+from thunder.core.symbolic import size_proxies
 from thunder.core.trace import _current
 
 __all__ = ["Symbol", "BoundSymbol", "flat_proxies"]
@@ -137,7 +140,11 @@ def flat_proxies(x, acc: list | None = None) -> list:
     if isinstance(x, Proxy):
         acc.append(x)
         return acc
-    acc.extend(leaf for leaf in tree_leaves(x) if isinstance(leaf, Proxy))
+    for leaf in tree_leaves(x):
+        if isinstance(leaf, Proxy):
+            acc.append(leaf)
+        elif type(leaf) is SymInt or type(leaf) is SymFloat:  # computed from symbolic sizes: the sizes it reads
+            acc.extend(size_proxies(leaf))
     return acc
 
 

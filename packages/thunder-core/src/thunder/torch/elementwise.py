@@ -424,7 +424,7 @@ def tanhshrink(a):
 
 
 def is_number(x) -> bool:
-    return isinstance(x, Number)
+    return isinstance(x, (Number, torch.SymInt, torch.SymFloat))
 
 
 @torchsymbol(torch.addcmul, T.addcmul, method_name="addcmul")

@@ -22,7 +22,7 @@ def _default_device():
 def _fill_dtype(value) -> torch.dtype:
     if isinstance(value, bool):
         return torch.bool
-    if isinstance(value, int):
+    if isinstance(value, (int, torch.SymInt)):
         return torch.int64
     if isinstance(value, complex):
         return torch.complex64
@@ -32,7 +32,7 @@ def _fill_dtype(value) -> torch.dtype:
 def _shape(size) -> tuple:
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return tuple(s if type(s) is torch.SymInt else int(s) for s in size)
 
 
 @torchsymbol(name="full", method_name=None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from thunder import clang
@@ -14,7 +16,9 @@ T = torch.Tensor
 
 
 def _is_basic(key) -> bool:
-    return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) and not isinstance(k, bool) for k in key)
+    return all(
+        k is None or k is Ellipsis or isinstance(k, (int, slice, torch.SymInt)) and not isinstance(k, bool) for k in key
+    )
 
 
 @torchsymbol(T.__getitem__, method_name="getitem", tags=("view",))
@@ -40,7 +44,7 @@ def getitem(a, key):
             out_layout.append(None)
             continue
         n = a.shape[dim]
-        if isinstance(k, int):
+        if isinstance(k, (int, torch.SymInt)):
             check(-n <= k < n, lambda: f"index {k} is out of bounds for dimension {dim} with size {n}", IndexError)
             k = k + n if k < 0 else k
             starts[dim], stops[dim] = k, k + 1
@@ -48,7 +52,7 @@ def getitem(a, key):
         else:
             step = 1 if k.step is None else k.step
             check(step > 0, "step must be greater than zero", ValueError)
-            start, stop, _ = k.indices(n)
+            start, stop = _slice_bounds(k, n)
             starts[dim], stops[dim], steps[dim] = start, max(stop, start), step
             out_layout.append(dim)
         dim += 1
@@ -69,6 +73,24 @@ def getitem(a, key):
                 bdims.append(i)
         result = prims.broadcast_in_dim(result, tuple(shape), tuple(bdims))
     return result
+
+
+def _slice_bounds(k: slice, n) -> tuple:
+    """``k.indices(n)[:2]`` for a positive step, where ``n`` or the bounds may be symbolic sizes (each
+    comparison is then a guard of the trace)."""
+    if type(n) is not torch.SymInt and type(k.start) is not torch.SymInt and type(k.stop) is not torch.SymInt:
+        return k.indices(n)[:2]
+
+    def bound(v, default):
+        if v is None:
+            return default
+        v = operator.index(v) if type(v) is not torch.SymInt else v
+        if v < 0:
+            v = v + n
+            return 0 if v < 0 else v
+        return n if v > n else v
+
+    return bound(k.start, 0), bound(k.stop, n)
 
 
 def _advanced_getitem(a, key):

@@ -112,7 +112,9 @@ register_torch_alias(F.log_softmax, lambda a, dim=None, _stacklevel=3, dtype=Non
 
 
 def _normalized_dims(a, normalized_shape):
-    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    normalized_shape = (
+        (normalized_shape,) if isinstance(normalized_shape, (int, torch.SymInt)) else tuple(normalized_shape)
+    )
     n = len(normalized_shape)
     check(
         a.shape[a.ndim - n :] == normalized_shape,

@@ -20,7 +20,7 @@ def _shape_args(shape) -> tuple:
     """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean the shape ``(2, 3)``."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(s if type(s) is torch.SymInt else int(s) for s in shape)
 
 
 @torchsymbol(T.reshape, torch.reshape, method_name="reshape", tags=("view",))
@@ -173,7 +173,11 @@ def repeat(a, *repeats):
 
 @torchsymbol(torch.repeat_interleave, T.repeat_interleave, method_name="repeat_interleave")
 def repeat_interleave(a, repeats, dim=None, *, output_size=None):
-    check(isinstance(repeats, int), "repeat_interleave with tensor repeats is not supported", NotImplementedError)
+    check(
+        isinstance(repeats, (int, torch.SymInt)),
+        "repeat_interleave with tensor repeats is not supported",
+        NotImplementedError,
+    )
     if dim is None:
         a = clang.reshape(a, (a.numel(),))
         dim = 0
@@ -210,7 +214,7 @@ def stack(tensors: Sequence[TensorProxy], dim: int = 0):
 def split(a, split_size_or_sections, dim: int = 0):
     dim = canonicalize_dim(a.ndim, dim)
     n = a.shape[dim]
-    if isinstance(split_size_or_sections, int):
+    if isinstance(split_size_or_sections, (int, torch.SymInt)):
         size = split_size_or_sections
         check(size > 0 or n == 0, "split_size can only be 0 if dimension size is 0")
         sizes = [size] * (n // size) + ([n % size] if n % size else []) if size and n else [0]
@@ -241,7 +245,7 @@ def chunk(a, chunks: int, dim: int = 0):
 def tensor_split(a, indices_or_sections, dim: int = 0):
     dim = canonicalize_dim(a.ndim, dim)
     n = a.shape[dim]
-    if isinstance(indices_or_sections, int):
+    if isinstance(indices_or_sections, (int, torch.SymInt)):
         k = indices_or_sections
         check(k > 0, f"number of sections must be larger than 0, got {k}")
         q, r = divmod(n, k)

@@ -4,6 +4,7 @@ run under the tracer, in-place updates of inputs written back, outputs collected
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import threading
@@ -15,6 +16,8 @@ import torch
 
 from thunder.core import prims, pytree
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.symbolic import SizeEnv, specialize
+from thunder.core.symbolic import register as register_size_env
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
@@ -60,6 +63,7 @@ class TracedProgram:
     autocast: bool = False  # traced with autocast on: the program holds its casts
     side_effects: bool = False  # the traced code changed module attributes or globals it depends on
     rebuild_args: list = dataclasses.field(default_factory=list)  # prologue expressions passed to rebuild_output
+    size_inputs: list = dataclasses.field(default_factory=list)  # SizeProxy arguments after the tensors
 
 
 def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: set[str]) -> None:
@@ -78,8 +82,13 @@ def _sanitize(name: str) -> str:
 
 
 class _InputBuilder:
-    def __init__(self, trace: TraceCtx, prologue: PrologueBuilder, share_repeated: bool = False):
+    def __init__(
+        self, trace: TraceCtx, prologue: PrologueBuilder, share_repeated: bool = False, dynamic=None, size_env=None
+    ):
         self.trace = trace
+        # dynamic(expr, tensor) -> the dimensions of an argument tensor traced as symbols (None: all numbers)
+        self.dynamic = dynamic
+        self.size_env = size_env
         self.prologue = prologue
         self.share_repeated = share_repeated
         self.repeated = False  # some tensor argument was given twice
@@ -119,7 +128,7 @@ class _InputBuilder:
                 return prior
             proxy = TensorProxy(
                 self.trace.add_name(name),
-                shape=value.shape,
+                shape=self._shape(expr, value),
                 dtype=value.dtype,
                 device=value.device,
                 requires_grad=value.requires_grad,
@@ -157,6 +166,16 @@ class _InputBuilder:
             )
         pb.check_value(expr, value)
         return value
+
+    def _shape(self, expr: str, value: torch.Tensor) -> tuple:
+        """The argument's sizes as the trace sees them: numbers, or symbols for its dynamic dimensions."""
+        dims = self.dynamic(expr, value) if self.dynamic is not None else None
+        if not dims:
+            return tuple(value.shape)
+        shape = list(value.shape)
+        for d in dims:
+            shape[d] = self.size_env.size(shape[d], f"{expr}.shape[{d}]")
+        return tuple(shape)
 
     def _track_mutable(self, expr: str, value, wrapped):
         """A list or dict argument: what the traced code changes in it is written into the caller's (as eager)."""
@@ -675,11 +694,14 @@ def trace_program(
     checks: bool = True,
     record_log: bool = True,
     share_repeated: bool = False,
+    dynamic=None,
 ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (``fn`` is ``module.forward`` for modules) into a computation trace.
 
     A tensor passed twice is two inputs (functional transforms see one per position) unless the program
     updates it in place: then it is traced again with one stand-in, so the update reaches every name.
+
+    ``dynamic(expr, tensor)`` names the dimensions of an argument tensor to trace as symbolic sizes.
     """
     try:
         signature = inspect.signature(fn)
@@ -701,11 +723,16 @@ def trace_program(
     trace = TraceCtx("computation")
     prologue = PrologueBuilder(checks=checks)
     tracer = Tracer(trace, record_log=record_log)
-    inputs = _InputBuilder(trace, prologue, share_repeated)
+    size_env = None
+    if dynamic is not None:
+        size_env = SizeEnv(trace.make_name)
+        register_size_env(size_env)
+        prologue.size_env = size_env
+    inputs = _InputBuilder(trace, prologue, share_repeated, dynamic, size_env)
     grad_enabled = torch.is_grad_enabled()
     prologue.check_grad_and_autocast(grad_enabled)
 
-    with tracectx(trace):
+    with tracectx(trace), size_env if size_env is not None else contextlib.nullcontext():
         wrapped = {}
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
@@ -765,6 +792,11 @@ def trace_program(
                 prims.copy_(new, ti.proxy)
 
         tracer.write_back_constants()
+        if size_env is not None and tracer.layout_read:
+            # the layout of an input with symbolic sizes is checked as "contiguous": others are specialised
+            for ti in inputs.tensors:
+                if ti.example is not None and not ti.example.is_contiguous():
+                    specialize(ti.proxy.shape)
         prologue.check_layout = tracer.layout_read
         prologue.check_offsets = tracer.offsets_read
         if written:  # an update reaches other arguments exactly when they share its storage
@@ -779,8 +811,9 @@ def trace_program(
             checks=checks,
             record_log=record_log,
             share_repeated=True,
+            dynamic=dynamic,
         )
-    with tracectx(trace):
+    with tracectx(trace), size_env if size_env is not None else contextlib.nullcontext():
         structure, rebuild, finish_args = _collect_output(result, inputs.objects)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
 
@@ -797,7 +830,8 @@ def trace_program(
             continue
         seen.add(ti.proxy.name)
         tensor_inputs.append(ti)
-    trace.args = [ti.proxy for ti in tensor_inputs]
+    size_inputs = list(size_env.order) if size_env is not None else []
+    trace.args = [ti.proxy for ti in tensor_inputs] + size_inputs
     _emit_state_reads(prologue, inputs, {ti.proxy.name for ti in tensor_inputs})
     trace.scopes = [trace.bound_symbols]
     trace.user_call_hook = None
@@ -815,6 +849,7 @@ def trace_program(
         autocast=tracer.autocast,
         side_effects=side_effects,
         rebuild_args=finish_args,
+        size_inputs=size_inputs,
     )
 
 

@@ -18,10 +18,16 @@ from torch import Tensor
 
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
+from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
 
-__all__ = ["MISS", "PrologueBuilder"]
+__all__ = ["MISS", "PrologueBuilder", "size_local"]
+
+
+def size_local(p) -> str:
+    """The prologue's local variable holding the symbolic size ``p`` (a SizeProxy)."""
+    return f"_size_{p.name}"
 
 
 class _Miss:
@@ -34,19 +40,22 @@ class _Miss:
 MISS = _Miss()
 
 
-def _make_tensor_guard(tensors, strides: bool = False):
+def _make_tensor_guard(tensors, strides: bool = False, dynamic=None):
     """Dynamo's C++ tensor check (dtype, device, sizes, requires_grad, type; strides when asked) when this
-    torch has it."""
+    torch has it. ``dynamic[i][d]``: dimension ``d`` of tensor ``i`` is symbolic (checked by the size guards)."""
     try:
         from torch._C._dynamo.guards import TensorGuards
     except ImportError:  # pragma: no cover - torch without dynamo
         return None
+    dynamic = dynamic or [()] * len(tensors)
     try:
-        return TensorGuards(
-            *tensors,
-            dynamic_dims_sizes=[list(t.shape) for t in tensors],
-            dynamic_dims_strides=[list(t.stride()) if strides else [None] * t.ndim for t in tensors],
-        )
+        sizes = [
+            [None if d < len(dyn) and dyn[d] else n for d, n in enumerate(t.shape)] for t, dyn in zip(tensors, dynamic)
+        ]
+        strides_ = [
+            list(t.stride()) if strides and not any(dyn) else [None] * t.ndim for t, dyn in zip(tensors, dynamic)
+        ]
+        return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides_)
     except Exception:  # pragma: no cover - a changed private API: fall back to generated checks
         return None
 
@@ -88,6 +97,7 @@ class PrologueBuilder:
     distinct_storages: frozenset = frozenset()  # the argument expressions whose storages must stay distinct
     # what each check guards, in the user's words, by line index (for the recompilation warning)
     descriptions: dict[int, str] = field(default_factory=dict)
+    size_env: Any = None  # the trace's symbolic sizes (thunder.core.symbolic.SizeEnv), if any
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -128,7 +138,16 @@ class PrologueBuilder:
             unique.append((expr, proxy, example))
         examples = [ex for _, _, ex in unique]
         known = all(ex is not None for ex in examples)
-        guard = _make_tensor_guard(examples, self.check_layout) if known else None
+        dynamic = [tuple(is_symbolic(s) for s in proxy.shape) for _, proxy, _ in unique]
+        # the strides of a tensor with symbolic sizes are symbolic: such inputs are checked to be contiguous (their
+        # strides follow from their sizes; the tracer specialised the sizes of the others it read the layout of)
+        contiguity = [
+            f"if not {expr}.is_contiguous(): return MISS"
+            for i, (expr, _, ex) in enumerate(unique)
+            if self.check_layout and any(dynamic[i])
+        ]
+        layout_by_contiguity = bool(contiguity)
+        guard = _make_tensor_guard(examples, self.check_layout, dynamic) if known else None
         if guard is not None:
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
@@ -148,8 +167,9 @@ class PrologueBuilder:
         else:
             for expr, proxy, ex in unique:
                 self._check_tensor_python(expr, proxy)
-                if self.check_layout and ex is not None:
+                if self.check_layout and ex is not None and not layout_by_contiguity:
                     self.lines.append(f"if {expr}.stride() != {tuple(ex.stride())!r}: return MISS")
+        self.lines.extend(contiguity)
         if self.check_offsets and known:
             for expr, _, ex in unique:
                 self.lines.append(f"if {expr}.storage_offset() != {ex.storage_offset()}: return MISS")
@@ -160,15 +180,34 @@ class PrologueBuilder:
             exprs = ", ".join(f"{expr}.untyped_storage().data_ptr()" for expr, _ in args)
             self.lines.append(f"if len({{{exprs}}}) != {count}: return MISS")
 
+    def _emit_size_checks(self) -> None:
+        """The symbolic sizes read from the inputs, and the relations among them the trace relied on."""
+        env = self.size_env
+        if env is None or not env.order:
+            return
+        for p in env.order:
+            self.lines.append(f"{size_local(p)} = {p.source}")
+        conditions = env.guards(size_local)
+        self.trace.constants["math"] = math
+        if self.checks and conditions:
+            self.descriptions[len(self.lines)] = "the sizes " + ", ".join(p.source for p in env.order)
+            self.lines.append(f"if not ({' and '.join(conditions)}): return MISS")
+
     def _check_tensor_python(self, expr: str, proxy: TensorProxy) -> None:
         self.lines.append(f"if not ({self._tensor_condition(expr, proxy)}): return MISS")
 
     def _tensor_condition(self, expr: str, proxy: TensorProxy) -> str:
         dtype = self.constant(proxy.dtype.torch_dtype, "_dtype")
         device = self.constant(proxy.device._torch_device, "_device")
-        shape = tuple(proxy.shape)
+        if any(is_symbolic(s) for s in proxy.shape):  # only the numbers are checked here (symbols: _emit_size_checks)
+            sizes = " and ".join(
+                [f"{expr}.ndim == {len(proxy.shape)}"]
+                + [f"{expr}.shape[{d}] == {hint(s)}" for d, s in enumerate(proxy.shape) if not is_symbolic(s)]
+            )
+        else:
+            sizes = f"{expr}.shape == {hints(proxy.shape)!r}"
         return (
-            f"isinstance({expr}, Tensor) and {expr}.dtype is {dtype} and {expr}.shape == {shape!r} "
+            f"isinstance({expr}, Tensor) and {expr}.dtype is {dtype} and {sizes} "
             f"and {expr}.device == {device} and {expr}.requires_grad is {proxy.requires_grad}"
         )
 
@@ -240,6 +279,7 @@ class PrologueBuilder:
                 params.append("/")
         trace.args = params
         self._emit_tensor_checks()
+        self._emit_size_checks()
         trace.constants["MISS"] = MISS
         trace.constants["computation"] = computation
         trace.extra_imports = ["from torch import Tensor"]

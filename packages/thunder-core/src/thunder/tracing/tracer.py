@@ -23,6 +23,7 @@ from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
+from thunder.core.symbolic import current_size_env, has_symbolic, hint, hints, size_env_of, specialize
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
@@ -50,7 +51,7 @@ class TracingTensor(torch.Tensor):
     def __new__(cls, proxy: TensorProxy):
         t = torch.Tensor._make_wrapper_subclass(
             cls,
-            proxy.shape,
+            hints(proxy.shape),  # symbolic sizes: the wrapper has the traced call's sizes
             dtype=proxy.dtype.torch_dtype,
             device=proxy.device._torch_device,
             requires_grad=proxy.requires_grad and proxy.dtype.kind in ("float", "complex"),
@@ -232,7 +233,13 @@ class Tracer:
     # ---------------------------------------------------------------- entry points
     def handle(self, func, args, kwargs):
         if func in _METADATA:
+            if func in _SIZE_QUERIES and isinstance(args[0], TracingTensor):
+                shape = args[0]._thunder_proxy.shape
+                if has_symbolic(shape):
+                    return _symbolic_size_query(func, shape, args, kwargs)
             if func in _LAYOUT_QUERIES:
+                if isinstance(args[0], TracingTensor):  # strides of symbolic sizes: answered as numbers
+                    specialize(args[0]._thunder_proxy.shape)
                 self.layout_read = True
                 self.offsets_read = self.offsets_read or func is T.storage_offset
                 return layout_query(func, args, kwargs)
@@ -543,7 +550,7 @@ class Tracer:
             )
         old_meta = shadow(wrapper)
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
-        if new_meta is None or tuple(new_meta.shape) != tuple(value.shape):
+        if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
         if wrapper._tt_view is not None:
             wrapper._tt_view = (wrapper._tt_view[0], None)
@@ -619,12 +626,38 @@ _SAME_ORDER_VIEWS = frozenset("reshape view view_as reshape_as flatten unflatten
 _METADATA_INPLACE = frozenset(
     "unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_ resize_ resize_as_ set_ as_strided_".split()
 )
+_SHAPE_GET, _NBYTES_GET = T.shape.__get__, T.nbytes.__get__
+_SIZE_QUERIES = frozenset((_SHAPE_GET, T.size, T.numel, T.nelement, T.__len__, _NBYTES_GET))
+
+
+def _symbolic_size_query(func, shape, args, kwargs):
+    """``x.shape``, ``x.size(d)``, ``x.numel()`` of a tensor with symbolic sizes: symbolic answers."""
+    if func == _SHAPE_GET:  # (a method-wrapper: compared by equality)
+        return torch.Size(shape)
+    if func is T.size:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dim is None:
+            return torch.Size(shape)
+        return shape[int(dim)]
+    if func is T.__len__:
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        specialize(shape[0])  # len() must be an int
+        return hint(shape[0])
+    n = 1
+    for s in shape:
+        n = n * s
+    if func == _NBYTES_GET:
+        return n * args[0].element_size()
+    return n
+
+
 _LAYOUT_QUERIES = frozenset(getattr(T, n) for n in ("stride", "is_contiguous", "storage_offset", "dim_order"))
 
 
 def _meta_like(shape, dtype: torch.dtype) -> torch.Tensor:
     with torch._C.DisableTorchFunction():
-        return torch.empty(tuple(shape), dtype=dtype, device="meta")
+        return torch.empty(hints(shape), dtype=dtype, device="meta")
 
 
 def _check_hidden_function_apply() -> None:
@@ -736,6 +769,12 @@ def _to_shadows(x):
     if isinstance(x, TracingTensor):
         return shadow(x)
     t = type(x)
+    if t is torch.SymInt:  # shadows have the traced call's sizes
+        return hint(x)
+    if t is slice:
+        return slice(_to_shadows(x.start), _to_shadows(x.stop), _to_shadows(x.step))
+    if t is torch.Size:
+        return torch.Size(hints(x))
     if t is tuple or t is list:
         return t(_to_shadows(y) for y in x)
     if t is dict:
@@ -772,7 +811,7 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
         if not isinstance(m, torch.Tensor) or isinstance(m, TracingTensor):
             return w
         p = w._tt_value
-        if tuple(m.shape) != tuple(p.shape) or m.dtype != p.dtype.torch_dtype:
+        if tuple(m.shape) != hints(p.shape) or m.dtype != p.dtype.torch_dtype:
             return w  # our metadata disagrees with PyTorch's: leave it fresh
         src = by_id.get(id(m))
         if src is not None:
@@ -1029,13 +1068,23 @@ def _func_name(func) -> str:
 _fallback_cache: dict[Any, Symbol] = {}
 
 
-def _to_meta(x):
+def _to_meta(x, fake: bool = False):
+    """Meta tensors for an opaque op's proxies; with ``fake``, fake tensors with the proxies' symbolic sizes (made
+    inside the size environment's FakeTensorMode)."""
     if isinstance(x, TensorProxy):
-        return torch.empty(x.shape, dtype=x.dtype.torch_dtype, device="meta")
+        if fake:
+            return torch.empty(x.shape, dtype=x.dtype.torch_dtype, device=x.device._torch_device)
+        specialize(x.shape)  # (no symbolic sizes here: the op's output sizes are learned as numbers)
+        return torch.empty(hints(x.shape), dtype=x.dtype.torch_dtype, device="meta")
+    if type(x) is torch.SymInt:
+        if not fake:
+            specialize(x)
+            return hint(x)
+        return x
     if isinstance(x, (tuple, list)):
-        return type(x)(_to_meta(y) for y in x)
+        return type(x)(_to_meta(y, fake) for y in x)
     if isinstance(x, dict):
-        return {k: _to_meta(v) for k, v in x.items()}
+        return {k: _to_meta(v, fake) for k, v in x.items()}
     if isinstance(x, devices.Device):
         return x._torch_device
     return x
@@ -1063,6 +1112,25 @@ def _from_meta(x, device):
             else type(x)(tuple(_from_meta(y, device) for y in x))
         )
     return x
+
+
+def _first_symbolic_size(x):
+    """A symbolic size in ``x`` (the proxies' shapes included), or None."""
+    if isinstance(x, TensorProxy):
+        return next((s for s in x.shape if type(s) is torch.SymInt), None)
+    if type(x) is torch.SymInt:
+        return x
+    if isinstance(x, (tuple, list)):
+        x = iter(x)
+    elif isinstance(x, dict):
+        x = iter(x.values())
+    else:
+        return None
+    for y in x:
+        found = _first_symbolic_size(y)
+        if found is not None:
+            return found
+    return None
 
 
 def _is_inplace_name(name: str) -> bool:
@@ -1144,7 +1212,15 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
         imports, call_ctx = (), {print_name: func}
 
     def meta(*args, **kwargs):
-        margs, mkwargs = _to_meta(args), _to_meta(kwargs)
+        symbolic = _first_symbolic_size((args, kwargs))
+        env = (current_size_env() or size_env_of(symbolic)) if symbolic is not None else None
+        if env is not None:
+            with env.fake_mode():
+                return _opaque_meta(args, kwargs, True)
+        return _opaque_meta(args, kwargs, False)
+
+    def _opaque_meta(args, kwargs, fake: bool):
+        margs, mkwargs = _to_meta(args, fake), _to_meta(kwargs, fake)
         tracked = _run_tracking_grad(func, margs, mkwargs) if not inplace and torch.is_grad_enabled() else None
         if tracked is not None:
             out = _from_meta(tracked, _result_device(args, kwargs))

@@ -14,6 +14,7 @@ import torch
 from thunder.core import dtypes, prims
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import SizeProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
@@ -26,7 +27,7 @@ __all__ = ["ThunderFunction", "split_forward_backward", "unpack_sequence", "Forw
 
 
 def _unpack_printer(bsym, printer):
-    names = [p.name if isinstance(p, TensorProxy) else "_" for p in bsym.output]
+    names = [p.name if isinstance(p, (TensorProxy, SizeProxy)) else "_" for p in bsym.output]
     if not names:
         return []
     lines = [f"{', '.join(names)}, = {bsym.args[0]}"]
@@ -254,7 +255,10 @@ class ThunderFunction(torch.autograd.Function):
     def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
         ctx.backward_fn = backward_fn
-        ctx.save_for_backward(*saved)
+        # symbolic sizes the backward reads are saved as numbers beside the tensors
+        numbers = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
+        ctx.saved_numbers = numbers
+        ctx.save_for_backward(*(v for v in saved if isinstance(v, torch.Tensor)) if numbers else saved)
         if dirty:
             # an input updated in place is returned as the output holding its new value, so the
             # caller's tensor carries the new autograd history (as after an eager in-place op)
@@ -282,6 +286,8 @@ class ThunderFunction(torch.autograd.Function):
                 "(double backward, gradient penalties) is not supported; compute it without thunder.jit"
             )
         saved = list(ctx.saved_tensors)
+        for i, v in ctx.saved_numbers:
+            saved.insert(i, v)
         # drop autograd's references unless the graph is retained, so the backward frees each saved
         # tensor right after its last use instead of when the whole backward returns
         ctx.maybe_clear_saved_tensors()

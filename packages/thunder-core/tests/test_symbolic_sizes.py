@@ -1,0 +1,161 @@
+"""Symbolic sizes: ``cache="symbolic values"`` and the default's automatic dynamic dimensions.
+
+A trace with symbolic sizes must answer every call it accepts exactly as eager does, and reject (recompile
+for) the calls that break a relation it relied on; each test compares with eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import thunder
+
+
+def _misses(jf) -> int:
+    return thunder.cache_misses(jf)
+
+
+def test_one_program_for_many_sizes():
+    def f(x, y):
+        b, t = x.shape
+        z = (x * 2).reshape(b * t)
+        return z.sum() + y.view(-1, 2).sum(0), z[: t + 1], x[:, -1]
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for b, t, n in ((3, 4, 6), (5, 7, 10), (2, 9, 4), (4, 4, 8)):
+        x, y = torch.randn(b, t), torch.randn(n)
+        for a, e in zip(jf(x, y), f(x, y), strict=True):
+            torch.testing.assert_close(a, e)
+    assert _misses(jf) == 1
+    trace = str(thunder.last_traces(jf)[0])
+    assert "s0" in trace and "s1" in trace  # the sizes are variables of the program
+
+
+def test_a_broken_relation_recompiles_and_errors_like_eager():
+    def f(y):
+        return y.view(-1, 2) * 3
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for n in (4, 8):
+        y = torch.randn(n)
+        torch.testing.assert_close(jf(y), f(y))
+    assert _misses(jf) == 1
+    y = torch.randn(7)  # the trace relied on n % 2 == 0: this call is not answered by it
+    with pytest.raises(RuntimeError, match="invalid"):
+        f(y)
+    with pytest.raises(RuntimeError, match="invalid"):
+        jf(y)
+
+
+def test_relations_between_inputs_are_guarded():
+    def f(a, b):
+        return a + b  # the trace relies on a's size equal to b's
+
+    jf = thunder.jit(f, cache="symbolic values")
+    a, b = torch.randn(5), torch.randn(5)
+    torch.testing.assert_close(jf(a, b), f(a, b))
+    a, b = torch.randn(9), torch.randn(9)
+    torch.testing.assert_close(jf(a, b), f(a, b))
+    assert _misses(jf) == 1
+    a, b = torch.randn(9), torch.randn(1)  # broadcasting: another program, still eager's answer
+    torch.testing.assert_close(jf(a, b), f(a, b))
+    with pytest.raises(RuntimeError):
+        jf(torch.randn(4), torch.randn(3))
+
+
+def test_sizes_zero_and_one_are_specialised():
+    def f(x):
+        return x.sum(0, keepdim=True) * x
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for n in (3, 1, 5, 1, 0):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(jf(x), f(x))
+    assert _misses(jf) == 3  # n >= 2, n == 1 and n == 0
+
+
+def test_automatic_dynamic_after_a_size_change():
+    def f(x):
+        return torch.softmax(x @ x.transpose(-1, -2), -1)
+
+    jf = thunder.jit(f)
+    for t in (4, 5, 6, 9, 12):
+        x = torch.randn(2, t, 3)
+        torch.testing.assert_close(jf(x), f(x))
+    assert _misses(jf) == 2  # the first size, then one program for every length
+
+
+def test_opaque_op_keeps_sizes_symbolic():
+    def f(x, i, j):
+        return x[i, j] + 1  # advanced indexing with two index tensors runs as an opaque op
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for n in (3, 6):
+        x = torch.randn(n, 4)
+        i = torch.arange(n)
+        j = torch.zeros(n, dtype=torch.long)
+        torch.testing.assert_close(jf(x, i, j), f(x, i, j))
+    assert _misses(jf) == 1
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.attn = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 50)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        t = ids.shape[1]
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+        a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        return self.head(self.norm(h + a))
+
+
+def test_training_on_variable_lengths_does_not_recompile_per_length():
+    torch.manual_seed(0)
+    model = _Net()
+    ref = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    for t in (5, 7, 6, 11, 8):
+        ids = torch.randint(0, 50, (2, t))
+        out, expected = jm(ids), ref(ids)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        out.square().mean().backward()
+        expected.square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+        model.zero_grad()
+        ref.zero_grad()
+    assert _misses(jm) == 2
+
+
+def test_symbolic_values_with_an_in_place_update_of_an_input():
+    def f(x, y):
+        x.add_(y[: x.shape[0]])
+        return x * 2
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for n in (3, 5, 8):
+        x, y = torch.randn(n, 2), torch.randn(n + 2, 2)
+        xe = x.clone()
+        out = jf(x, y)
+        expected = f(xe, y)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(x, xe)  # the caller's tensor is updated
+    # a non-contiguous input: its layout is specialised, still eager's answer
+    x = torch.randn(2, 6).t()
+    xe = x.clone()
+    y = torch.randn(8, 2)
+    torch.testing.assert_close(jf(x, y), f(xe, y))
+    torch.testing.assert_close(x, xe)
+
+
+def test_unknown_cache_option_names_the_choices():
+    with pytest.raises(ValueError, match="symbolic values"):
+        thunder.jit(lambda x: x, cache="symbolic sizes")
