@@ -14,8 +14,8 @@ import torch
 from thunder.core import dtypes, prims
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbolic import SizeProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
     prim_grads,  # noqa: F401  (registers the prims' rules)
