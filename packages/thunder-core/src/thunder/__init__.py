@@ -69,11 +69,15 @@ def jit(
         executors: executors (or their names) in priority order; defaults to
             ``thunder.get_default_executors()``. The torch and python executors are always appended.
         cache: ``"constant values"`` (specialise on shapes, dtypes, devices, requires_grad, Python
-            values, module training flags, grad mode and autocast state), ``"same input"`` (no
+            values, module training flags, grad mode and autocast state; an argument dimension whose size
+            changed between calls becomes symbolic), ``"symbolic values"`` (argument sizes are symbols from
+            the first call; the prologue checks the relations the trace relied on), ``"same input"`` (no
             input checks: every call must look like the first) or ``"no caching"`` (trace every call).
         transforms: functions from trace to trace, applied after tracing.
         disable_torch_autograd: build no backward, even when inputs require grad.
-        **compile_options: options read by executors and transforms (see ``last_compile_options``).
+        **compile_options: options read by executors and transforms (see ``last_compile_options``);
+            ``dynamic=False`` keeps sizes numbers (one program per size), ``dynamic=True`` makes them symbolic
+            from the first call.
 
     Returns:
         A callable with the signature of ``fn``.
