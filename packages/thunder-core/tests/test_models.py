@@ -3,6 +3,7 @@ forward output equals eager PyTorch's (eval mode, no grad)."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -96,15 +97,27 @@ def test_litgpt(name):
     assert not fallbacks, fallbacks
 
 
-def test_litgpt_mixtral_moe_routing_is_data_dependent():
-    """LitGPT's LLaMAMoE routes tokens with ``torch.where(mask)`` (a nonzero): its output shape depends
-    on the data, which a trace without graph breaks cannot express; the error says so clearly."""
+def test_litgpt_mixtral_moe_routing_with_data_dependent_sizes():
+    """LitGPT's LLaMAMoE routes tokens with ``torch.where(mask)``: how many tokens each expert gets depends on
+    the data. Those sizes are traced as run-time sizes (read from the routing's output), so the whole model
+    is one program: forward and gradients equal eager's, for any routing."""
     from litgpt import GPT, Config
 
     torch.manual_seed(0)
-    model = GPT(Config(**_LITGPT_BASE, **LITGPT_CONFIGS["mixtral-moe"])).eval()
-    with torch.no_grad(), pytest.raises(thunder.TracingError, match="torch.where.*depends on tensor values"):
-        thunder.jit(model)(torch.randint(0, 128, (2, 16)))
+    model = GPT(Config(**_LITGPT_BASE, **LITGPT_CONFIGS["mixtral-moe"]))
+    ref = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    for seed in (0, 1):
+        idx = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(seed))
+        actual, expected = jm(idx), ref(idx)
+        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+        actual.square().mean().backward()
+        expected.square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+        model.zero_grad()
+        ref.zero_grad()
+    assert thunder.cache_misses(jm) == 1  # another routing is the same program
 
 
 def test_litgpt_kv_cache_decode():

@@ -159,3 +159,64 @@ def test_symbolic_values_with_an_in_place_update_of_an_input():
 def test_unknown_cache_option_names_the_choices():
     with pytest.raises(ValueError, match="symbolic values"):
         thunder.jit(lambda x: x, cache="symbolic sizes")
+
+
+# ---------------------------------------------------------------- data-dependent sizes
+
+
+def _masked_ops(x, m):
+    idx = torch.nonzero(m)
+    y = x[m]
+    r, c = torch.where(m)
+    picked = x[r, c]
+    return idx.float().sum(0), y * 2, (picked + 1).sum(), y.shape[0], torch.masked_select(x, m).exp()
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_data_dependent_sizes_are_run_time_sizes(cache):
+    """nonzero, boolean masks, where(cond): their output sizes are read from the output when the program runs,
+    so one program answers every mask (including all-False and all-True ones)."""
+    jf = thunder.jit(_masked_ops, cache=cache)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, generator=gen)
+    for m in (x > 0, x > 1, torch.zeros_like(x, dtype=torch.bool), torch.ones_like(x, dtype=torch.bool)):
+        actual, expected = jf(x, m), _masked_ops(x, m)
+        for a, e in zip(actual, expected, strict=True):
+            if isinstance(e, int):
+                assert type(a) is int and a == e
+            else:
+                torch.testing.assert_close(a, e)
+    assert _misses(jf) == 1
+    assert "nonzero" in str(thunder.last_traces(jf)[-1])
+
+
+def test_gradients_through_data_dependent_sizes():
+    def f(x, w):
+        keep = torch.nonzero(x.abs().sum(-1) > 1.0).squeeze(-1)
+        rows = x[keep] @ w
+        return torch.zeros(x.shape[0], w.shape[1]).index_add(0, keep, rows).tanh()
+
+    jf = thunder.jit(f)
+    for seed in (0, 1, 2):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(6, 3, generator=gen, requires_grad=True)
+        w = torch.randn(3, 2, generator=gen, requires_grad=True)
+        out, expected = jf(x, w), f(x, w)
+        torch.testing.assert_close(out, expected)
+        got = torch.autograd.grad(out.sum(), (x, w))
+        want = torch.autograd.grad(expected.sum(), (x, w))
+        for a, e in zip(got, want, strict=True):
+            torch.testing.assert_close(a, e)
+    assert _misses(jf) == 1
+
+
+def test_a_decision_on_a_data_dependent_size_is_a_clear_error():
+    def f(x):
+        y = x[x > 0]
+        if y.shape[0] > 2:  # Python control flow on a size only known when the program runs
+            return y * 2
+        return y
+
+    with pytest.raises(thunder.TracingError, match="depends on tensor values") as info:
+        thunder.jit(f)(torch.randn(8))
+    assert "y.shape[0] > 2" in str(info.value)  # the user's line

@@ -17,6 +17,7 @@ import torch
 from thunder.core import devices, dtypes, prims
 from thunder.core.checks import canonicalize_dim, canonicalize_dims, check, check_valid_shape
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import known
 
 # ---------------------------------------------------------------- type promotion
 
@@ -138,6 +139,14 @@ def compute_broadcast_shape(*shapes) -> tuple[int, ...]:
         offset = ndim - len(s)
         for i, n in enumerate(s):
             j = offset + i
+            if type(n) is not int or type(out[j]) is not int:  # symbolic sizes (see thunder.core.symbolic.known)
+                if known(n == out[j]) or known(n == 1):
+                    continue
+                check(
+                    known(out[j] == 1), lambda: f"The size of tensor a ({out[j]}) must match the size of tensor b ({n})"
+                )
+                out[j] = n
+                continue
             if n == out[j] or n == 1:
                 continue
             check(

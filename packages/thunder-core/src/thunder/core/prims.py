@@ -616,4 +616,12 @@ def _del_printer(bsym, printer):
     return [f"del {', '.join(p.name for p in bsym.args)}"]
 
 
+def _size_of_printer(bsym, printer):
+    t, dim = bsym.args
+    return [f"{bsym.output.name} = {t.name}.shape[{dim}]"]
+
+
+# a size that depends on tensor values (nonzero's, a boolean mask's), read from the tensor once computed
+size_of = Symbol("size_of", lambda t, dim: None, id="size_of", is_prim=True, python_printer=_size_of_printer)
+
 python_del = Symbol("python_del", lambda *args: None, id="python_del", is_prim=True, python_printer=_del_printer)

@@ -101,24 +101,60 @@ _active: list = [None]
 
 
 def current_size_env() -> SizeEnv | None:
-    """The size environment of the trace being recorded, if it has symbolic sizes."""
-    return _active[-1]
+    """The size environment of the trace being recorded (or transformed)."""
+    env = _active[-1]
+    if env is None:
+        from thunder.core.trace import get_tracectx
+
+        trace = get_tracectx()
+        if trace is not None:
+            env = trace.tags.get("size_env")
+    return env
 
 
 class SizeEnv:
     """The symbols of one trace, the guards recorded on them, and their trace variables."""
 
     def __init__(self, make_name):
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-        if not _SOURCE:
-            _SOURCE.append(_source_class())
-        # duck sizing off: two inputs of equal size are two symbols (equal only where the trace relies on it)
-        self.shape_env = ShapeEnv(duck_shape=False)
+        self._shape_env = None  # made on first use (importing PyTorch's symbolic shapes takes a while)
         self._make_name = make_name
         self.proxies: dict[Any, SizeProxy] = {}  # sympy symbol -> trace variable
-        self.order: list[SizeProxy] = []
+        self.order: list[SizeProxy] = []  # the input sizes (the computation's size arguments)
+        self.pending: list = []  # (tensor proxy, dim, SizeProxy): data-dependent sizes to read after their op
         self._fake_mode = None
+
+    @property
+    def shape_env(self):
+        env = self._shape_env
+        if env is None:
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+            if not _SOURCE:
+                _SOURCE.append(_source_class())
+            # duck sizing off: two inputs of equal size are two symbols (equal only where the trace relies on it)
+            env = self._shape_env = ShapeEnv(duck_shape=False)
+            register(self)
+        return env
+
+    @property
+    def used(self) -> bool:
+        return self._shape_env is not None
+
+    def bind_data_dependent(self, out) -> None:
+        """Sizes of an op's outputs that depend on tensor values (``nonzero``, a boolean mask) become variables
+        of the trace, read from the output after the op (``u0 = t5.shape[0]``)."""
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            shape = getattr(t, "shape", None)
+            if shape is None or not hasattr(t, "dtype"):
+                continue
+            for d, s in enumerate(shape):
+                if type(s) is not SymInt or s.node.hint is not None:
+                    continue
+                expr = s.node.expr
+                if expr.is_Symbol and expr not in self.proxies:
+                    p = SizeProxy(self._make_name("u"), symbol=expr, source=None, value=None)
+                    self.proxies[expr] = p
+                    self.pending.append((t, d, p))
 
     def __enter__(self):
         _active.append(self)
@@ -134,6 +170,10 @@ class SizeEnv:
             mode = self._fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         return mode
 
+    def take_pending(self) -> list:
+        pending, self.pending = self.pending, []
+        return pending
+
     def __exit__(self, *exc):
         _active.pop()
 
@@ -144,9 +184,10 @@ class SizeEnv:
             return value
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
+        shape_env = self.shape_env
         src = _SOURCE[0](source)
-        symbol = self.shape_env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
-        symint = self.shape_env.create_symintnode(symbol, hint=value, source=src)
+        symbol = shape_env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+        symint = shape_env.create_symintnode(symbol, hint=value, source=src)
         proxy = SizeProxy(self._make_name("s"), symbol=symbol, source=source, value=value)
         self.proxies[symbol] = proxy
         self.order.append(proxy)
@@ -155,6 +196,8 @@ class SizeEnv:
     def guards(self, local_name=lambda p: p.name) -> list[str]:
         """Python conditions over the symbols (named ``local_name(size_proxy)``) that a call must satisfy to
         reuse the trace."""
+        if self._shape_env is None:
+            return []
         printer = _printer(self, local_name)
         conditions = []
         for p in self.order:  # the range every symbol was traced with (0 and 1 are specialised)
@@ -174,6 +217,17 @@ def specialize(x) -> None:
             specialize(y)
 
 
+def known(condition) -> bool:
+    """A condition on sizes as the trace relies on it: a number's truth; for symbolic sizes the hinted answer, kept
+    as a guard; for data-dependent sizes (no value while tracing) True only when it holds for every value,
+    else False (so a size from a boolean mask is not taken for the 1 of broadcasting)."""
+    if type(condition) is bool:
+        return condition
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    return guard_or_false(condition)
+
+
 def is_symbolic(x) -> bool:
     """Whether ``x`` is a size the trace left free (a SymInt not specialised on its value)."""
     if type(x) is not SymInt:
@@ -182,12 +236,17 @@ def is_symbolic(x) -> bool:
     return not node.shape_env.replace(node.expr).is_number
 
 
+# what a data-dependent size (unknown while tracing) counts as where a number is needed without a guard: the
+# stand-in tensors' sizes and the shadows' (never the trace's own computations, which stay symbolic)
+DATA_DEPENDENT_PLACEHOLDER = 64
+
+
 def hint(x) -> int:
-    """The value a size had in the call that was traced."""
+    """The value a size had in the call that was traced (a placeholder for a data-dependent size)."""
     if type(x) is SymInt:
         h = x.node.hint
         if h is None:
-            raise RuntimeError(f"the data-dependent size {x} has no value while tracing")
+            return DATA_DEPENDENT_PLACEHOLDER
         return int(h)
     return x
 

@@ -48,13 +48,35 @@ def innermost_frame(start_depth: int = 2, callee=None):
     return f
 
 
-def describe_location(frame) -> str:
+def describe_location(frame, lineno: int | None = None) -> str:
     if frame is None:
         return "an unknown location"
-    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    filename, lineno = frame.f_code.co_filename, lineno if lineno is not None else frame.f_lineno
     text = linecache.getline(filename, lineno).strip()
     where = f'File "{filename}", line {lineno}, in {frame.f_code.co_name}'
     return f"{where}\n    {text}" if text else where
+
+
+def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError:
+    """A decision on a size that depends on tensor values (how many elements a mask selects), which is only known
+    when the program runs; ``tb`` (the error's traceback) or ``frame`` locate the user's line."""
+    if frame is None and tb is not None:
+        while tb is not None:  # the innermost frame outside torch and thunder
+            f = tb.tb_frame
+            name = f.f_code.co_filename.replace(os.sep, "/")
+            if "/torch/" not in name and "/thunder/" not in name and "/sympy/" not in name:
+                frame = f
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        location = describe_location(frame, line) if frame is not None else "an unknown location"
+    else:
+        location = describe_location(frame)
+    expr = str(e).split("expression ", 1)[-1].split(" (unhinted")[0].split("\n")[0]
+    return TracingError(
+        f"thunder.jit needs to know whether {expr} holds, but the size depends on tensor values (the output of "
+        "nonzero, a boolean mask, torch.where(cond)) and is only known when the program runs; compute without "
+        f"branching on that size, or move the decision out of the jitted function\n  {location}"
+    )
 
 
 def data_dependent_error(what: str, frame) -> DataDependentControlFlowError:

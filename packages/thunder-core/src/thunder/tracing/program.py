@@ -4,7 +4,6 @@ run under the tracer, in-place updates of inputs written back, outputs collected
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import threading
@@ -17,10 +16,9 @@ import torch
 from thunder.core import prims, pytree
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbolic import SizeEnv, specialize
-from thunder.core.symbolic import register as register_size_env
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards
-from thunder.tracing.errors import TracingError
+from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
@@ -459,7 +457,7 @@ def _shadow(module: torch.nn.Module, shadows: dict) -> torch.nn.Module:
 def _printable(x) -> bool:
     """Whether the output prints as the trace's return (tuples, lists, str-keyed dicts of tensors and scalars)."""
     t = type(x)
-    if isinstance(x, (Proxy, TracingTensor)) or x is None or t in (bool, int, float, str):
+    if isinstance(x, (Proxy, TracingTensor)) or x is None or t in (bool, int, float, str, torch.SymInt, torch.SymFloat):
         return True
     if t is tuple or t is list:
         return all(_printable(y) for y in x)
@@ -610,7 +608,12 @@ def _collect_output(result, objects: list[_ObjectArgument]):
     pytree.discover_nodes(result)
     leaves, spec = pytree.tree_flatten(result, is_leaf=lambda x: id(x) in copies)
     out_leaves = [leaf if id(leaf) in copies else _output_leaf(leaf) for leaf in leaves]
-    positions = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, Proxy)]
+    # (a size computed from symbolic sizes is an output of the computation, like a tensor)
+    positions = [
+        i
+        for i, leaf in enumerate(out_leaves)
+        if isinstance(leaf, Proxy) or type(leaf) in (torch.SymInt, torch.SymFloat)
+    ]
     proxies = [out_leaves[i] for i in positions]
     finish = _make_finish(spec, out_leaves, positions, len(proxies), needed, index)
     return tuple(proxies) + tuple(extra), finish, [o.expr for o in needed]
@@ -723,16 +726,15 @@ def trace_program(
     trace = TraceCtx("computation")
     prologue = PrologueBuilder(checks=checks)
     tracer = Tracer(trace, record_log=record_log)
-    size_env = None
-    if dynamic is not None:
-        size_env = SizeEnv(trace.make_name)
-        register_size_env(size_env)
-        prologue.size_env = size_env
+    # symbolic sizes: the dimensions ``dynamic`` names, and sizes that depend on tensor values (nonzero's)
+    size_env = SizeEnv(trace.make_name)
+    prologue.size_env = size_env
+    trace.tags["size_env"] = size_env  # (the traces transforms derive from this one keep it)
     inputs = _InputBuilder(trace, prologue, share_repeated, dynamic, size_env)
     grad_enabled = torch.is_grad_enabled()
     prologue.check_grad_and_autocast(grad_enabled)
 
-    with tracectx(trace), size_env if size_env is not None else contextlib.nullcontext():
+    with tracectx(trace), size_env:
         wrapped = {}
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
@@ -766,6 +768,10 @@ def trace_program(
                     torch.compiler._is_compiling_flag = True
                 try:
                     result = target(*wrapped_args, **wrapped_kwargs)
+                except Exception as e:
+                    if type(e).__name__ == "GuardOnDataDependentSymNode":  # user code branched on such a size
+                        raise data_dependent_size_error(e, e.__traceback__) from None
+                    raise
                 finally:
                     if compiling_flag is not None:
                         torch.compiler._is_compiling_flag = compiling_flag
@@ -792,7 +798,7 @@ def trace_program(
                 prims.copy_(new, ti.proxy)
 
         tracer.write_back_constants()
-        if size_env is not None and tracer.layout_read:
+        if size_env.order and tracer.layout_read:
             # the layout of an input with symbolic sizes is checked as "contiguous": others are specialised
             for ti in inputs.tensors:
                 if ti.example is not None and not ti.example.is_contiguous():
@@ -813,7 +819,7 @@ def trace_program(
             share_repeated=True,
             dynamic=dynamic,
         )
-    with tracectx(trace), size_env if size_env is not None else contextlib.nullcontext():
+    with tracectx(trace), size_env:
         structure, rebuild, finish_args = _collect_output(result, inputs.objects)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
 
@@ -830,7 +836,7 @@ def trace_program(
             continue
         seen.add(ti.proxy.name)
         tensor_inputs.append(ti)
-    size_inputs = list(size_env.order) if size_env is not None else []
+    size_inputs = list(size_env.order)
     trace.args = [ti.proxy for ti in tensor_inputs] + size_inputs
     _emit_state_reads(prologue, inputs, {ti.proxy.name for ti in tensor_inputs})
     trace.scopes = [trace.bound_symbols]

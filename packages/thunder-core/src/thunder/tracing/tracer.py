@@ -32,6 +32,7 @@ from thunder.tracing.autograd_function import _no_grad_update, patch_function_ap
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
+    data_dependent_size_error,
     describe_location,
     innermost_frame,
     user_frame,
@@ -329,6 +330,8 @@ class Tracer:
         except (TracingError, RecursionError):
             raise
         except Exception as e:
+            if type(e).__name__ == "GuardOnDataDependentSymNode":
+                raise data_dependent_size_error(e, frame=user_frame(2)) from None
             frame = user_frame(2)
             if frame is not None and hasattr(e, "add_note") and not getattr(e, "_thunder_noted", False):
                 from thunder.tracing.errors import describe_location
@@ -338,6 +341,12 @@ class Tracer:
             raise
         finally:
             self.in_symbol = False
+        env = current_size_env()
+        if env is not None and env.pending:  # data-dependent sizes of the outputs: read after the op
+            from thunder.core.prims import size_of
+
+            for t, d, p in env.take_pending():
+                trace.scopes[-1].append(size_of.bind(t, d, output=p))
         if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
             out = self._grad_mode(out, uargs, ukwargs)
         frame = user_frame(2)
@@ -1216,8 +1225,26 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
         env = (current_size_env() or size_env_of(symbolic)) if symbolic is not None else None
         if env is not None:
             with env.fake_mode():
-                return _opaque_meta(args, kwargs, True)
-        return _opaque_meta(args, kwargs, False)
+                out = _opaque_meta(args, kwargs, True)
+            env.bind_data_dependent(out)
+            return out
+        try:
+            return _opaque_meta(args, kwargs, False)
+        except TracingError:
+            env = current_size_env()
+            if env is None:
+                raise
+            # no meta kernel, or sizes that depend on the values (nonzero, a boolean mask): PyTorch's fake tensors
+            # give data-dependent sizes as symbols, read from the output at run time
+            try:
+                with env.fake_mode():
+                    out = _opaque_meta(args, kwargs, True)
+            except Exception:
+                out = None
+            if out is None:
+                raise
+            env.bind_data_dependent(out)
+            return out
 
     def _opaque_meta(args, kwargs, fake: bool):
         margs, mkwargs = _to_meta(args, fake), _to_meta(kwargs, fake)

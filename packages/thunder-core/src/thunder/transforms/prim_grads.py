@@ -14,6 +14,7 @@ import torch
 import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import known
 from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
 
 
@@ -223,7 +224,7 @@ for _p in (prims.clone, prims.stride_order):
 def _broadcast_in_dim_grad(a, shape, broadcast_dimensions):
     out = prims.broadcast_in_dim(a, shape, broadcast_dimensions)
     g = get_grad(out)
-    keep = [d for i, d in enumerate(broadcast_dimensions) if a.shape[i] == 1 and shape[d] != 1]
+    keep = [d for i, d in enumerate(broadcast_dimensions) if known(a.shape[i] == 1) and not known(shape[d] == 1)]
     removed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
     if keep:
         g = ltorch.sum(g, keep, keepdim=True)

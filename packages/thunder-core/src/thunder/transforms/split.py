@@ -14,6 +14,7 @@ import torch
 from thunder.core import dtypes, prims
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
@@ -129,6 +130,8 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
             if isinstance(p, TensorProxy) and p.name not in seen:
                 seen.add(p.name)
                 outputs.append(p)
+        # sizes the program returns (computed from symbolic sizes) are outputs of the forward too, after the tensors
+        sizes = [leaf for leaf in tree_leaves(structure) if type(leaf) in (torch.SymInt, torch.SymFloat)]
         dirty = []
         for new, input_index in _inplace_updates(trace, requires_grad):
             if new.name not in seen:
@@ -166,7 +169,7 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         bw.kwargs = {}
         bw.bound_symbols = [
             unpack_sequence.bind("saved_for_backward", True, output=tuple(saved)),
-            unpack_sequence.bind("cotangents", True, output=tuple(cotangents)),
+            unpack_sequence.bind("cotangents", True, output=tuple(cotangents) + (None,) * len(sizes)),
             *backward,
         ]
         bw.scopes = [bw.bound_symbols]
@@ -175,12 +178,16 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
             forward, saved_values = _save_before_overwrite(list(joint.forward), saved)
-        fw.bound_symbols = forward + [prims.python_return.bind((tuple(outputs), tuple(saved_values)), output=None)]
+        fw.bound_symbols = forward + [
+            prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
+        ]
         fw.scopes = [fw.bound_symbols]
         t.stamp(fw)
         t.stamp(bw)
         non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
-        return ForwardBackward(fw, bw, outputs, structure, non_differentiable=non_differentiable, dirty=tuple(dirty))
+        return ForwardBackward(
+            fw, bw, outputs + sizes, structure, non_differentiable=non_differentiable, dirty=tuple(dirty)
+        )
 
 
 _CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
@@ -298,9 +305,11 @@ class ThunderFunction(torch.autograd.Function):
 def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     """The computation callable for training: outputs carry ``ThunderFunctionBackward``."""
     non_diff = tuple(
-        i for i, p in enumerate(fb.output_proxies) if not _differentiable(p) or p.name in fb.non_differentiable
+        i
+        for i, p in enumerate(fb.output_proxies)
+        if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
-    index = {p.name: i for i, p in enumerate(fb.output_proxies)}
+    index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
     dirty = fb.dirty
     apply = ThunderFunction.apply
@@ -323,6 +332,8 @@ def _rebuild(x, outs, index):
     if isinstance(x, TensorProxy):
         return outs[index[x.name]]
     t = type(x)
+    if t is torch.SymInt or t is torch.SymFloat:
+        return outs[index[id(x)]]
     if t is tuple or t is list:
         return t(_rebuild(y, outs, index) for y in x)
     if t is dict:
