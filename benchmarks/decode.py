@@ -1,9 +1,11 @@
 """Tokens per second of a greedy decode on the CPU: eager, thunder.jit and torch.compile(dynamic=True).
 
-The model is LitGPT's GPT with thunder.tests.litgpt_model's "llama-tiny" config (2 layers,
-n_embd 256, 4 heads, 2 query groups; random weights) and its KV cache. A decode is a prefill of
---prompt tokens followed by --tokens single-token steps (argmax), batch size 1, under
-torch.no_grad. The first --tokens position is produced by the prefill.
+--model litgpt (default): LitGPT's GPT with thunder.tests.litgpt_model's "llama-tiny" config (2 layers,
+n_embd 256, 4 heads, 2 query groups; random weights) and its KV cache (fixed-size buffers updated in
+place). --model hf-dynamic-cache: a Hugging Face LlamaForCausalLM of the same size with a DynamicCache,
+whose tensors grow by one position per step (so every step has new sizes: the case for symbolic sizes).
+A decode is a prefill of --prompt tokens followed by --tokens single-token steps (argmax), batch size 1,
+under torch.no_grad. The first --tokens position is produced by the prefill.
 
 For each backend:
   - `first_decode_s`: the first full decode on a fresh compiled model (includes compiling);
@@ -36,13 +38,42 @@ def log(message: str) -> None:
     print(f"[decode] {message}", file=sys.stderr, flush=True)
 
 
-def build_model():
+def build_model(kind: str = "litgpt"):
+    if kind == "hf-dynamic-cache":
+        import transformers
+
+        cfg = transformers.LlamaConfig(
+            vocab_size=1024,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+        )
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(cfg).eval()
     try:
         from thunder.tests.litgpt_model import GPT, Config
     except ImportError as e:
         sys.exit(f"{os.path.basename(__file__)}: needs thunder and litgpt ({e})")
     torch.manual_seed(0)
     return GPT(Config.from_name("llama-tiny")).eval()
+
+
+def decode_hf(model, prompt: torch.Tensor, tokens: int) -> torch.Tensor:
+    """Greedy decode with a Hugging Face DynamicCache (its tensors grow by one position per step)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    out = []
+    x = prompt
+    with torch.no_grad():
+        for _ in range(tokens):
+            logits = model(input_ids=x, past_key_values=cache, use_cache=True).logits
+            x = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(x)
+    return torch.cat(out, 1)
 
 
 def decode(model, raw_model, prompt: torch.Tensor, tokens: int, max_seq_length: int) -> torch.Tensor:
@@ -68,7 +99,7 @@ def decode(model, raw_model, prompt: torch.Tensor, tokens: int, max_seq_length: 
 
 
 def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | None) -> dict:
-    raw = build_model()
+    raw = build_model(args.model)
     compiles = [0]
     if name == "eager":
         model = raw
@@ -91,13 +122,17 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
         raise ValueError(name)
 
     max_seq = prompt.shape[1] + args.tokens
+    if args.model == "hf-dynamic-cache":
+        run = lambda: decode_hf(model, prompt, args.tokens)  # noqa: E731
+    else:
+        run = lambda: decode(model, raw, prompt, args.tokens, max_seq)  # noqa: E731
     start = time.perf_counter()
-    first = decode(model, raw, prompt, args.tokens, max_seq)
+    first = run()
     first_s = time.perf_counter() - start
     times = []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        decode(model, raw, prompt, args.tokens, max_seq)
+        run()
         times.append(time.perf_counter() - start)
     if name == "thunder":
         import thunder
@@ -122,6 +157,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=8, help="prompt length")
     parser.add_argument("--repeats", type=int, default=3, help="warm decodes to time")
     parser.add_argument("--backends", nargs="+", default=["eager", "thunder", "torch.compile"])
+    parser.add_argument("--model", choices=["litgpt", "hf-dynamic-cache"], default="litgpt")
     args = parser.parse_args()
 
     prompt = torch.randint(0, 1024, (1, args.prompt), generator=torch.Generator().manual_seed(1))
@@ -139,7 +175,9 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "decode",
-                "model": "litgpt llama-tiny (2 layers, n_embd 256), KV cache, batch 1",
+                "model": "litgpt llama-tiny (2 layers, n_embd 256), KV cache, batch 1"
+                if args.model == "litgpt"
+                else "HF LlamaForCausalLM (2 layers, hidden 256), DynamicCache, batch 1",
                 "prompt_tokens": args.prompt,
                 "new_tokens": args.tokens,
                 "results": results,

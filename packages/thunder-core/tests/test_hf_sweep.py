@@ -49,9 +49,10 @@ S2S = dict(
     pad_token_id=1,
     decoder_start_token_id=2,
 )
-NEEDS_SYMBOLIC = "needs symbolic data-dependent sizes (issue 16 item 2)"
-# transformers 4.x routes MoE tokens with nonzero/where(cond); 5.x with dense grouped matmuls
-MOE_XFAIL = NEEDS_SYMBOLIC if TF_MAJOR < 5 else None
+# transformers 4.x routes MoE tokens with `for expert_idx in expert_hit:` over a nonzero() result: a Python loop
+# whose trip count depends on tensor values (data-dependent control flow, a clear error naming that line; the
+# data-dependent sizes themselves trace: see test_symbolic_sizes.py). 5.x routes with dense grouped matmuls.
+MOE_XFAIL = "python loop over nonzero()'s output (data-dependent control flow)" if TF_MAJOR < 5 else None
 
 # name -> (config class, model class, config kwargs, input kind, expected-failure reason or None)
 ARCHS: dict[str, tuple] = {

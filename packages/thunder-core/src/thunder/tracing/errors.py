@@ -72,10 +72,12 @@ def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError
     else:
         location = describe_location(frame)
     expr = str(e).split("expression ", 1)[-1].split(" (unhinted")[0].split("\n")[0]
+    what = f"the value of the size {expr}" if expr.isidentifier() else f"whether {expr} holds"
     return TracingError(
-        f"thunder.jit needs to know whether {expr} holds, but the size depends on tensor values (the output of "
-        "nonzero, a boolean mask, torch.where(cond)) and is only known when the program runs; compute without "
-        f"branching on that size, or move the decision out of the jitted function\n  {location}"
+        f"thunder.jit needs {what}, but that size depends on tensor values (the output of nonzero, a boolean mask, "
+        "torch.where(cond)) and is only known when the program runs (a Python loop over such a tensor, an `if` on "
+        "its size); compute without branching on that size, move that code out of the jitted function, or use "
+        f"thunder.dynamo.thunderfx, which splits the program there\n  {location}"
     )
 
 
