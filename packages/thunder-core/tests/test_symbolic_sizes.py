@@ -220,3 +220,32 @@ def test_a_decision_on_a_data_dependent_size_is_a_clear_error():
     with pytest.raises(thunder.TracingError, match="depends on tensor values") as info:
         thunder.jit(f)(torch.randn(8))
     assert "y.shape[0] > 2" in str(info.value)  # the user's line
+
+
+# ---------------------------------------------------------------- regressions found by running the suite symbolically
+
+
+def test_a_float_computed_from_sizes_keeps_its_value():
+    """layer_norm's gradient divides by the normalized size: a float constant of the trace (printed as 0 once)."""
+    x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    jf = thunder.jit(torch.nn.functional.layer_norm, cache="symbolic values")
+    out, expected = jf(x, (4,), w), torch.nn.functional.layer_norm(x, (4,), w)
+    g = torch.randn_like(expected)
+    for a, e in zip(torch.autograd.grad(out, (x, w), g), torch.autograd.grad(expected, (x, w), g), strict=True):
+        torch.testing.assert_close(a, e)
+
+
+def test_sizes_inside_a_torch_size_argument_stay_alive():
+    """``x.view(x.shape[:-1] + (-1,))`` passes a torch.Size holding symbolic sizes: the program must keep them."""
+
+    def f(x, y):
+        a = x.view(x.shape[:-1] + (2, -1)).sum(-1)
+        b = y.reshape(y.shape[:-1] + (-1,))  # a second use of the same sizes, later in the program
+        return a, b * 2
+
+    jf = thunder.jit(f, cache="symbolic values")
+    for n in (3, 5):
+        x, y = torch.randn(n, 4), torch.randn(n, 2, 2)
+        for a, e in zip(jf(x, y), f(x, y), strict=True):
+            torch.testing.assert_close(a, e)

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torch import SymFloat, SymInt
+from torch import Size, SymFloat, SymInt
 
 from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_leaves, tree_map
@@ -145,6 +145,10 @@ def flat_proxies(x, acc: list | None = None) -> list:
             acc.append(leaf)
         elif type(leaf) is SymInt or type(leaf) is SymFloat:  # computed from symbolic sizes: the sizes it reads
             acc.extend(size_proxies(leaf))
+        elif type(leaf) is Size:  # (a pytree leaf) its symbolic sizes
+            for s in leaf:
+                if type(s) is SymInt:
+                    acc.extend(size_proxies(s))
     return acc
 
 

@@ -314,8 +314,8 @@ def print_size(x) -> str:
     if env is None:
         raise RuntimeError(f"internal error: the symbolic size {x} belongs to no trace")
     expr = x.node.expr
-    if expr.is_number:
-        return str(int(expr))
+    if expr.is_number:  # (a size expression that simplified to a constant)
+        return repr(float(expr)) if type(x) is torch.SymFloat else str(int(expr))
     text = _printer(env).doprint(expr)
     return text if expr.is_Symbol else f"({text})"
 

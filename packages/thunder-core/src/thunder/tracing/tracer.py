@@ -558,6 +558,8 @@ class Tracer:
                 "reflect in the caller's tensor; apply it to a clone or use the out-of-place form"
             )
         old_meta = shadow(wrapper)
+        specialize(value.shape)  # the new layout is learned from the shadows, in numbers
+        specialize(wrapper._tt_value.shape)
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
         if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
@@ -939,6 +941,9 @@ def _derive_strided_impl(root: TracingTensor, view: TracingTensor) -> TensorProx
 
     value, rm, _ = _root_for(root, view)
     vm = shadow(view)
+    # the element positions come from the shadows' numbers: the sizes they depend on become numbers of the trace
+    specialize(value.shape)
+    specialize(view._tt_value.shape)
     idx = _strided_index(rm, vm, value.device)
     m = idx.numel()
     out = prims.take(clang.reshape(value, (value.numel(),)), clang.reshape(idx, (m,)), 0)
@@ -952,6 +957,8 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
 
     base, rm, as_pairs = _root_for(root, view)
     vm = shadow(view)
+    specialize(base.shape)  # (as in _derive_strided_impl)
+    specialize(value.shape)
     idx = _strided_index(rm, vm, base.device)
     n, m = base.numel(), idx.numel()
     if vm.is_conj() != rm.is_conj():  # a conjugate view (x.mH): the root holds the conjugate
