@@ -243,10 +243,11 @@ def _traced_vmap_call(func: Callable, in_dims, out_dims, args: tuple, kwargs: di
     flat_dims = optree.tree_leaves(dims, none_is_leaf=True, namespace="thunder")
     if len(flat_dims) != len(flat_args):
         raise TracingError("torch.vmap: in_dims does not match the structure of the arguments")
-    sizes = {x.shape[d] for x, d in zip(flat_args, flat_dims) if d is not None and isinstance(x, torch.Tensor)}
-    if len(sizes) != 1:
-        raise TracingError(f"torch.vmap: the vmapped dimensions have sizes {sorted(sizes)}; expected one size")
-    n = sizes.pop()
+    # (a list, not a set: a symbolic size is not hashable; comparing sizes guards their equality)
+    sizes = [x.shape[d] for x, d in zip(flat_args, flat_dims) if d is not None and isinstance(x, torch.Tensor)]
+    if not sizes or any(s != sizes[0] for s in sizes[1:]):
+        raise TracingError(f"torch.vmap: the vmapped dimensions have sizes {sizes}; expected one size")
+    n = sizes[0]
     batched = [_batch(tracer, x, d, level) for x, d in zip(flat_args, flat_dims)]
     vmap_active[0] += 1
     try:

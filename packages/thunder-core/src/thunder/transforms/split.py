@@ -226,9 +226,14 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
             if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
                 continue
             args = b.flat_args
-            if args and all(a.name in saved_names and a.name != p.name for a in args):
+            # (symbolic sizes are numbers: saving one to recompute from it costs nothing)
+            if args and all((a.name in saved_names or type(a) is SizeProxy) and a.name != p.name for a in args):
                 saved = [q for q in saved if q.name != p.name]  # never `==`/`remove`: proxies overload __eq__
                 saved_names.discard(p.name)
+                for a in args:
+                    if type(a) is SizeProxy and a.name not in saved_names:
+                        saved.append(a)
+                        saved_names.add(a.name)
                 recomputed.append(b)
                 changed = True
     if not recomputed:
