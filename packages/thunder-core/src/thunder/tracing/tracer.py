@@ -467,6 +467,7 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
+            _mark_requires_grad(value, uargs, ukwargs)
             self._rebind(func, wrapper, value, args, kwargs)
         return out
 
@@ -1008,6 +1009,20 @@ def _stored_name(code, lasti: int) -> str | None:
             return nxt.argval
         return None
     return None
+
+
+def _mark_requires_grad(value, uargs, ukwargs) -> None:
+    """An in-place op's new value requires grad, as in eager, when grad is enabled and an input of the op
+    does (a ``fill_`` of such a tensor gives a fresh ``full`` that would otherwise look constant)."""
+    if (
+        type(value) is TensorProxy
+        and not value.requires_grad
+        and value.dtype.kind in ("float", "complex")
+        and torch.is_grad_enabled()
+    ):
+        inputs = flat_proxies((uargs, ukwargs))
+        if any(type(p) is TensorProxy and p.requires_grad for p in inputs) and all(p is not value for p in inputs):
+            value.requires_grad = True
 
 
 def _func_name(func) -> str:
