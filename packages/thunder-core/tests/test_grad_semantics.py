@@ -819,3 +819,14 @@ def test_filled_tensor_used_under_no_grad_does_not_require_grad():
         return w, v
 
     assert_like_eager(fn, _x(2, 1))
+
+
+def test_tensor_updated_in_place_by_a_value_requiring_grad_requires_grad():
+    # found by the fuzzer: an int tensor cast to float and multiplied in place by a tensor that requires
+    # grad; the custom Function saw the stale requires_grad=False and its output did not require grad
+    def fn(a, i):
+        v = i.double()
+        v.mul_(a)
+        return _ScaleGrad.apply(v), v * 1
+
+    assert_like_eager(fn, _x(3), torch.tensor([-3, 1, 2]))

@@ -15,7 +15,7 @@ import torch
 
 from thunder.core import prims, pytree
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.trace import TraceCtx, get_tracectx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
 from thunder.tracing.prologue import PrologueBuilder
@@ -477,6 +477,23 @@ class _ObjectArgument:
         self.sources: list = []  # per leaf of the state after the call: ("pre", i), ("out", k) or ("const", v)
 
 
+def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
+    """An output whose value is an input's value before an in-place update (``v.copy_(b); b.add_(1);
+    return v``) gets a copy taken before the update is written back into the caller's tensor, or it
+    would come back as that very tensor, updated."""
+    overwritten = {ti.proxy.name for ti in tensors if ti.wrapper._thunder_proxy is not ti.proxy}
+    if not overwritten:
+        return
+    own = {id(ti.wrapper) for ti in tensors}
+    for leaf in pytree.tree_leaves(result):
+        if not isinstance(leaf, TracingTensor):
+            continue
+        root = leaf if leaf._tt_view is None else leaf._tt_view[0]  # a view re-derives from its root
+        if id(root) not in own and root._tt_value.name in overwritten:
+            root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
+            root._tt_version += 1
+
+
 def _plan_object_updates(objects: list[_ObjectArgument], extra_outputs: list) -> list[_ObjectArgument]:
     """For each object argument the traced code changed, where each value of its new state comes from."""
     changed = []
@@ -757,6 +774,7 @@ def trace_program(
                     "thunder supports updating module tensors in place only"
                 )
             ti.wrapper._thunder_proxy = current._thunder_proxy
+        _copy_outputs_holding_overwritten_inputs(result, inputs.tensors)
         written = set()
         for ti in inputs.tensors:
             new = ti.wrapper._thunder_proxy

@@ -469,6 +469,12 @@ class Tracer:
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             _mark_requires_grad(value, uargs, ukwargs)
             self._rebind(func, wrapper, value, args, kwargs)
+            if value.requires_grad and torch.is_grad_enabled() and not wrapper.requires_grad:
+                # as in eager, the updated tensor (and the base it is a view of) now requires grad
+                with torch._C.DisableTorchFunction():
+                    for t in (wrapper, wrapper._tt_view[0] if wrapper._tt_view is not None else None):
+                        if t is not None and t.is_leaf and not t.requires_grad:
+                            t.requires_grad_(True)
         return out
 
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
@@ -1117,7 +1123,28 @@ def _run_tracking_grad(func, margs, mkwargs):
         with torch.enable_grad():
             return func(*gargs, **gkwargs)
     except Exception:
-        return None
+        pass
+    # the op refuses some input that requires grad (native_batch_norm's running statistics): one run per
+    # input, only that one requiring grad (through a non-leaf, so in-place updates of it are allowed); an
+    # output is differentiable when some run makes it require grad
+    combined = template = None
+    for i in range(len(leaves)):
+        plain = {id(x): x.detach() for j, x in enumerate(leaves) if j != i}
+        plain[id(leaves[i])] = leaves[i].clone()
+        swap = lambda x: plain.get(id(x), x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        try:
+            with torch.enable_grad():
+                result = func(*tree_map(swap, gargs), **{k: tree_map(swap, v) for k, v in gkwargs.items()})
+        except Exception:
+            continue
+        flat = list(result) if isinstance(result, (tuple, list)) else [result]
+        if combined is None:
+            combined, template = flat, result
+        elif len(flat) == len(combined):
+            combined = [r if isinstance(r, torch.Tensor) and r.requires_grad else c for c, r in zip(combined, flat)]
+    if not isinstance(template, (tuple, list)):
+        return combined[0] if combined else None
+    return type(template)(combined)  # the structure of the op's result (tuple, list or return_types)
 
 
 def _mark_nondifferentiable_outputs(result, out) -> None:
