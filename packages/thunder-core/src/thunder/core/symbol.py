@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.trace import _current
@@ -130,6 +132,14 @@ def _returns_an_input(out, args, kwargs) -> bool:
     return all(any(p is o for p in inputs) for o in flat_proxies(out))
 
 
+# values that hold no proxy: walked past without asking the pytree module (the common case of a
+# symbol's arguments is a tuple of proxies and such values)
+ATOMIC_TYPES = frozenset(
+    (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device, torch.Size)
+    + (torch.memory_format, torch.layout)
+)
+
+
 def flat_proxies(x, acc: list | None = None) -> list:
     """The proxies inside ``x`` (any pytree: tuples, lists, dicts, slices, registered nodes), in order."""
     if acc is None:
@@ -137,7 +147,23 @@ def flat_proxies(x, acc: list | None = None) -> list:
     if isinstance(x, Proxy):
         acc.append(x)
         return acc
-    acc.extend(leaf for leaf in tree_leaves(x) if isinstance(leaf, Proxy))
+    t = type(x)
+    if t is tuple or t is list:
+        for y in x:
+            if isinstance(y, Proxy):
+                acc.append(y)
+            elif type(y) not in ATOMIC_TYPES:
+                flat_proxies(y, acc)
+    elif t is dict:
+        for y in x.values():
+            if isinstance(y, Proxy):
+                acc.append(y)
+            elif type(y) not in ATOMIC_TYPES:
+                flat_proxies(y, acc)
+    elif t is slice:
+        flat_proxies((x.start, x.stop, x.step), acc)
+    elif t not in ATOMIC_TYPES:
+        acc.extend(leaf for leaf in tree_leaves(x) if isinstance(leaf, Proxy))
     return acc
 
 
@@ -145,6 +171,17 @@ def swap_proxies(x, mapping: dict[str, Proxy]):
     """``x`` with each proxy whose name is in ``mapping`` replaced."""
     if isinstance(x, Proxy):
         return mapping.get(x.name, x)
+    t = type(x)
+    if t is tuple:
+        return tuple(swap_proxies(y, mapping) for y in x)
+    if t is list:
+        return [swap_proxies(y, mapping) for y in x]
+    if t is dict:
+        return {k: swap_proxies(v, mapping) for k, v in x.items()}
+    if t in ATOMIC_TYPES:
+        return x
+    if t is slice:
+        return slice(*(swap_proxies(y, mapping) for y in (x.start, x.stop, x.step)))
     return tree_map(lambda leaf: mapping.get(leaf.name, leaf) if isinstance(leaf, Proxy) else leaf, x)
 
 

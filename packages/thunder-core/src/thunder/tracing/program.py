@@ -197,6 +197,7 @@ class _InputBuilder:
         shadows = self.shadows
         root = _shadow(module, shadows)
         version_checked = False
+        holds: dict[int, bool] = {}  # _holds_tensors of objects many modules share (a model's config)
         for mname, m in module.named_modules():
             if id(m) in self.guarded_modules:
                 continue
@@ -256,7 +257,10 @@ class _InputBuilder:
                     # a plain tensor attribute is read at call time, like a buffer
                     self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
                     continue
-                if _holds_tensors(value):
+                held = holds.get(id(value))
+                if held is None:
+                    held = holds[id(value)] = _holds_tensors(value)
+                if held:
                     # tensors in a list, dict or object held by the module: inputs, like an argument's
                     copy = self.object_argument(value, f"{m_expr}.__dict__[{attr!r}]", _sanitize(f"{qual}_{attr}"))
                     if copy is not value:
@@ -350,18 +354,20 @@ class _InputBuilder:
         changed = False
         for original, shadow in self.shadow_pairs():
             od, sd = original.__dict__, shadow.__dict__
-            for key in set(od) | set(sd):
+            snapshots = self.attribute_snapshots.get(id(original), {})
+            for key in od.keys() | sd.keys():
+                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if new is old and key not in snapshots:
+                    continue  # the common case, decided first: an attribute the traced code left alone
                 if (id(original), key) in self.object_attributes:
                     continue  # updates of the objects inside are written back by the program's finish
-                if key in _MODULE_INTERNALS:
-                    if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
-                        continue
-                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if key in _MODULE_INTERNALS and key in ("_parameters", "_buffers", "_modules"):
+                    continue
                 if isinstance(old, torch.Tensor) and isinstance(new, TracingTensor):
                     continue  # a tensor attribute read at call time; its in-place updates are in the program
                 if new is old:
-                    if guards.is_plain(new) and key in self.attribute_snapshots.get(id(original), {}):
-                        changed = changed or self.attribute_snapshots[id(original)][key] != new
+                    if guards.is_plain(new):
+                        changed = changed or snapshots[key] != new
                     continue
                 if isinstance(new, TracingTensor):
                     raise TracingError(

@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_map
-from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
+from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
@@ -386,8 +386,13 @@ class Tracer:
         """Outputs of a call whose inputs require grad: they require grad too, or with grad disabled
         (``no_grad``, ``inference_mode``, ``set_grad_enabled(False)``) they pass through ``detach``,
         so autodiff sees the region's end as a stop-gradient, as PyTorch's autograd does."""
-        inputs = flat_proxies((uargs, ukwargs))
-        if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
+        inputs = flat_proxies(uargs)
+        if ukwargs:
+            flat_proxies(ukwargs, inputs)
+        for p in inputs:
+            if type(p) is TensorProxy and p.requires_grad:
+                break
+        else:
             return out
         enabled = torch.is_grad_enabled()
         input_ids = {id(p) for p in inputs}
@@ -419,8 +424,16 @@ class Tracer:
         return swap_proxies(out, mapping) if mapping else out
 
     def _unwrap_inputs(self, x):
-        if type(x) is TracingTensor:
+        t = type(x)
+        if t is TracingTensor:
             return self._current_value(x)
+        if t is tuple or t is list:  # the common case, walked here: a call's arguments
+            out = [self._unwrap_inputs(y) if type(y) not in ATOMIC_TYPES else y for y in x]
+            return out if t is list else tuple(out)
+        if t is dict:
+            return {k: self._unwrap_inputs(y) if type(y) not in ATOMIC_TYPES else y for k, y in x.items()}
+        if t in ATOMIC_TYPES:
+            return x
         return tree_map(self._unwrap_input_leaf, x)
 
     def _unwrap_input_leaf(self, x):
@@ -755,12 +768,16 @@ def _to_shadows(x):
 
 def run_on_shadows(func, args, kwargs):
     """``func`` run on the arguments' shadows (None when PyTorch cannot run it on ``meta``)."""
+    enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)  # cheaper than torch.no_grad() on this path (every view op)
     try:
-        with torch._C.DisableTorchFunction(), torch.no_grad(), warnings.catch_warnings():
+        with torch._C.DisableTorchFunction(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user's call warns itself where eager would
             return func(*_to_shadows(args), **_to_shadows(kwargs))
     except Exception:
         return None
+    finally:
+        torch._C._set_grad_enabled(enabled)
 
 
 def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, mout):
