@@ -830,3 +830,53 @@ def test_tensor_updated_in_place_by_a_value_requiring_grad_requires_grad():
         return _ScaleGrad.apply(v), v * 1
 
     assert_like_eager(fn, _x(3), torch.tensor([-3, 1, 2]))
+
+
+class _MulInPlace(torch.autograd.Function):
+    """Updates its first input in place (ctx.mark_dirty) and returns it; a backward unlike the forward's."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x.clone(), w)
+        x.mul_(w)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        x0, w = ctx.saved_tensors
+        return g * w * 3, g * x0
+
+
+def _dirty_intermediate(a, w):
+    y = a * 2
+    z = _MulInPlace.apply(y, w)
+    return z * 1, y + 1  # z is y: both see the update and the Function's gradient
+
+
+def _dirty_view(a, w):
+    y = a * 2
+    _MulInPlace.apply(y[1:], w[1:])
+    return y
+
+
+@pytest.mark.parametrize("fn", [_dirty_intermediate, _dirty_view], ids=["intermediate", "view"])
+def test_autograd_function_mark_dirty(fn):
+    assert_like_eager(fn, _x(3), _x(3))
+
+
+def test_autograd_function_mark_dirty_of_an_input():
+    def fn(buf, w):
+        return _MulInPlace.apply(buf, w) * 1
+
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        buf, w = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        out = f(buf, w)
+        (gw,) = torch.autograd.grad(out.sum(), [w])
+        results.append((out.detach(), buf.detach().clone(), buf.requires_grad, gw))
+    for e, a in zip(*results):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e)
+        else:
+            assert a == e
