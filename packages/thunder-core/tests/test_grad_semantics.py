@@ -880,3 +880,22 @@ def test_autograd_function_mark_dirty_of_an_input():
             torch.testing.assert_close(a, e)
         else:
             assert a == e
+
+
+def test_autograd_function_on_an_aliased_argument_updated_under_no_grad():
+    # found by the fuzzer: the Function's argument is a view (of the storage two aliased arguments share)
+    # whose value is derived lazily after an update through the other alias
+    def fn(a, a_t):
+        with torch.no_grad():
+            a_t.mul_(a_t - 3)
+        return _ScaleGrad.apply(a)
+
+    base = torch.tensor([[0.25, 0.5, -0.75]], dtype=torch.float64, requires_grad=True)
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a = base.detach().clone().requires_grad_(True)
+        out = f(a, a.mT)
+        (g,) = torch.autograd.grad(out.sum(), [a])
+        results.append((out.detach(), g))
+    for e, t in zip(*results):
+        torch.testing.assert_close(t, e)

@@ -128,7 +128,8 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     if kwargs:
         raise TracingError(f"{cls.__name__}.apply does not take keyword arguments")
     needs = tuple(isinstance(a, TracingTensor) and a.requires_grad and _is_float(a) for a in args)
-    before = [unwrap(a) if isinstance(a, TracingTensor) else None for a in args]  # the inputs' values at the call
+    with torch._C.DisableTorchFunction():  # as inside the tracer: a view's value may be derived here
+        before = [unwrap(a) if isinstance(a, TracingTensor) else None for a in args]  # the values at the call
     ctx = _Context(needs)
     with torch.no_grad():
         if setup_context:
