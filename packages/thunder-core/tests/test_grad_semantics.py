@@ -722,3 +722,180 @@ def test_leaf_updated_under_no_grad_keeps_its_gradient():
     torch.testing.assert_close(ta, ea)
     torch.testing.assert_close(tg, eg)
     assert tl == el
+
+
+# ---------------------------------------------------------------- PyTorch's formulas at NaN and infinities
+# (found by the differential fuzzer: the std of one element is NaN, and a NaN reaching maximum, relu or
+# clamp took a gradient other than eager's)
+
+_SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, 1.0, -1.0, 0.5, -3.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.relu,
+        torch.sigmoid,
+        F.hardsigmoid,
+        F.softplus,
+        F.logsigmoid,
+        F.leaky_relu,
+        lambda x: x.clamp(-0.5, 0.5),
+        lambda x: x.clamp(min=0),
+        lambda x: x.clamp(max=0),
+        lambda x: x.amax(),
+        lambda x: x.reshape(2, 5).amin(1),
+        lambda x: x.max(),
+        lambda x: x.reshape(5, 2).min(),
+    ],
+    ids=lambda f: getattr(f, "__name__", "lambda"),
+)
+def test_activations_at_nan_and_infinities(fn):
+    assert_like_eager(fn, _t(_SPECIAL))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [F.hardtanh, F.relu6, F.hardswish, F.elu, F.selu, lambda x: F.celu(x, 0.5)],
+    ids=lambda f: getattr(f, "__name__", "celu"),
+)
+def test_activations_at_infinities_and_bounds(fn):
+    # at a NaN these have no one eager answer: PyTorch's scalar and vectorised CPU kernels differ
+    assert_like_eager(fn, _t(_SPECIAL[1:]))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.maximum,
+        torch.minimum,
+        lambda a, b: torch.clamp(a, b, b + 1),
+        lambda a, b: torch.clamp(a, b, 0.5 * b),  # min > max where b < 0
+        lambda a, b: torch.clamp(a, min=b),
+        lambda a, b: torch.clamp(a, max=b),
+        lambda a, b: torch.clamp(a.view(10, 10), b.view(10, 10)[0], b.view(10, 10)[:, :1] + 1),  # broadcast bounds
+        torch.xlogy,
+        torch.remainder,
+    ],
+    ids=[
+        "maximum",
+        "minimum",
+        "clamp",
+        "clamp_crossed",
+        "clamp_min",
+        "clamp_max",
+        "clamp_broadcast",
+        "xlogy",
+        "remainder",
+    ],
+)
+def test_binary_ops_at_nan_ties_and_infinities(fn):
+    pairs = [(a, b) for a in _SPECIAL for b in _SPECIAL]
+    assert_like_eager(fn, _t([a for a, _ in pairs]), _t([b for _, b in pairs]))
+
+
+def test_maximum_with_a_nan_gives_both_sides_the_gradient():
+    # the fuzzer's shrunk repro: std of one element is NaN, the same tensor is passed twice
+    def fn(a0, a1):
+        return torch.maximum(torch.log_softmax(a0.std(), 0).detach(), a1)
+
+    a = torch.tensor(0.3, requires_grad=True)
+    b = torch.tensor(0.3, requires_grad=True)
+    fn(a, a).backward()
+    thunder.jit(fn)(b, b).backward()
+    torch.testing.assert_close(b.grad, a.grad)
+
+
+def test_norm_of_a_zero_dim_zero():
+    assert_like_eager(lambda a: F.log_softmax(torch.cos(a).sum(), dim=0).norm(), _x(2, 3))
+
+
+def test_filled_tensor_used_under_no_grad_does_not_require_grad():
+    def fn(a):
+        v = a * 2
+        v.fill_(1.5)  # a fresh full() that requires grad, as in eager
+        with torch.no_grad():
+            w = v * 2
+        return w, v
+
+    assert_like_eager(fn, _x(2, 1))
+
+
+def test_tensor_updated_in_place_by_a_value_requiring_grad_requires_grad():
+    # found by the fuzzer: an int tensor cast to float and multiplied in place by a tensor that requires
+    # grad; the custom Function saw the stale requires_grad=False and its output did not require grad
+    def fn(a, i):
+        v = i.double()
+        v.mul_(a)
+        return _ScaleGrad.apply(v), v * 1
+
+    assert_like_eager(fn, _x(3), torch.tensor([-3, 1, 2]))
+
+
+class _MulInPlace(torch.autograd.Function):
+    """Updates its first input in place (ctx.mark_dirty) and returns it; a backward unlike the forward's."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x.clone(), w)
+        x.mul_(w)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        x0, w = ctx.saved_tensors
+        return g * w * 3, g * x0
+
+
+def _dirty_intermediate(a, w):
+    y = a * 2
+    z = _MulInPlace.apply(y, w)
+    return z * 1, y + 1  # z is y: both see the update and the Function's gradient
+
+
+def _dirty_view(a, w):
+    y = a * 2
+    _MulInPlace.apply(y[1:], w[1:])
+    return y
+
+
+@pytest.mark.parametrize("fn", [_dirty_intermediate, _dirty_view], ids=["intermediate", "view"])
+def test_autograd_function_mark_dirty(fn):
+    assert_like_eager(fn, _x(3), _x(3))
+
+
+def test_autograd_function_mark_dirty_of_an_input():
+    def fn(buf, w):
+        return _MulInPlace.apply(buf, w) * 1
+
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        buf, w = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        out = f(buf, w)
+        (gw,) = torch.autograd.grad(out.sum(), [w])
+        results.append((out.detach(), buf.detach().clone(), buf.requires_grad, gw))
+    for e, a in zip(*results):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e)
+        else:
+            assert a == e
+
+
+def test_autograd_function_on_an_aliased_argument_updated_under_no_grad():
+    # found by the fuzzer: the Function's argument is a view (of the storage two aliased arguments share)
+    # whose value is derived lazily after an update through the other alias
+    def fn(a, a_t):
+        with torch.no_grad():
+            a_t.mul_(a_t - 3)
+        return _ScaleGrad.apply(a)
+
+    base = torch.tensor([[0.25, 0.5, -0.75]], dtype=torch.float64, requires_grad=True)
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a = base.detach().clone().requires_grad_(True)
+        out = f(a, a.mT)
+        (g,) = torch.autograd.grad(out.sum(), [a])
+        results.append((out.detach(), g))
+    for e, t in zip(*results):
+        torch.testing.assert_close(t, e)

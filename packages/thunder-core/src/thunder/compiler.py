@@ -10,6 +10,8 @@ naming the input that varies.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
 import time
@@ -124,6 +126,20 @@ class CompileData:
 def _stamp(trace: TraceCtx, name: str, start_ns: int) -> TraceCtx:
     trace.set_provenance(TraceProvenance(name, (time.perf_counter_ns() - start_ns) / 1e6))
     return trace
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic garbage collector paused while a program compiles: compiling allocates many
+    short-lived objects, and the collections they trigger cost about a tenth of the compile time.
+    The garbage is collected as usual afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
@@ -447,7 +463,8 @@ def make_compiled(cd: CompileData) -> Callable:
             ):
                 warned[0] = True
                 _warn_recompiling(cd, previous, args, kwargs, recompile_limit)
-            entry = compile_entry(cd, args, kwargs)
+            with _gc_paused():
+                entry = compile_entry(cd, args, kwargs)
             if not no_caching:
                 entries.add(entry, _safe_key(args, kwargs))
             _note_last(entry)

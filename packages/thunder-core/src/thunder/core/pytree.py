@@ -58,6 +58,7 @@ def register_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
         namespace=NAMESPACE,
     )
     _registered.add(cls)
+    _leaf_types.clear()
 
 
 def is_registered(cls: type) -> bool:
@@ -73,11 +74,67 @@ def tree_unflatten(spec, leaves) -> Any:
     return optree.tree_unflatten(spec, leaves)
 
 
+# The trees thunder walks most (a symbol's arguments) are small tuples, lists and dicts of leaves;
+# walking those in Python skips optree's per-call cost. Anything else goes to optree, so the answer
+# is optree's in every case.
+_leaf_types: dict[type, bool] = {}
+
+
+def _is_leaf_type(t: type, x) -> bool:
+    leaf = _leaf_types.get(t)
+    if leaf is None:  # a type is a leaf or a node for all its instances (registrations are per type)
+        leaf = _leaf_types[t] = optree.tree_structure(x, none_is_leaf=True, namespace=NAMESPACE).is_leaf()
+    return leaf
+
+
+def _plain(x) -> bool:
+    """Whether ``x`` is a leaf, or tuples, lists and dicts (exactly those types) down to leaves."""
+    t = type(x)
+    if t is tuple or t is list or t is dict:
+        for y in x.values() if t is dict else x:
+            ty = type(y)
+            leaf = _leaf_types.get(ty)
+            if leaf is None:
+                if not _plain(y):
+                    return False
+            elif not leaf:
+                return False
+        return True
+    return _is_leaf_type(t, x)
+
+
+def _plain_leaves(x, out: list) -> None:
+    t = type(x)
+    if t is tuple or t is list:
+        for y in x:
+            _plain_leaves(y, out)
+    elif t is dict:
+        for y in x.values():
+            _plain_leaves(y, out)
+    else:
+        out.append(x)
+
+
+def _plain_map(fn: Callable, x):
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_plain_map(fn, y) for y in x)
+    if t is dict:
+        return {k: _plain_map(fn, y) for k, y in x.items()}
+    return fn(x)
+
+
 def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
+    if is_leaf is None and _plain(tree):
+        out: list = []
+        _plain_leaves(tree, out)
+        return out
     return optree.tree_leaves(tree, is_leaf, none_is_leaf=True, namespace=NAMESPACE)
 
 
 def tree_map(fn: Callable, tree: Any, is_leaf: Callable | None = None) -> Any:
+    if is_leaf is None and _plain(tree):
+        return _plain_map(fn, tree)
     return optree.tree_map(fn, tree, is_leaf=is_leaf, none_is_leaf=True, namespace=NAMESPACE)
 
 

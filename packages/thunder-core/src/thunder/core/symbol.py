@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from torch import Size, SymFloat, SymInt
 
 from thunder.core.proxies import Proxy
@@ -133,6 +134,16 @@ def _returns_an_input(out, args, kwargs) -> bool:
     return all(any(p is o for p in inputs) for o in flat_proxies(out))
 
 
+# values that hold no proxy: walked past without asking the pytree module (the common case of a
+# symbol's arguments is a tuple of proxies and such values)
+ATOMIC_TYPES = frozenset(
+    (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device, torch.Size)
+    + (torch.memory_format, torch.layout)
+)
+# (a torch.Size may hold symbolic sizes: flat_proxies looks inside)
+_NO_PROXIES = ATOMIC_TYPES - {torch.Size}
+
+
 def flat_proxies(x, acc: list | None = None) -> list:
     """The proxies inside ``x`` (any pytree: tuples, lists, dicts, slices, registered nodes), in order."""
     if acc is None:
@@ -140,15 +151,33 @@ def flat_proxies(x, acc: list | None = None) -> list:
     if isinstance(x, Proxy):
         acc.append(x)
         return acc
-    for leaf in tree_leaves(x):
-        if isinstance(leaf, Proxy):
-            acc.append(leaf)
-        elif type(leaf) is SymInt or type(leaf) is SymFloat:  # computed from symbolic sizes: the sizes it reads
-            acc.extend(size_proxies(leaf))
-        elif type(leaf) is Size:  # (a pytree leaf) its symbolic sizes
-            for s in leaf:
-                if type(s) is SymInt:
-                    acc.extend(size_proxies(s))
+    t = type(x)
+    if t is tuple or t is list:
+        for y in x:
+            if isinstance(y, Proxy):
+                acc.append(y)
+            elif type(y) not in _NO_PROXIES:
+                flat_proxies(y, acc)
+    elif t is dict:
+        for y in x.values():
+            if isinstance(y, Proxy):
+                acc.append(y)
+            elif type(y) not in _NO_PROXIES:
+                flat_proxies(y, acc)
+    elif t is slice:
+        flat_proxies((x.start, x.stop, x.step), acc)
+    elif t is SymInt or t is SymFloat:  # computed from symbolic sizes: the size variables it reads
+        acc.extend(size_proxies(x))
+    elif t is Size:  # its symbolic sizes
+        for s in x:
+            if type(s) is SymInt:
+                acc.extend(size_proxies(s))
+    elif t not in _NO_PROXIES:
+        for leaf in tree_leaves(x):
+            if isinstance(leaf, Proxy):
+                acc.append(leaf)
+            elif type(leaf) is SymInt or type(leaf) is SymFloat or type(leaf) is Size:
+                flat_proxies(leaf, acc)
     return acc
 
 
@@ -156,6 +185,17 @@ def swap_proxies(x, mapping: dict[str, Proxy]):
     """``x`` with each proxy whose name is in ``mapping`` replaced."""
     if isinstance(x, Proxy):
         return mapping.get(x.name, x)
+    t = type(x)
+    if t is tuple:
+        return tuple(swap_proxies(y, mapping) for y in x)
+    if t is list:
+        return [swap_proxies(y, mapping) for y in x]
+    if t is dict:
+        return {k: swap_proxies(v, mapping) for k, v in x.items()}
+    if t in ATOMIC_TYPES:
+        return x
+    if t is slice:
+        return slice(*(swap_proxies(y, mapping) for y in (x.start, x.stop, x.step)))
     return tree_map(lambda leaf: mapping.get(leaf.name, leaf) if isinstance(leaf, Proxy) else leaf, x)
 
 

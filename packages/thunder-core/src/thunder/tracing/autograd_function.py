@@ -8,8 +8,8 @@ unchanged and takes the differentiable inputs as arguments; its gradient rule is
 ``backward``, so autodiff puts the user's backward into the backward trace, where executors can
 fuse it like any other code. ``ctx.save_for_backward``/``saved_tensors``, tensors kept as ``ctx``
 attributes, ``needs_input_grad``, ``mark_non_differentiable``, ``set_materialize_grads``,
-``once_differentiable``, ``setup_context``, non-tensor arguments and several outputs behave as
-in PyTorch.
+``once_differentiable``, ``setup_context``, ``mark_dirty`` (an input updated in place and returned),
+non-tensor arguments and several outputs behave as in PyTorch.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class _Context:
         self.needs_input_grad = needs_input_grad
         self.to_save = ()
         self.non_differentiable: set[int] = set()
+        self.dirty: set[int] = set()
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors) -> None:
@@ -86,10 +87,7 @@ class _Context:
         self.non_differentiable.update(id(t) for t in tensors)
 
     def mark_dirty(self, *tensors) -> None:
-        raise TracingError(
-            "thunder does not support a torch.autograd.Function whose forward modifies its inputs in place "
-            "(ctx.mark_dirty); return new tensors instead"
-        )
+        self.dirty.update(id(t) for t in tensors)
 
     def set_materialize_grads(self, value: bool) -> None:
         self.materialize_grads = bool(value)
@@ -130,6 +128,8 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     if kwargs:
         raise TracingError(f"{cls.__name__}.apply does not take keyword arguments")
     needs = tuple(isinstance(a, TracingTensor) and a.requires_grad and _is_float(a) for a in args)
+    with torch._C.DisableTorchFunction():  # as inside the tracer: a view's value may be derived here
+        before = [unwrap(a) if isinstance(a, TracingTensor) else None for a in args]  # the values at the call
     ctx = _Context(needs)
     with torch.no_grad():
         if setup_context:
@@ -143,14 +143,23 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     outs = list(out) if isinstance(out, tuple) else [out]
     input_ids = {id(a) for a in args}
     routed: list[int] = []  # positions of the outputs that carry the backward's gradient
+    dirty: list[int] = []  # positions of the outputs that are inputs the forward updated (ctx.mark_dirty)
     for i, o in enumerate(outs):
         if isinstance(o, torch.Tensor) and not isinstance(o, TracingTensor):
             raise TracingError(f"{cls.__name__}.forward returned a tensor that was not computed from its inputs")
         if isinstance(o, TracingTensor) and id(o) not in ctx.non_differentiable and _is_float(o):
-            if id(o) in input_ids:
+            if id(o) in ctx.dirty and id(o) in input_ids:
+                dirty.append(i)  # returned as itself: its new value gets the Function's gradient
+            elif id(o) in input_ids:
                 with torch.no_grad():
                     outs[i] = o = tracer.handle(torch.Tensor.clone, (o,), {})  # a new value, as in eager
             routed.append(i)
+    returned = {id(o) for o in outs}
+    if any(id(a) in ctx.dirty and id(a) not in returned for a in args):
+        raise TracingError(
+            f"{cls.__name__}.forward marked an input dirty (ctx.mark_dirty) without returning it; "
+            "PyTorch requires the tensors marked dirty to be returned"
+        )
     if not routed:
         return out
 
@@ -184,7 +193,8 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
                 f"(expected {len(args)}, got {len(grads)})"
             )
     grad_proxies = [tracer._unwrap_inputs(g) if needs[i] and g is not None else None for i, g in enumerate(grads)]
-    diff_inputs = [unwrap(a) for i, a in enumerate(args) if needs[i]]
+    # an input the forward updated (marked dirty) is differentiated at its value before the call
+    diff_inputs = [before[i] if id(a) in ctx.dirty else unwrap(a) for i, a in enumerate(args) if needs[i]]
     input_grads = [g for i, g in enumerate(grad_proxies) if needs[i]]
     routed_proxies = [outs[i]._thunder_proxy for i in routed]
     unrouted = [p for i, p in enumerate(placeholders) if p is not None and i not in routed and ctx.materialize_grads]
@@ -215,7 +225,17 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     sym.grad_rule = _grad_rule(sym, n_inputs, routed_placeholders, unrouted, backward_scope, input_grads)
     results = sym.record(trace, (*diff_inputs, *routed_proxies), {})
     for i, p in zip(routed, results):
-        outs[i] = TracingTensor(p)
+        if i in dirty:  # the input itself, as in eager: it now holds the output, with the Function's gradient
+            in_symbol, tracer.in_symbol = tracer.in_symbol, True  # the write records symbols directly
+            try:
+                tracer._rebind(cls.apply, outs[i], p)
+            finally:
+                tracer.in_symbol = in_symbol
+            with torch._C.DisableTorchFunction():
+                if outs[i].is_leaf and not outs[i].requires_grad:
+                    outs[i].requires_grad_(True)
+        else:
+            outs[i] = TracingTensor(p)
     return tuple(outs) if isinstance(out, tuple) else outs[0]
 
 

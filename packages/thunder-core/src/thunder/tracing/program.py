@@ -16,7 +16,7 @@ import torch
 from thunder.core import prims, pytree
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbolic import SizeEnv, specialize
-from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.trace import TraceCtx, get_tracectx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.prologue import PrologueBuilder
@@ -214,6 +214,7 @@ class _InputBuilder:
         shadows = self.shadows
         root = _shadow(module, shadows)
         version_checked = False
+        holds: dict[int, bool] = {}  # _holds_tensors of objects many modules share (a model's config)
         for mname, m in module.named_modules():
             if id(m) in self.guarded_modules:
                 continue
@@ -273,7 +274,10 @@ class _InputBuilder:
                     # a plain tensor attribute is read at call time, like a buffer
                     self._state_tensor(m, shadow.__dict__, attr, f"{m_expr}.__dict__.get({attr!r})", prefix, mname)
                     continue
-                if _holds_tensors(value):
+                held = holds.get(id(value))
+                if held is None:
+                    held = holds[id(value)] = _holds_tensors(value)
+                if held:
                     # tensors in a list, dict or object held by the module: inputs, like an argument's
                     copy = self.object_argument(value, f"{m_expr}.__dict__[{attr!r}]", _sanitize(f"{qual}_{attr}"))
                     if copy is not value:
@@ -367,18 +371,20 @@ class _InputBuilder:
         changed = False
         for original, shadow in self.shadow_pairs():
             od, sd = original.__dict__, shadow.__dict__
-            for key in set(od) | set(sd):
+            snapshots = self.attribute_snapshots.get(id(original), {})
+            for key in od.keys() | sd.keys():
+                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if new is old and key not in snapshots:
+                    continue  # the common case, decided first: an attribute the traced code left alone
                 if (id(original), key) in self.object_attributes:
                     continue  # updates of the objects inside are written back by the program's finish
-                if key in _MODULE_INTERNALS:
-                    if key in ("_parameters", "_buffers", "_modules") or od.get(key) is sd.get(key):
-                        continue
-                old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
+                if key in _MODULE_INTERNALS and key in ("_parameters", "_buffers", "_modules"):
+                    continue
                 if isinstance(old, torch.Tensor) and isinstance(new, TracingTensor):
                     continue  # a tensor attribute read at call time; its in-place updates are in the program
                 if new is old:
-                    if guards.is_plain(new) and key in self.attribute_snapshots.get(id(original), {}):
-                        changed = changed or self.attribute_snapshots[id(original)][key] != new
+                    if guards.is_plain(new):
+                        changed = changed or snapshots[key] != new
                     continue
                 if isinstance(new, TracingTensor):
                     raise TracingError(
@@ -492,6 +498,23 @@ class _ObjectArgument:
         self.post_spec = None
         self.keys = list(original) if type(original) is dict else None
         self.sources: list = []  # per leaf of the state after the call: ("pre", i), ("out", k) or ("const", v)
+
+
+def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
+    """An output whose value is an input's value before an in-place update (``v.copy_(b); b.add_(1);
+    return v``) gets a copy taken before the update is written back into the caller's tensor, or it
+    would come back as that very tensor, updated."""
+    overwritten = {ti.proxy.name for ti in tensors if ti.wrapper._thunder_proxy is not ti.proxy}
+    if not overwritten:
+        return
+    own = {id(ti.wrapper) for ti in tensors}
+    for leaf in pytree.tree_leaves(result):
+        if not isinstance(leaf, TracingTensor):
+            continue
+        root = leaf if leaf._tt_view is None else leaf._tt_view[0]  # a view re-derives from its root
+        if id(root) not in own and root._tt_value.name in overwritten:
+            root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
+            root._tt_version += 1
 
 
 def _plan_object_updates(objects: list[_ObjectArgument], extra_outputs: list) -> list[_ObjectArgument]:
@@ -790,6 +813,7 @@ def trace_program(
                     "thunder supports updating module tensors in place only"
                 )
             ti.wrapper._thunder_proxy = current._thunder_proxy
+        _copy_outputs_holding_overwritten_inputs(result, inputs.tensors)
         written = set()
         for ti in inputs.tensors:
             new = ti.wrapper._thunder_proxy

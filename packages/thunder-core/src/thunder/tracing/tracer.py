@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_map
-from thunder.core.symbol import Symbol, flat_proxies, swap_proxies
+from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import current_size_env, has_symbolic, hint, hints, size_env_of, specialize
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
@@ -402,8 +402,13 @@ class Tracer:
         """Outputs of a call whose inputs require grad: they require grad too, or with grad disabled
         (``no_grad``, ``inference_mode``, ``set_grad_enabled(False)``) they pass through ``detach``,
         so autodiff sees the region's end as a stop-gradient, as PyTorch's autograd does."""
-        inputs = flat_proxies((uargs, ukwargs))
-        if not any(type(p) is TensorProxy and p.requires_grad for p in inputs):
+        inputs = flat_proxies(uargs)
+        if ukwargs:
+            flat_proxies(ukwargs, inputs)
+        for p in inputs:
+            if type(p) is TensorProxy and p.requires_grad:
+                break
+        else:
             return out
         enabled = torch.is_grad_enabled()
         input_ids = {id(p) for p in inputs}
@@ -435,8 +440,16 @@ class Tracer:
         return swap_proxies(out, mapping) if mapping else out
 
     def _unwrap_inputs(self, x):
-        if type(x) is TracingTensor:
+        t = type(x)
+        if t is TracingTensor:
             return self._current_value(x)
+        if t is tuple or t is list:  # the common case, walked here: a call's arguments
+            out = [self._unwrap_inputs(y) if type(y) not in ATOMIC_TYPES else y for y in x]
+            return out if t is list else tuple(out)
+        if t is dict:
+            return {k: self._unwrap_inputs(y) if type(y) not in ATOMIC_TYPES else y for k, y in x.items()}
+        if t in ATOMIC_TYPES:
+            return x
         return tree_map(self._unwrap_input_leaf, x)
 
     def _unwrap_input_leaf(self, x):
@@ -483,7 +496,14 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
+            _mark_requires_grad(value, uargs, ukwargs)
             self._rebind(func, wrapper, value, args, kwargs)
+            if value.requires_grad and torch.is_grad_enabled() and not wrapper.requires_grad:
+                # as in eager, the updated tensor (and the base it is a view of) now requires grad
+                with torch._C.DisableTorchFunction():
+                    for t in (wrapper, wrapper._tt_view[0] if wrapper._tt_view is not None else None):
+                        if t is not None and t.is_leaf and not t.requires_grad:
+                            t.requires_grad_(True)
         return out
 
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
@@ -798,12 +818,16 @@ def _to_shadows(x):
 
 def run_on_shadows(func, args, kwargs):
     """``func`` run on the arguments' shadows (None when PyTorch cannot run it on ``meta``)."""
+    enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)  # cheaper than torch.no_grad() on this path (every view op)
     try:
-        with torch._C.DisableTorchFunction(), torch.no_grad(), warnings.catch_warnings():
+        with torch._C.DisableTorchFunction(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user's call warns itself where eager would
             return func(*_to_shadows(args), **_to_shadows(kwargs))
     except Exception:
         return None
+    finally:
+        torch._C._set_grad_enabled(enabled)
 
 
 def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, mout):
@@ -1065,6 +1089,20 @@ def _stored_name(code, lasti: int) -> str | None:
     return None
 
 
+def _mark_requires_grad(value, uargs, ukwargs) -> None:
+    """An in-place op's new value requires grad, as in eager, when grad is enabled and an input of the op
+    does (a ``fill_`` of such a tensor gives a fresh ``full`` that would otherwise look constant)."""
+    if (
+        type(value) is TensorProxy
+        and not value.requires_grad
+        and value.dtype.kind in ("float", "complex")
+        and torch.is_grad_enabled()
+    ):
+        inputs = flat_proxies((uargs, ukwargs))
+        if any(type(p) is TensorProxy and p.requires_grad for p in inputs) and all(p is not value for p in inputs):
+            value.requires_grad = True
+
+
 def _func_name(func) -> str:
     if isinstance(func, Symbol):
         return func.name
@@ -1186,7 +1224,28 @@ def _run_tracking_grad(func, margs, mkwargs):
         with torch.enable_grad():
             return func(*gargs, **gkwargs)
     except Exception:
-        return None
+        pass
+    # the op refuses some input that requires grad (native_batch_norm's running statistics): one run per
+    # input, only that one requiring grad (through a non-leaf, so in-place updates of it are allowed); an
+    # output is differentiable when some run makes it require grad
+    combined = template = None
+    for i in range(len(leaves)):
+        plain = {id(x): x.detach() for j, x in enumerate(leaves) if j != i}
+        plain[id(leaves[i])] = leaves[i].clone()
+        swap = lambda x: plain.get(id(x), x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        try:
+            with torch.enable_grad():
+                result = func(*tree_map(swap, gargs), **{k: tree_map(swap, v) for k, v in gkwargs.items()})
+        except Exception:
+            continue
+        flat = list(result) if isinstance(result, (tuple, list)) else [result]
+        if combined is None:
+            combined, template = flat, result
+        elif len(flat) == len(combined):
+            combined = [r if isinstance(r, torch.Tensor) and r.requires_grad else c for c, r in zip(combined, flat)]
+    if not isinstance(template, (tuple, list)):
+        return combined[0] if combined else None
+    return type(template)(combined)  # the structure of the op's result (tuple, list or return_types)
 
 
 def _mark_nondifferentiable_outputs(result, out) -> None:

@@ -139,17 +139,19 @@ def _pow_grad_exponent(a, b, out, g):
 _binary(prims.pow, _pow_grad_base, _pow_grad_exponent)
 
 
-def _max_min_grad(first: bool, cmp):
+def _max_min_grad(first: bool, loses):
+    """PyTorch's maximum/minimum derivatives: half the gradient to each side at a tie, none to the side
+    that loses, and the whole gradient to both sides where a NaN makes every comparison false."""
+
     def grad(a, b, out, g):
         x, y = (a, b) if first else (b, a)
-        half = M(g, 0.5)
-        return ltorch.where(cmp(x, y), g, ltorch.where(ltorch.eq(x, y), half, 0.0))
+        return ltorch.where(loses(x, y), 0.0, ltorch.where(ltorch.eq(x, y), M(g, 0.5), g))
 
     return grad
 
 
-_binary(prims.maximum, _max_min_grad(True, ltorch.gt), _max_min_grad(False, ltorch.gt))
-_binary(prims.minimum, _max_min_grad(True, ltorch.lt), _max_min_grad(False, ltorch.lt))
+_binary(prims.maximum, _max_min_grad(True, ltorch.lt), _max_min_grad(False, ltorch.lt))
+_binary(prims.minimum, _max_min_grad(True, ltorch.gt), _max_min_grad(False, ltorch.gt))
 _binary(
     prims.fmod,
     lambda a, b, out, g: g,
@@ -158,7 +160,8 @@ _binary(
 _binary(
     prims.remainder,
     lambda a, b, out, g: g,
-    lambda a, b, out, g: ltorch.neg(M(g, ltorch.floor(ltorch.true_divide(a, b)))),
+    # PyTorch's -g * a.div(b, rounding_mode="floor"): NaN (not an infinity) where a is infinite
+    lambda a, b, out, g: ltorch.neg(M(g, ltorch.floor_divide(a, b))),
 )
 
 
@@ -390,10 +393,11 @@ def _extremum_grad(prim):
     def rule(a, dims):
         out = prim(a, dims)
         g = get_grad(out)
-        mask = ltorch.eq(a, _restore_reduced(out, a, dims))
-        count = ltorch.sum(mask, list(dims), keepdim=True) if dims else ltorch.to(mask, a.dtype.torch_dtype)
-        share = ltorch.true_divide(_restore_reduced(g, a, dims), count)
-        put_grad(a, ltorch.where(mask, share, 0.0))
+        # PyTorch's scale_grad_by_count: (g / count) * mask, so a NaN extremum (no element equals it, the
+        # count is zero) gives NaN gradients as in eager
+        mask = ltorch.to(ltorch.eq(a, _restore_reduced(out, a, dims)), a.dtype.torch_dtype)
+        count = ltorch.sum(mask, list(dims), keepdim=True) if dims else mask
+        put_grad(a, M(ltorch.true_divide(_restore_reduced(g, a, dims), count), mask))
         return out
 
     register_grad(prim, rule)

@@ -77,7 +77,9 @@ _signatures: dict[str, inspect.Signature] = {}
 
 
 def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
-    """hardtanh and relu6: the gradient is zero at the bounds (PyTorch's hardtanh_backward)."""
+    """hardtanh and relu6: PyTorch's hardtanh_backward, zero at and beyond the bounds. At a NaN eager's
+    CPU kernels disagree (the scalar loop passes the gradient, the vectorised one, which large tensors
+    take, gives zero): the rule follows the vectorised one."""
 
     def rule(*args, **kwargs):
         bound = _bind(sym, args, kwargs)
@@ -94,6 +96,93 @@ def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
 
 _hardtanh_like(ltorch.hardtanh, "min_val", "max_val")
 _hardtanh_like(ltorch.relu6, None, None, 0.0, 6.0)
+
+
+def _first_arg_rule(sym, derivative):
+    """A rule for a one-tensor activation: ``derivative(a, out, g, **params)`` is PyTorch's backward formula
+    (derivatives.yaml), exact at the points (NaN, infinities, kinks) where the decomposition's chain rule
+    is not."""
+
+    def rule(*args, **kwargs):
+        bound = _bind(sym, args, kwargs)
+        a = next(iter(bound.values()))
+        params = {k: v for k, v in bound.items() if k != "inplace"}
+        params.pop(next(iter(bound)))
+        out = sym(*args, **kwargs)
+        if not isinstance(a, TensorProxy):
+            return out
+        put_grad(a, derivative(a, out, get_grad(out), **params))
+        return out
+
+    register_grad(sym, rule)
+
+
+_where = ltorch.where
+_first_arg_rule(ltorch.relu, lambda a, out, g: _where(ltorch.le(out, 0), 0.0, g))  # threshold_backward
+_first_arg_rule(ltorch.sigmoid, lambda a, out, g: ltorch.mul(g, ltorch.mul(out, ltorch.sub(1, out))))
+_first_arg_rule(
+    ltorch.hardsigmoid,
+    lambda a, out, g: _where(ltorch.logical_and(ltorch.gt(a, -3.0), ltorch.lt(a, 3.0)), ltorch.true_divide(g, 6), 0.0),
+)
+_first_arg_rule(
+    ltorch.hardswish,
+    # at a NaN, NaN (eager's vectorised kernel; its scalar loop passes the gradient)
+    lambda a, out, g: _where(
+        ltorch.le(a, -3.0), 0.0, _where(ltorch.ge(a, 3.0), g, ltorch.mul(g, ltorch.add(ltorch.true_divide(a, 3), 0.5)))
+    ),
+)
+
+
+def _elu_backward(a, g, negcoef, poscoef, negiptcoef):
+    # PyTorch's elu_backward on the input: the exponential only where the input is not positive (no
+    # inf * 0 at a = inf); NaN at a NaN, as eager's vectorised kernel (its scalar loop gives poscoef)
+    neg = ltorch.mul(g, ltorch.mul(ltorch.exp(ltorch.mul(a, negiptcoef)), negcoef * negiptcoef))
+    return _where(ltorch.gt(a, 0), ltorch.mul(g, poscoef) if poscoef != 1 else g, neg)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+_first_arg_rule(ltorch.elu, lambda a, out, g, alpha=1.0: _elu_backward(a, g, alpha, 1.0, 1.0))
+_first_arg_rule(ltorch.celu, lambda a, out, g, alpha=1.0: _elu_backward(a, g, alpha, 1.0, 1.0 / alpha))
+_first_arg_rule(ltorch.selu, lambda a, out, g: _elu_backward(a, g, _SELU_ALPHA * _SELU_SCALE, _SELU_SCALE, 1.0))
+
+
+def _softplus_grad(a, out, g, beta=1.0, threshold=20.0):
+    # softplus_backward: the cotangent itself above the threshold (no inf / inf at a = inf)
+    z = ltorch.exp(ltorch.mul(a, beta))
+    return _where(ltorch.gt(ltorch.mul(a, beta), threshold), g, ltorch.mul(g, ltorch.true_divide(z, ltorch.add(z, 1))))
+
+
+_first_arg_rule(ltorch.softplus, _softplus_grad)
+
+
+@register_grad(ltorch.clamp)
+def _clamp_grad(*args, **kwargs):
+    """PyTorch's clamp_backward and clamp_backward_min_max: the input gets the gradient where
+    ``min <= a <= max`` (not at a NaN), a bound where it is the value taken (``max`` also where
+    ``max < min``)."""
+    from thunder.transforms.prim_grads import sum_to_shape
+
+    a, lo, hi = list(_bind(ltorch.clamp, args, kwargs).values())[:3]
+    out = ltorch.clamp(*args, **kwargs)
+    g = get_grad(out)
+
+    def give(x, mask):
+        if isinstance(x, TensorProxy) and dtypes.is_inexact_dtype(x.dtype):
+            grad = sum_to_shape(_where(mask, g, 0.0), x.shape)
+            put_grad(x, ltorch.to(grad, x.dtype.torch_dtype) if grad.dtype is not x.dtype else grad)
+
+    if lo is not None and hi is not None:
+        give(a, ltorch.logical_and(ltorch.ge(a, lo), ltorch.le(a, hi)))
+        if isinstance(lo, TensorProxy) or isinstance(hi, TensorProxy):
+            give(lo, ltorch.logical_and(ltorch.lt(a, lo), ltorch.lt(lo, hi)))
+            give(hi, ltorch.logical_or(ltorch.gt(a, hi), ltorch.lt(hi, lo)))
+    elif lo is not None:
+        give(a, ltorch.ge(a, lo))
+        give(lo, ltorch.lt(a, lo))
+    else:
+        give(a, ltorch.le(a, hi))
+        give(hi, ltorch.gt(a, hi))
+    return out
 
 
 def _restore_dims(t: TensorProxy, ndim: int, dims, keepdim: bool) -> TensorProxy:
@@ -121,7 +210,7 @@ def _norm_grad(*args, **kwargs):
     a, p = values[0], values[1]
     dim, keepdim, dtype = bound.get("dim"), bound.get("keepdim", False), bound.get("dtype")
     out = ltorch.norm(*args, **kwargs)
-    if p not in (2, 2.0, "fro") or a.ndim == 0:
+    if p not in (2, 2.0, "fro"):
         return NotImplemented  # other orders: their decompositions' gradients match PyTorch's
     g = get_grad(out)
     dims = _reduced_dims(a, dim)
@@ -170,6 +259,8 @@ def _value_selecting(sym):
         values = list(bound.values())
         a, dim = values[0], values[1]
         keepdim = bound.get("keepdim", False)
+        if dim is None and isinstance(a, TensorProxy):
+            return _evenly_distributed(sym, a)
         if not isinstance(dim, int) or a.ndim == 0:
             return NotImplemented
         out = sym(*args, **kwargs)
@@ -185,13 +276,23 @@ def _value_selecting(sym):
     register_grad(sym, rule)
 
 
+def _evenly_distributed(sym, a):
+    """max()/min() of a whole tensor: PyTorch's evenly_distribute_backward, the gradient shared among the
+    elements equal to the result, or among the NaNs when the result is NaN."""
+    out = sym(a)
+    mask = _where(ltorch.isnan(out), ltorch.isnan(a), ltorch.eq(a, out))
+    count = ltorch.sum(ltorch.to(mask, a.dtype.torch_dtype))
+    put_grad(a, _where(mask, ltorch.true_divide(get_grad(out), count), 0.0))
+    return out
+
+
 _value_selecting(ltorch.max)
 _value_selecting(ltorch.min)
 
 
 @register_grad(ltorch.xlogy)
 def _xlogy_grad(*args, **kwargs):
-    """PyTorch's xlogy derivatives: ``xlogy(a != 0, b) * g`` for ``a`` (zero where ``a`` is zero, even at log(0))."""
+    """PyTorch's xlogy derivatives: ``xlogy(g, b)`` for ``a``, zero where ``a`` is zero and ``b`` not positive."""
     import math
 
     from thunder.transforms.prim_grads import sum_to_shape
@@ -201,7 +302,9 @@ def _xlogy_grad(*args, **kwargs):
     g = get_grad(out)
     if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
         if isinstance(b, TensorProxy):
-            put_grad(a, sum_to_shape(ltorch.where(ltorch.ne(a, 0), ltorch.mul(g, ltorch.log(b)), 0.0), a.shape))
+            # xlogy(g, b), zero only where a is zero and b is not positive
+            singular = ltorch.logical_and(ltorch.eq(a, 0), ltorch.le(b, 0))
+            put_grad(a, sum_to_shape(ltorch.where(singular, 0.0, ltorch.xlogy(g, b)), a.shape))
         else:  # xlogy(Tensor, Scalar): PyTorch gives g * log(b), unmasked
             put_grad(a, ltorch.mul(g, math.log(b) if b > 0 else (-math.inf if b == 0 else math.nan)))
     if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
