@@ -18,6 +18,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
+from thunder.tracing.post_call import PostCall
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
@@ -26,6 +27,7 @@ from thunder.tracing.tracer import (
     _current_tracer,
     _TracingMode,
     alias_of_storage,
+    seed_storage,
     set_input_layout,
     unwrap,
 )
@@ -330,6 +332,7 @@ class _InputBuilder:
             self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
             for ti, value in members:
                 alias_of_storage(ti.wrapper, root, value)
+            seed_storage(root, [ti.wrapper for ti, _ in members])
         return aliased
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
@@ -729,6 +732,7 @@ def trace_program(
         dependencies = _guard_code_dependencies(prologue, fn, inputs)
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
+        post_call = PostCall(inputs.tensors, inputs.state_reads)
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
@@ -759,7 +763,7 @@ def trace_program(
             ti.wrapper._thunder_proxy = current._thunder_proxy
         written = set()
         for ti in inputs.tensors:
-            new = ti.wrapper._thunder_proxy
+            new = post_call.elements(ti)
             if new is not ti.proxy and ti.proxy.name not in written:
                 written.add(ti.proxy.name)
                 prims.copy_(new, ti.proxy)
@@ -782,6 +786,8 @@ def trace_program(
         )
     with tracectx(trace):
         structure, rebuild, finish_args = _collect_output(result, inputs.objects)
+        post_call.plan((ti.wrapper for ti in inputs.tensors), result)
+        structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
 
     # the computation takes the user's tensors, then the module state the program used

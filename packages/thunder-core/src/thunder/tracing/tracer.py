@@ -64,6 +64,7 @@ class TracingTensor(torch.Tensor):
         t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
         t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
+        t._tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
         return t
 
     @property
@@ -72,11 +73,20 @@ class TracingTensor(torch.Tensor):
         view = self._tt_view
         if view is not None:
             base = view[0]
+            if base._tt_view is not None:
+                # the root changed its sizes or strides in place (t_, unsqueeze_): this view's elements are
+                # those of its former layout
+                base = base._tt_former
+                view = self._tt_view = (base, view[1])
+                self._tt_seen = -1
             if base._tt_version != self._tt_seen:
                 if view[1] is None:
-                    self._tt_value = _derive_strided(base, self)
+                    value = _derive_strided(base, self)
                 else:
-                    self._tt_value = _derive_view(base._tt_value, view[1])
+                    value = _derive_view(base._tt_value, view[1])
+                if self._tt_nondiff and value.requires_grad:  # a view through detach(): no gradient path
+                    value = _detached(value)
+                self._tt_value = value
                 self._tt_seen = base._tt_version
         return self._tt_value
 
@@ -514,7 +524,11 @@ class Tracer:
             wrapper._tt_value = value
             wrapper._tt_version += 1
             return
-        if getattr(func, "__name__", None) not in _UNIFORM_WRITES and _overlaps_itself(wrapper._tt_meta):
+        name = getattr(func, "__name__", None)
+        if name == "copy_" and len(args) > 1 and args[1] is wrapper:
+            return  # x.copy_(x) does nothing in eager (even on an expanded x)
+        region = _written_region(name, wrapper, args)
+        if name not in _UNIFORM_WRITES and _overlaps_itself(region):
             raise RuntimeError(
                 f"{_func_name(func)}: unsupported operation: more than one element of the written-to tensor refers "
                 "to a single memory location. Please clone() the tensor before performing the operation."
@@ -522,7 +536,13 @@ class Tracer:
         # an update through a view writes the root; the root's other views re-derive lazily
         base, steps = view
         old_base = base._tt_value
-        if steps is None:
+        partial = region is not wrapper._tt_meta and _overlaps_itself(wrapper._tt_meta)
+        if partial:
+            # x[key] = v on an x whose elements overlap (expand): only x[key]'s elements are written
+            part = TracingTensor(torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1])))
+            part._tt_meta = region
+            new_base = _write_strided(base, part, part._tt_value)
+        elif steps is None:
             new_base = _write_strided(base, wrapper, value)
         else:
             new_base = _write_view(old_base, steps, value)
@@ -532,32 +552,56 @@ class Tracer:
         base._tt_value = new_base
         base._tt_version += 1
         wrapper._tt_value = value
-        wrapper._tt_seen = base._tt_version
+        # (a partly written x whose elements overlap re-derives: other elements show the write too)
+        wrapper._tt_seen = -1 if partial else base._tt_version
 
     def _rebind_metadata(self, func, wrapper: TracingTensor, value: TensorProxy, args, kwargs) -> None:
-        """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``)."""
-        if wrapper._tt_view is None and getattr(wrapper, "_tt_input", False):
-            raise NotImplementedError(
-                f"{_func_name(func)} changes the sizes or strides of an input tensor in place, which thunder cannot "
-                "reflect in the caller's tensor; apply it to a clone or use the out-of-place form"
-            )
+        """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``).
+
+        The tensor becomes a view: of its former elements (``t_``, ``as_strided_``, a ``resize_`` within its
+        storage), of another tensor (``set_``) or of a fresh root (a ``resize_`` growing the storage). Its
+        former elements live on as a hidden root that the views taken before the change now derive from
+        (``_tt_former``); for an input that root is also what the program writes back into the caller's
+        tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
+        """
         old_meta = shadow(wrapper)
+        with torch._C.DisableTorchFunction():
+            old_nbytes = old_meta.untyped_storage().nbytes()
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
         if new_meta is None or tuple(new_meta.shape) != tuple(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
-        if wrapper._tt_view is not None:
-            wrapper._tt_view = (wrapper._tt_view[0], None)
-        else:
-            # the old value becomes a hidden root the tensor is now a (restrided) view of
+        with torch._C.DisableTorchFunction():
+            grown = _storage_id(new_meta) == _storage_id(old_meta) and new_meta.untyped_storage().nbytes() > old_nbytes
+        if wrapper._tt_view is None:
+            # the former elements become a hidden root the tensor is now a (restrided) view of
             root = TracingTensor(wrapper._tt_value)
             root._tt_meta = old_meta
+            root._tt_nondiff = wrapper._tt_nondiff
+            wrapper._tt_former = root
             wrapper._tt_view = (root, None)
             wrapper._tt_seen = root._tt_version
+        else:
+            if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
+                # an input that was a view of its storage (aliased arguments): its elements as given
+                root = TracingTensor(wrapper._thunder_proxy)
+                root._tt_meta = old_meta
+                root._tt_view, root._tt_seen = wrapper._tt_view, wrapper._tt_seen
+                root._tt_nondiff = wrapper._tt_nondiff
+                wrapper._tt_original = root
+            wrapper._tt_view = (wrapper._tt_view[0], None)
+        if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
+            wrapper._tt_original = wrapper._tt_former
         src = args[1] if getattr(func, "__name__", None) == "set_" and len(args) > 1 else None
         if isinstance(src, TracingTensor) and _storage_id(shadow(src)) == _storage_id(new_meta):
             _mark_view(wrapper, src, None)  # x.set_(y): x now aliases y
-        elif _storage_id(new_meta) != _storage_id(old_meta):  # resize_ to a larger storage: a new tensor
-            wrapper._tt_view = None
+        elif grown or _storage_id(new_meta) != _storage_id(old_meta):
+            # resize_ past the storage's end, set_ to a new storage: a tensor of its own, the view of a fresh root
+            if grown:
+                new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
+            fresh = TracingTensor(value)
+            fresh._tt_meta = new_meta
+            wrapper._tt_view = (fresh, None)
+            wrapper._tt_seen = fresh._tt_version
         wrapper._tt_meta = new_meta
         wrapper._tt_value = value
         with torch._C.DisableTorchFunction():
@@ -693,12 +737,40 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
         return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
 
 
+def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | None:
+    """The shadow of the elements an in-place op writes: ``x[key] = v`` writes only ``x[key]`` when that is a view."""
+    m = w._tt_meta
+    if name == "__setitem__" and len(args) > 1 and m is not None:
+        region = run_on_shadows(T.__getitem__, (w, args[1]), {})
+        if isinstance(region, torch.Tensor) and _storage_id(region) == _storage_id(m):
+            return region
+    return m
+
+
 def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> None:
     """Makes the input stand-in ``w`` (of the real tensor ``t``) a view of ``root``, its storage as a 1-D input."""
     with torch._C.DisableTorchFunction():
         w._tt_meta = shadow(root).as_strided(t.shape, t.stride(), t.storage_offset())
     w._tt_view = (root, None)
     w._tt_seen = root._tt_version
+
+
+def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
+    """Gives the storage ``root`` of aliased arguments ``members`` their elements as its value, so that the
+    gradient path of each element is its argument's (the last one covering it, the arguments that require
+    grad last). An argument that does not require grad while another one does is an alias made with
+    ``detach()``/``.data`` (or under ``no_grad``): updates through it are invisible to autograd, as in eager."""
+    grad = [w for w in members if w._tt_value.requires_grad]
+    if not grad:
+        return
+    for w in members:
+        w._tt_nondiff = w._tt_nondiff or not w._tt_value.requires_grad
+    value = root._tt_value
+    for w in grad:
+        value = _write_strided(root, w, w._tt_value)
+        root._tt_value = value
+    value.requires_grad = True
+    root._tt_unchanged = value  # still the caller's elements: nothing to write back
 
 
 _DETACHING = frozenset((T.detach, torch.detach, T.data.__get__))
@@ -709,10 +781,11 @@ def _changes_layout(func, w: TracingTensor, args, kwargs) -> bool:
     old = shadow(w)
     new = run_on_shadows(func, (old.detach(), *args[1:]), kwargs) if callable(func) else None
     with torch._C.DisableTorchFunction():
-        return new is None or (new.shape, new.stride(), new.storage_offset()) != (
+        return new is None or (new.shape, new.stride(), new.storage_offset(), _storage_id(new)) != (
             old.shape,
             old.stride(),
             old.storage_offset(),
+            _storage_id(old),
         )
 
 
@@ -873,6 +946,16 @@ class _recording_directly:
     def __exit__(self, *exc):
         self.trace.user_call_hook = self.hook
         return False
+
+
+def _detached(p: TensorProxy) -> TensorProxy:
+    from thunder.core.trace import get_tracectx
+    from thunder.torch import detach
+
+    with _recording_directly():
+        out = detach.record(get_tracectx(), (p,), {})
+    out.requires_grad = False
+    return out
 
 
 def _derive_strided(root: TracingTensor, view: TracingTensor) -> TensorProxy:
