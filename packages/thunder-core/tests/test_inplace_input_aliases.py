@@ -131,3 +131,31 @@ def test_copy_of_itself_is_a_no_op_on_an_expanded_view():
         return (a0.sum() * 1,)
 
     _check(f, lambda: (_leaf(2, 1),))
+
+
+def test_backward_reads_an_aliased_argument_as_it_was_before_the_write_back():
+    # a1.flatten() copies; backward needs a1's old values although the program writes the storage at its end
+    def f(a0, a1):
+        v0 = a1.select(0, -1)
+        v1 = a1.flatten()
+        with torch.no_grad():
+            v0.pow_(2)
+        return (v1.abs(),)
+
+    def make():
+        a0 = _leaf(2, 3)
+        return a0, a0.mT
+
+    _check(f, make)
+
+
+def test_inplace_on_a_tensor_that_requires_grad_keeps_it_requiring_grad():
+    # so that what no_grad computes from it is cut off, as in eager
+    def f(a0):
+        v0 = torch.nn.functional.gelu(a0)
+        v0.fill_(1.5)
+        with torch.no_grad():
+            v4 = torch.nn.functional.silu(v0)
+        return v4, torch.sigmoid(a0) * 1
+
+    _check(f, lambda: (_leaf(2, 3),))

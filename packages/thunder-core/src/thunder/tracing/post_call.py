@@ -73,7 +73,8 @@ class PostCall:
             return
         for i, leaf in enumerate(leaves):
             if type(leaf) is TracingTensor and id(leaf) in self.exprs:
-                unchanged = leaf._thunder_proxy is self.proxies[id(leaf)]
+                value = leaf._thunder_proxy
+                unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:

@@ -508,6 +508,18 @@ class Tracer:
         ):
             self._rebind_metadata(func, wrapper, value, args, kwargs or {})
             return
+        if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
+            return
+        if (
+            old.requires_grad
+            and not value.requires_grad
+            and torch.is_grad_enabled()
+            and value.dtype.kind in ("float", "complex")
+            and not any(value is getattr(a, "_tt_value", a) for a in args)
+        ):
+            # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5): its gradient
+            # is zero), so what is computed from it under no_grad is cut off as in eager
+            value.requires_grad = True
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
@@ -554,6 +566,52 @@ class Tracer:
         wrapper._tt_value = value
         # (a partly written x whose elements overlap re-derives: other elements show the write too)
         wrapper._tt_seen = -1 if partial else base._tt_version
+
+    def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
+        """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
+        eager's error, or eager's own call run on a copy of the storage (``thunder/tracing/overlap.py``)."""
+        from thunder.tracing.overlap import overlapping_inputs, update_on_storage
+
+        if not callable(func) or isinstance(func, Symbol):
+            return False
+        dm = shadow(wrapper)
+        sid = _storage_id(dm)
+        candidates = [
+            (i, shadow(a))
+            for i, a in enumerate(args)
+            if i > 0 and type(a) is TracingTensor and a is not wrapper and _storage_id(shadow(a)) == sid
+        ]
+        if not candidates:
+            return False
+        name = getattr(func, "__name__", None)
+        found = overlapping_inputs(_written_region(name, wrapper, args), candidates, _func_name(func))
+        if not found:
+            return False
+        root = wrapper._tt_view[0] if wrapper._tt_view is not None else wrapper
+        if any((args[i]._tt_view[0] if args[i]._tt_view is not None else args[i]) is not root for i in found):
+            raise NotImplementedError(
+                f"{_func_name(func)} reads a tensor that partly overlaps the tensor it writes, through aliases thunder "
+                f"cannot relate; clone() the input first\n  {describe_location(user_frame(3))}"
+            )
+        views = {0: dm, **{i: shadow(args[i]) for i in found}}
+        old_root = root._thunder_proxy
+        rest = [None if i in views else self._unwrap_inputs(a) for i, a in enumerate(args)]
+        new_root = update_on_storage(func, shadow(root), old_root, views, rest, self._unwrap_inputs(kwargs))
+        if (
+            self.autodiff
+            and (wrapper._tt_nondiff or not torch.is_grad_enabled())
+            and new_root.dtype.kind
+            in (
+                "float",
+                "complex",
+            )
+        ):
+            new_root = _no_grad_update(self.trace, old_root, new_root)
+        root._tt_value = new_root
+        root._tt_version += 1
+        if wrapper is not root:
+            wrapper._tt_seen = -1
+        return True
 
     def _rebind_metadata(self, func, wrapper: TracingTensor, value: TensorProxy, args, kwargs) -> None:
         """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``).
@@ -763,8 +821,16 @@ def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
     grad = [w for w in members if w._tt_value.requires_grad]
     if not grad:
         return
+    from thunder.core import prims
+
     for w in members:
         w._tt_nondiff = w._tt_nondiff or not w._tt_value.requires_grad
+        # the program reads a copy: backward may save it, and writing back into any argument of the group
+        # at the program's end changes them all (unseen by the saving pass, which knows one name per write)
+        with _recording_directly():
+            copy = prims.clone(w._tt_value)
+        copy.requires_grad = w._tt_value.requires_grad
+        w._tt_value = w._tt_unchanged = copy
     value = root._tt_value
     for w in grad:
         value = _write_strided(root, w, w._tt_value)
