@@ -159,3 +159,28 @@ def test_inplace_on_a_tensor_that_requires_grad_keeps_it_requiring_grad():
         return v4, torch.sigmoid(a0) * 1
 
     _check(f, lambda: (_leaf(2, 3),))
+
+
+def test_no_grad_update_of_a_detached_tensor_leaves_it_without_gradient():
+    def f(a0):
+        v0 = a0 * 2
+        v2 = (v0 * v0.detach()).detach()
+        with torch.no_grad():
+            v2.add_(a0 - v0)
+        return (v2,)
+
+    _check(f, lambda: (_leaf(3),))
+
+
+def test_gradient_written_through_an_aliasing_argument_reaches_the_other():
+    def f(a0, a1, a2):
+        a1.add_(a2)
+        with torch.no_grad():
+            a0[..., :1] = 0.5
+        return (a0,)
+
+    def make():
+        a0 = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        return a0, a0[0], torch.tensor(1.5, requires_grad=True)
+
+    _check(f, make, same_object=(0,))

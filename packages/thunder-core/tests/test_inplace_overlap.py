@@ -72,3 +72,17 @@ def test_overlapping_update_gradients_match_eager():
     assert torch.equal(got, expected)
     g = torch.linspace(-1, 1, 9, dtype=torch.float64).reshape(3, 3)
     torch.testing.assert_close(torch.autograd.grad(got, b, g)[0], torch.autograd.grad(expected, a, g)[0])
+
+
+def test_setitem_from_an_alias_with_leading_unit_dims_is_not_an_overlap():
+    # eager drops the value's leading size-1 dims: a1[0] = a2 writes an element onto itself
+    def f(a0, a1, a2):
+        a1[0] = a2
+        return (a1 * 1,)
+
+    def make():
+        a0 = torch.tensor([0.5, 1.5, 2.5])
+        return a0, a0, a0[..., :1]
+
+    e, t = make(), make()
+    assert torch.equal(thunder.jit(f)(*t)[0], f(*e)[0])

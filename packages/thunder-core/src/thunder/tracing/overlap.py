@@ -57,15 +57,27 @@ def partial_overlap_error(func_name: str) -> RuntimeError:
     return RuntimeError(f"{func_name}: {_PARTIAL}")
 
 
-def overlapping_inputs(dst: torch.Tensor, candidates: list[tuple[int, torch.Tensor]], func_name: str) -> list[int]:
+def _without_leading_ones(layout: tuple) -> tuple:
+    shape, stride, offset = layout
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return shape[k:], stride[k:], offset
+
+
+def overlapping_inputs(
+    dst: torch.Tensor, candidates: list[tuple[int, torch.Tensor]], func_name: str, *, setitem: bool = False
+) -> list[int]:
     """Positions among ``candidates`` (``(position, shadow)`` sharing ``dst``'s storage) whose elements
-    overlap ``dst``'s without being ``dst`` itself; raises eager's error where eager refuses."""
+    overlap ``dst``'s without being ``dst`` itself; raises eager's error where eager refuses. (``x[k] = v``
+    drops ``v``'s leading dims of size 1 first, as eager does.)"""
     found = []
     with torch._C.DisableTorchFunction():
         if dst.numel() == 0:
             return found
         for pos, m in candidates:
-            if m.numel() == 0 or _layout(m) == _layout(dst):
+            layout = _without_leading_ones(_layout(m)) if setitem else _layout(m)
+            if m.numel() == 0 or layout == _layout(dst):
                 continue
             (a0, a1), (b0, b1) = _span(dst), _span(m)
             if a1 <= b0 or b1 <= a0:

@@ -48,6 +48,7 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
+        self.spec = None  # the output's structure (a transform that changes it disables the substitution)
 
     def elements(self, ti) -> TensorProxy:
         """The input's current elements in the layout the caller gave (what the program writes back); its
@@ -68,7 +69,7 @@ class PostCall:
             seen.add(id(w))
             self._plan_layout(w, original)
         try:
-            leaves = pytree.tree_leaves(result)
+            leaves, self.spec = pytree.tree_flatten(result)
         except Exception:
             return
         for i, leaf in enumerate(leaves):
@@ -99,13 +100,19 @@ class PostCall:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned:
             return structure, finish, finish_args
-        steps, returned, n_args = tuple(self.steps), tuple(self.returned), len(finish_args)
+        steps, returned, n_args, spec, nested = (
+            tuple(self.steps),
+            tuple(self.returned),
+            len(finish_args),
+            self.spec,
+            bool(self.extra),
+        )
         named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
         exprs = sorted(named)
         where = {e: n_args + i for i, e in enumerate(exprs)}
 
         def finish_after_call(values, *args):
-            out, extra = values
+            out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
@@ -119,21 +126,23 @@ class PostCall:
                     else:
                         t.set_(extra[detail].detach())
             if returned:
-                result = _return_inputs(result, returned, args, where)
+                result = _return_inputs(result, returned, args, where, spec)
             return result
 
-        return (structure, tuple(self.extra)), finish_after_call, [*finish_args, *exprs]
+        if nested:
+            structure = (structure, tuple(self.extra))
+        return structure, finish_after_call, [*finish_args, *exprs]
 
 
-def _return_inputs(result, returned, args, where):
+def _return_inputs(result, returned, args, where, spec):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 
     An input whose new value carries autograd history the caller's tensor cannot hold (a view, or a tensor
     autograd would not rebase) stays the program's output: its gradients are right, its identity is not."""
-    leaves, spec = pytree.tree_flatten(result)
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
     for i, expr, unchanged in returned:
-        if i >= len(leaves):
-            return result
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or out.shape != t.shape:
             continue

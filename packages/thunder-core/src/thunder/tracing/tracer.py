@@ -84,8 +84,11 @@ class TracingTensor(torch.Tensor):
                     value = _derive_strided(base, self)
                 else:
                     value = _derive_view(base._tt_value, view[1])
-                if self._tt_nondiff and value.requires_grad:  # a view through detach(): no gradient path
-                    value = _detached(value)
+                if self._tt_nondiff:
+                    if value.requires_grad:  # a view through detach(): no gradient path
+                        value = _detached(value)
+                elif base._tt_value.requires_grad and value.dtype.kind in ("float", "complex"):
+                    value.requires_grad = True  # (recorded as prims, which leave the flag unset)
                 self._tt_value = value
                 self._tt_seen = base._tt_version
         return self._tt_value
@@ -281,6 +284,13 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
+        if any(type(a) is not TracingTensor and isinstance(a, torch.Tensor) for a in args):
+            # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias it
+            # and updates through them reach it (written back at the program's end), as in eager
+            args = tuple(
+                self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
+                for a in args
+            )
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
@@ -343,6 +353,8 @@ class Tracer:
             self.in_symbol = False
         if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
             out = self._grad_mode(out, uargs, ukwargs)
+            if func in _DETACHING and isinstance(out, TensorProxy) and all(out is not a for a in uargs):
+                out.requires_grad = False  # detach() and .data: no gradient, so updates of them are no_grad's
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
@@ -469,9 +481,19 @@ class Tracer:
         else:
             out, *values = result
             targets = op.mutated_args
+        inputs = [p for p in flat_proxies((uargs, ukwargs)) if isinstance(p, TensorProxy)]
+        grad = torch.is_grad_enabled() and any(p.requires_grad for p in inputs)
         for i, value in zip(targets, values):
             if value is None:
                 continue
+            if (
+                grad
+                and isinstance(value, TensorProxy)
+                and not value.requires_grad
+                and value.dtype.kind in ("float", "complex")
+                and all(value is not p for p in inputs)
+            ):
+                value.requires_grad = True  # computed from a tensor that requires grad
             wrapper = args[i] if i < len(args) else None
             if isinstance(wrapper, torch.Tensor) and not isinstance(wrapper, TracingTensor):
                 wrapper = self._updated_constant(wrapper)
@@ -487,6 +509,8 @@ class Tracer:
         if entry is None:
             wrapper = TracingTensor(self._constant_tensor(t))
             set_input_layout(wrapper, t)
+            wrapper._tt_input = False
+            wrapper._tt_constant = True
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
 
@@ -558,6 +582,13 @@ class Tracer:
             new_base = _write_strided(base, wrapper, value)
         else:
             new_base = _write_view(old_base, steps, value)
+        if (
+            (old_base.requires_grad or value.requires_grad)
+            and not new_base.requires_grad
+            and new_base is not value
+            and new_base.dtype.kind in ("float", "complex")
+        ):
+            new_base.requires_grad = True  # (recorded as prims, which leave the flag unset)
         if self.autodiff and wrapper._tt_nondiff and new_base.dtype.kind in ("float", "complex"):
             # written through detach(): the base keeps its gradient path, as in eager
             new_base = _no_grad_update(self.trace, old_base, new_base)
@@ -584,7 +615,9 @@ class Tracer:
         if not candidates:
             return False
         name = getattr(func, "__name__", None)
-        found = overlapping_inputs(_written_region(name, wrapper, args), candidates, _func_name(func))
+        found = overlapping_inputs(
+            _written_region(name, wrapper, args), candidates, _func_name(func), setitem=name == "__setitem__"
+        )
         if not found:
             return False
         root = wrapper._tt_view[0] if wrapper._tt_view is not None else wrapper
@@ -622,6 +655,11 @@ class Tracer:
         (``_tt_former``); for an input that root is also what the program writes back into the caller's
         tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
         """
+        if getattr(wrapper, "_tt_constant", False):
+            raise NotImplementedError(
+                f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
+                f"(a global or a closure's); pass the tensor as an argument\n  {describe_location(user_frame(3))}"
+            )
         old_meta = shadow(wrapper)
         with torch._C.DisableTorchFunction():
             old_nbytes = old_meta.untyped_storage().nbytes()
