@@ -86,3 +86,13 @@ def test_setitem_from_an_alias_with_leading_unit_dims_is_not_an_overlap():
 
     e, t = make(), make()
     assert torch.equal(thunder.jit(f)(*t)[0], f(*e)[0])
+
+
+def test_setitem_of_a_tensor_into_its_own_unsqueezed_view():
+    def f(a1):
+        v0 = a1.unsqueeze(0)
+        v0[0] = a1
+        return (a1.mean() * 1,)
+
+    x = torch.tensor([[1.0, 2.0, 4.0]])
+    assert torch.equal(thunder.jit(f)(x.clone())[0], f(x.clone())[0])

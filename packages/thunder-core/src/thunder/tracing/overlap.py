@@ -57,27 +57,40 @@ def partial_overlap_error(func_name: str) -> RuntimeError:
     return RuntimeError(f"{func_name}: {_PARTIAL}")
 
 
-def _without_leading_ones(layout: tuple) -> tuple:
-    shape, stride, offset = layout
-    k = 0
-    while k < len(shape) and shape[k] == 1:
-        k += 1
-    return shape[k:], stride[k:], offset
+def _setitem_source(dst: torch.Tensor, m: torch.Tensor) -> torch.Tensor | None:
+    """What eager's ``x[k] = v`` copies from: ``v`` itself when its shape is the destination's, nothing to
+    check for a 0-d ``v`` (a fill with its value), else ``v`` without its leading size-1 dims, expanded."""
+    if tuple(m.shape) == tuple(dst.shape):
+        return m
+    if m.dim() == 0:
+        return None
+    shape, stride = list(m.shape), list(m.stride())
+    while shape and shape[0] == 1:
+        shape.pop(0)
+        stride.pop(0)
+    k = dst.dim() - len(shape)
+    if k < 0:
+        return m
+    new_stride = [0] * k + [s if n == d else 0 for n, s, d in zip(shape, stride, dst.shape[k:])]
+    return m.as_strided(tuple(dst.shape), tuple(new_stride), m.storage_offset())
 
 
 def overlapping_inputs(
     dst: torch.Tensor, candidates: list[tuple[int, torch.Tensor]], func_name: str, *, setitem: bool = False
 ) -> list[int]:
     """Positions among ``candidates`` (``(position, shadow)`` sharing ``dst``'s storage) whose elements
-    overlap ``dst``'s without being ``dst`` itself; raises eager's error where eager refuses. (``x[k] = v``
-    drops ``v``'s leading dims of size 1 first, as eager does.)"""
+    overlap ``dst``'s without being ``dst`` itself; raises eager's error where eager refuses. (``setitem``:
+    ``x[k] = v`` compares what eager copies from, see ``_setitem_source``.)"""
     found = []
     with torch._C.DisableTorchFunction():
         if dst.numel() == 0:
             return found
         for pos, m in candidates:
-            layout = _without_leading_ones(_layout(m)) if setitem else _layout(m)
-            if m.numel() == 0 or layout == _layout(dst):
+            if setitem:
+                m = _setitem_source(dst, m)
+                if m is None:
+                    continue
+            if m.numel() == 0 or _layout(m) == _layout(dst):
                 continue
             (a0, a1), (b0, b1) = _span(dst), _span(m)
             if a1 <= b0 or b1 <= a0:
