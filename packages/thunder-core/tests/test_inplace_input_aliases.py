@@ -184,3 +184,25 @@ def test_gradient_written_through_an_aliasing_argument_reaches_the_other():
         return a0, a0[0], torch.tensor(1.5, requires_grad=True)
 
     _check(f, make, same_object=(0,))
+
+
+def test_updates_through_views_of_a_detached_tensor_give_it_its_own_gradient():
+    # eager: d = x.detach() is a tensor of its own for autograd; writes of values that require grad through
+    # its views give it (and only it) their gradients
+    def f(a0):
+        d = a0.detach()
+        d[0:2].mul_(a0[0:2])
+        d[1:].add_(1)
+        d.t().add_(a0 * 2)
+        return d * a0, d
+
+    _check(f, lambda: (_leaf(4),))
+
+
+def test_view_of_a_detached_tensor_updated_through_another_view_of_it():
+    def f(a0):
+        v1 = a0.detach().view(2, 2)
+        v1.T[0].mul_(a0[:2] * 2)
+        return v1 + 0, a0 * 1
+
+    _check(f, lambda: (_leaf(4),))

@@ -65,6 +65,7 @@ class TracingTensor(torch.Tensor):
         t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
         t._tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
+        t._tt_grad = None  # a detach() output updated with values that require grad: its gradient path
         return t
 
     @property
@@ -85,8 +86,7 @@ class TracingTensor(torch.Tensor):
                 else:
                     value = _derive_view(base._tt_value, view[1])
                 if self._tt_nondiff:
-                    if value.requires_grad:  # a view through detach(): no gradient path
-                        value = _detached(value)
+                    value = _family_gradient(self, value)
                 elif base._tt_value.requires_grad and value.dtype.kind in ("float", "complex"):
                     value.requires_grad = True  # (recorded as prims, which leave the flag unset)
                 self._tt_value = value
@@ -597,6 +597,22 @@ class Tracer:
         wrapper._tt_value = value
         # (a partly written x whose elements overlap re-derives: other elements show the write too)
         wrapper._tt_seen = -1 if partial else base._tt_version
+        family = getattr(wrapper, "_tt_family", None)
+        if (
+            family is not None
+            and torch.is_grad_enabled()
+            and (value.requires_grad or family._tt_grad is not None)
+            and value.dtype.kind in ("float", "complex")
+        ):
+            # d = x.detach(); d[0].add_(y): for autograd d is a tensor of its own, whose written elements now
+            # carry y's gradient (the root keeps x's): its gradient path is kept beside the root's values
+            if family is wrapper:
+                family._tt_grad = value
+            else:
+                _ = family._thunder_proxy  # (up to date: the elements the written ones are merged into)
+                family._tt_grad = _write_strided(family, wrapper, value)
+                family._tt_grad.requires_grad = True
+                family._tt_seen = -1  # (its value re-derives, with this gradient path)
 
     def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
         """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
@@ -960,6 +976,8 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
             w._tt_nondiff = src._tt_nondiff or func in _DETACHING
+            if w._tt_nondiff:  # the detach() output this view comes from (its own autograd history in eager)
+                w._tt_family = w if func in _DETACHING else getattr(src, "_tt_family", None)
         return w
 
     if isinstance(wrapped, TracingTensor):
@@ -1012,10 +1030,10 @@ def _strided_index(rm: torch.Tensor, vm: torch.Tensor, device) -> TensorProxy:
     return index if index is not None else clang.full(shape, 0, device=device, dtype=dtypes.int64)
 
 
-def _root_for(root: TracingTensor, view: TracingTensor):
-    """The root's value and shadow in the view's element type (complex roots of real views as pairs)."""
+def _root_for(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None):
+    """The root's value (or ``value``) and shadow in the view's element type (complex roots of real views as pairs)."""
     rm, vm = shadow(root), shadow(view)
-    value = root._tt_value
+    value = root._tt_value if value is None else value
     if rm.dtype == vm.dtype:
         return value, rm, False
     if rm.is_complex() and vm.dtype == rm.real.dtype:
@@ -1052,6 +1070,21 @@ class _recording_directly:
         return False
 
 
+def _family_gradient(view: TracingTensor, value: TensorProxy) -> TensorProxy:
+    """The value of a view through ``detach()`` re-derived from its root: no gradient path, or the one its
+    detached tensor got from the updates made through it (``_tt_grad``, see ``Tracer._rebind``)."""
+    family = getattr(view, "_tt_family", None)
+    grad = family._tt_grad if family is not None else None
+    if grad is None:
+        return _detached(value) if value.requires_grad else value
+    if family is not view:
+        grad = _derive_strided(family, view, grad)
+    from thunder.core.trace import get_tracectx
+
+    with _recording_directly():
+        return _no_grad_update(get_tracectx(), grad, value)
+
+
 def _detached(p: TensorProxy) -> TensorProxy:
     from thunder.core.trace import get_tracectx
     from thunder.torch import detach
@@ -1062,9 +1095,9 @@ def _detached(p: TensorProxy) -> TensorProxy:
     return out
 
 
-def _derive_strided(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+def _derive_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None) -> TensorProxy:
     with _recording_directly():
-        return _derive_strided_impl(root, view)
+        return _derive_strided_impl(root, view, value)
 
 
 def _write_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy) -> TensorProxy:
@@ -1072,11 +1105,11 @@ def _write_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy)
         return _write_strided_impl(root, view, value)
 
 
-def _derive_strided_impl(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+def _derive_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None) -> TensorProxy:
     from thunder import clang
     from thunder.core import prims
 
-    value, rm, _ = _root_for(root, view)
+    value, rm, _ = _root_for(root, view, value)
     vm = shadow(view)
     idx = _strided_index(rm, vm, value.device)
     m = idx.numel()
