@@ -206,3 +206,33 @@ def test_view_of_a_detached_tensor_updated_through_another_view_of_it():
         return v1 + 0, a0 * 1
 
     _check(f, lambda: (_leaf(4),))
+
+
+def test_output_copied_from_an_input_is_not_changed_by_a_later_write_into_that_input():
+    # v1.copy_(a1) may run as an expand of a1: the write into a1 at the program's end must not reach v1
+    def f(a1):
+        v1 = a1[[-1, 0]]
+        v1.copy_(a1)
+        with torch.no_grad():
+            a1[..., :1] = 0.5
+        return (v1,)
+
+    _check(f, lambda: (torch.tensor([[0.25, 1.5, -1.0]], dtype=torch.float64),))
+
+
+def test_inplace_update_with_a_gradient_is_seen_by_autograd_function_apply():
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def f(a0):
+        v1 = torch.exp(a0.detach())
+        v1.add_(a0)
+        return (Twice.apply(v1),)
+
+    _check(f, lambda: (_leaf(3),))

@@ -134,6 +134,47 @@ class PostCall:
         return structure, finish_after_call, [*finish_args, *exprs]
 
 
+def _may_alias_argument(bsym) -> bool:
+    """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call)."""
+    from thunder.core.prims import OpTags
+
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        tags = b.sym.tags
+        if "view" in tags or "alias" in tags or "opaque" in tags or OpTags.SHAPE_OP in tags:
+            return True
+        stack.extend(b.subsymbols)
+    return False
+
+
+def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
+    """Outputs the executors may run as views of an input are cloned before the program writes inputs back
+    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
+    from thunder.core import prims
+    from thunder.tracing.tracer import _recording_directly
+
+    may = set(input_names)
+    for b in trace.bound_symbols:
+        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and _may_alias_argument(b):
+            may.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
+    try:
+        leaves = pytree.tree_leaves(result)
+    except Exception:
+        return
+    for leaf in leaves:
+        if type(leaf) is not TracingTensor or id(leaf) in exclude:
+            continue
+        p = leaf._thunder_proxy
+        if p.name in may:
+            with _recording_directly():
+                copy = prims.clone(p)
+            copy.requires_grad = p.requires_grad
+            leaf._tt_value = copy
+            if leaf._tt_view is not None:
+                leaf._tt_seen = leaf._tt_view[0]._tt_version
+
+
 def _return_inputs(result, returned, args, where, spec):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 

@@ -18,7 +18,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError
-from thunder.tracing.post_call import PostCall
+from thunder.tracing.post_call import PostCall, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
@@ -762,11 +762,18 @@ def trace_program(
                 )
             ti.wrapper._thunder_proxy = current._thunder_proxy
         written = set()
+        writes = []
         for ti in inputs.tensors:
             new = post_call.elements(ti)
             if new is not ti.proxy and ti.proxy.name not in written:
                 written.add(ti.proxy.name)
-                prims.copy_(new, ti.proxy)
+                writes.append((new, ti.proxy))
+        if writes:
+            # (arguments sharing a storage are views of it: a write reaches them all)
+            aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
+            unalias_outputs(result, trace, written | aliased, set(post_call.exprs))
+        for new, proxy in writes:
+            prims.copy_(new, proxy)
 
         tracer.write_back_constants()
         prologue.check_layout = tracer.layout_read

@@ -555,6 +555,9 @@ class Tracer:
             from thunder.torch import to as ltorch_to
 
             value = ltorch_to(value, old.dtype.torch_dtype)
+        if value.requires_grad and not wrapper.requires_grad and value.dtype.kind in ("float", "complex"):
+            with torch._C.DisableTorchFunction():  # what user code (and autograd.Function.apply) reads
+                torch.Tensor.requires_grad_(wrapper, True)
         view = wrapper._tt_view
         if view is None:
             wrapper._tt_value = value
