@@ -236,3 +236,15 @@ def test_inplace_update_with_a_gradient_is_seen_by_autograd_function_apply():
         return (Twice.apply(v1),)
 
     _check(f, lambda: (_leaf(3),))
+
+
+def test_tensor_that_requires_grad_still_does_after_an_update_from_a_constant():
+    # eager: x.copy_(c) / x.fill_(v) keep x requiring grad (with a zero gradient there)
+    def f(a, c):
+        v = a * 2
+        v.copy_(c)
+        w = (a * 3).float()
+        w.fill_(1.5)
+        return v * 3, w
+
+    _check(f, lambda: (_leaf(3), torch.ones(3, dtype=torch.float64)))

@@ -27,7 +27,7 @@ from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply
+from thunder.tracing.autograd_function import _keep_new, _no_grad_update, patch_function_apply
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -536,14 +536,13 @@ class Tracer:
             return
         if (
             old.requires_grad
-            and not value.requires_grad
             and torch.is_grad_enabled()
             and value.dtype.kind in ("float", "complex")
-            and not any(value is getattr(a, "_tt_value", a) for a in args)
+            and not self._depends_on_grad(value)
         ):
-            # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5): its gradient
-            # is zero), so what is computed from it under no_grad is cut off as in eager
-            value.requires_grad = True
+            # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5), x.copy_(c):
+            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off
+            value = _still_requires_grad(self.trace, old, value)
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
@@ -616,6 +615,15 @@ class Tracer:
                 family._tt_grad = _write_strided(family, wrapper, value)
                 family._tt_grad.requires_grad = True
                 family._tt_seen = -1  # (its value re-derives, with this gradient path)
+
+    def _depends_on_grad(self, value: TensorProxy) -> bool:
+        """Whether the symbol that computed ``value`` read a tensor that requires grad (or ``value`` does)."""
+        if value.requires_grad and value.name in self.input_names:
+            return True
+        for bsym in reversed(self.trace.scopes[-1][-8:]):
+            if any(o is value for o in bsym.flat_outs):
+                return any(isinstance(a, TensorProxy) and a.requires_grad for a in bsym.flat_args)
+        return value.requires_grad
 
     def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
         """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
@@ -1071,6 +1079,35 @@ class _recording_directly:
     def __exit__(self, *exc):
         self.trace.user_call_hook = self.hook
         return False
+
+
+def _still_requires_grad_rule(old, new):
+    from thunder.transforms.autodiff import get_grad, put_grad
+
+    out = still_requires_grad(old, new)
+    put_grad(new, get_grad(out))  # (and none for ``old``: the update replaced its values)
+    return out
+
+
+still_requires_grad = Symbol(
+    "still_requires_grad",
+    lambda old, new: TensorProxy(like=new, requires_grad=True),
+    id="still_requires_grad",
+    is_prim=True,
+    call_ctx={"still_requires_grad": _keep_new},
+)
+still_requires_grad.grad_rule = _still_requires_grad_rule
+
+
+def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new``'s values for a tensor that required grad and still does after an in-place update that did not
+    read a tensor requiring grad (``x.fill_(1.5)``, ``x.copy_(c)``): its gradient there is zero, as in eager."""
+    if still_requires_grad.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
+
+        still_requires_grad.executor = torch_ex
+    with _recording_directly():
+        return still_requires_grad.record(trace, (old, new), {})
 
 
 def _family_gradient(view: TracingTensor, value: TensorProxy) -> TensorProxy:
