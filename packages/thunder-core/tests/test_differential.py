@@ -31,10 +31,7 @@ import thunder
 # Features left out of the CI run because they still hit a known bug class (issue number inside;
 # the minimal repro of each class is in test_differential_repros.py). Delete an entry once its class
 # is fixed and `THUNDER_FUZZ_FEATURES=<base features>,<it> THUNDER_FUZZ_EXAMPLES=2000` passes.
-DISABLED_IN_CI: dict[str, str] = {
-    "inplace_input": "issue 13.4/14: writes through detach() into an input passed with an aliasing view argument "
-    "lose requires_grad of later outputs, and a returned input updated through detach() is a new tensor",
-}
+DISABLED_IN_CI: dict[str, str] = {}
 # Checks left out of the CI run, likewise.
 SKIPPED_CHECKS_IN_CI: dict[str, str] = {}
 

@@ -274,7 +274,9 @@ def _grad_rule(sym: Symbol, n_inputs: int, placeholders, unrouted, backward_scop
 
 
 def _keep_new(old, new):
-    return new
+    # a tensor object of its own: ``new`` may be another output too (a detached alias updated in place, and the
+    # tensor it aliases), and autograd's per-output flags (non-differentiable outputs) are per object
+    return new.detach()
 
 
 def _keep_grad_rule(old, new):

@@ -19,6 +19,7 @@ from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, get_tracectx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError, data_dependent_size_error
+from thunder.tracing.post_call import PostCall, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
@@ -27,6 +28,7 @@ from thunder.tracing.tracer import (
     _current_tracer,
     _TracingMode,
     alias_of_storage,
+    seed_storage,
     set_input_layout,
     unwrap,
 )
@@ -351,6 +353,7 @@ class _InputBuilder:
             self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
             for ti, value in members:
                 alias_of_storage(ti.wrapper, root, value)
+            seed_storage(root, [ti.wrapper for ti, _ in members])
         return aliased
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
@@ -781,6 +784,7 @@ def trace_program(
         dependencies = _guard_code_dependencies(prologue, fn, inputs)
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
+        post_call = PostCall(inputs.tensors, inputs.state_reads)
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
@@ -815,11 +819,18 @@ def trace_program(
             ti.wrapper._thunder_proxy = current._thunder_proxy
         _copy_outputs_holding_overwritten_inputs(result, inputs.tensors)
         written = set()
+        writes = []
         for ti in inputs.tensors:
-            new = ti.wrapper._thunder_proxy
+            new = post_call.elements(ti)
             if new is not ti.proxy and ti.proxy.name not in written:
                 written.add(ti.proxy.name)
-                prims.copy_(new, ti.proxy)
+                writes.append((new, ti.proxy))
+        if writes:
+            # (arguments sharing a storage are views of it: a write reaches them all)
+            aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
+            unalias_outputs(result, trace, written | aliased, set(post_call.exprs))
+        for new, proxy in writes:
+            prims.copy_(new, proxy)
 
         tracer.write_back_constants()
         if size_env.order and tracer.layout_read:
@@ -845,6 +856,8 @@ def trace_program(
         )
     with tracectx(trace), size_env:
         structure, rebuild, finish_args = _collect_output(result, inputs.objects)
+        post_call.plan((ti.wrapper for ti in inputs.tensors), result)
+        structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
 
     # the computation takes the user's tensors, then the module state the program used

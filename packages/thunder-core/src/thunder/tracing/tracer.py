@@ -28,7 +28,7 @@ from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply
+from thunder.tracing.autograd_function import _keep_new, _no_grad_update, patch_function_apply
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -66,6 +66,8 @@ class TracingTensor(torch.Tensor):
         t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
         t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
+        t._tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
+        t._tt_grad = None  # a detach() output updated with values that require grad: its gradient path
         return t
 
     @property
@@ -74,11 +76,22 @@ class TracingTensor(torch.Tensor):
         view = self._tt_view
         if view is not None:
             base = view[0]
+            if base._tt_view is not None:
+                # the root changed its sizes or strides in place (t_, unsqueeze_): this view's elements are
+                # those of its former layout
+                base = base._tt_former
+                view = self._tt_view = (base, view[1])
+                self._tt_seen = -1
             if base._tt_version != self._tt_seen:
                 if view[1] is None:
-                    self._tt_value = _derive_strided(base, self)
+                    value = _derive_strided(base, self)
                 else:
-                    self._tt_value = _derive_view(base._tt_value, view[1])
+                    value = _derive_view(base._tt_value, view[1])
+                if self._tt_nondiff:
+                    value = _family_gradient(self, value)
+                elif base._tt_value.requires_grad and value.dtype.kind in ("float", "complex"):
+                    value.requires_grad = True  # (recorded as prims, which leave the flag unset)
+                self._tt_value = value
                 self._tt_seen = base._tt_version
         return self._tt_value
 
@@ -279,6 +292,13 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
+        if any(type(a) is not TracingTensor and isinstance(a, torch.Tensor) for a in args):
+            # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias it
+            # and updates through them reach it (written back at the program's end), as in eager
+            args = tuple(
+                self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
+                for a in args
+            )
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
@@ -349,6 +369,8 @@ class Tracer:
                 trace.scopes[-1].append(size_of.bind(t, d, output=p))
         if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
             out = self._grad_mode(out, uargs, ukwargs)
+            if func in _DETACHING and isinstance(out, TensorProxy) and all(out is not a for a in uargs):
+                out.requires_grad = False  # detach() and .data: no gradient, so updates of them are no_grad's
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
@@ -488,9 +510,19 @@ class Tracer:
         else:
             out, *values = result
             targets = op.mutated_args
+        inputs = [p for p in flat_proxies((uargs, ukwargs)) if isinstance(p, TensorProxy)]
+        grad = torch.is_grad_enabled() and any(p.requires_grad for p in inputs)
         for i, value in zip(targets, values):
             if value is None:
                 continue
+            if (
+                grad
+                and isinstance(value, TensorProxy)
+                and not value.requires_grad
+                and value.dtype.kind in ("float", "complex")
+                and all(value is not p for p in inputs)
+            ):
+                value.requires_grad = True  # computed from a tensor that requires grad
             wrapper = args[i] if i < len(args) else None
             if isinstance(wrapper, torch.Tensor) and not isinstance(wrapper, TracingTensor):
                 wrapper = self._updated_constant(wrapper)
@@ -513,6 +545,8 @@ class Tracer:
         if entry is None:
             wrapper = TracingTensor(self._constant_tensor(t))
             set_input_layout(wrapper, t)
+            wrapper._tt_input = False
+            wrapper._tt_constant = True
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
 
@@ -534,6 +568,17 @@ class Tracer:
         ):
             self._rebind_metadata(func, wrapper, value, args, kwargs or {})
             return
+        if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
+            return
+        if (
+            old.requires_grad
+            and torch.is_grad_enabled()
+            and value.dtype.kind in ("float", "complex")
+            and not self._depends_on_grad(value)
+        ):
+            # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5), x.copy_(c):
+            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off
+            value = _still_requires_grad(self.trace, old, value)
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
@@ -545,12 +590,19 @@ class Tracer:
             from thunder.torch import to as ltorch_to
 
             value = ltorch_to(value, old.dtype.torch_dtype)
+        if value.requires_grad and not wrapper.requires_grad and value.dtype.kind in ("float", "complex"):
+            with torch._C.DisableTorchFunction():  # what user code (and autograd.Function.apply) reads
+                torch.Tensor.requires_grad_(wrapper, True)
         view = wrapper._tt_view
         if view is None:
             wrapper._tt_value = value
             wrapper._tt_version += 1
             return
-        if getattr(func, "__name__", None) not in _UNIFORM_WRITES and _overlaps_itself(wrapper._tt_meta):
+        name = getattr(func, "__name__", None)
+        if name == "copy_" and len(args) > 1 and args[1] is wrapper:
+            return  # x.copy_(x) does nothing in eager (even on an expanded x)
+        region = _written_region(name, wrapper, args)
+        if name not in _UNIFORM_WRITES and _overlaps_itself(region):
             raise RuntimeError(
                 f"{_func_name(func)}: unsupported operation: more than one element of the written-to tensor refers "
                 "to a single memory location. Please clone() the tensor before performing the operation."
@@ -558,44 +610,159 @@ class Tracer:
         # an update through a view writes the root; the root's other views re-derive lazily
         base, steps = view
         old_base = base._tt_value
-        if steps is None:
+        partial = region is not wrapper._tt_meta and _overlaps_itself(wrapper._tt_meta)
+        if partial:
+            # x[key] = v on an x whose elements overlap (expand): only x[key]'s elements are written
+            part = TracingTensor(torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1])))
+            part._tt_meta = region
+            new_base = _write_strided(base, part, part._tt_value)
+        elif steps is None:
             new_base = _write_strided(base, wrapper, value)
         else:
             new_base = _write_view(old_base, steps, value)
+        if (
+            (old_base.requires_grad or value.requires_grad)
+            and not new_base.requires_grad
+            and new_base is not value
+            and new_base.dtype.kind in ("float", "complex")
+        ):
+            new_base.requires_grad = True  # (recorded as prims, which leave the flag unset)
         if self.autodiff and wrapper._tt_nondiff and new_base.dtype.kind in ("float", "complex"):
             # written through detach(): the base keeps its gradient path, as in eager
             new_base = _no_grad_update(self.trace, old_base, new_base)
         base._tt_value = new_base
         base._tt_version += 1
         wrapper._tt_value = value
-        wrapper._tt_seen = base._tt_version
+        # (a partly written x whose elements overlap re-derives: other elements show the write too)
+        wrapper._tt_seen = -1 if partial else base._tt_version
+        family = getattr(wrapper, "_tt_family", None)
+        if (
+            family is not None
+            and torch.is_grad_enabled()
+            and (value.requires_grad or family._tt_grad is not None)
+            and value.dtype.kind in ("float", "complex")
+        ):
+            # d = x.detach(); d[0].add_(y): for autograd d is a tensor of its own, whose written elements now
+            # carry y's gradient (the root keeps x's): its gradient path is kept beside the root's values
+            if family is wrapper:
+                family._tt_grad = value
+            else:
+                _ = family._thunder_proxy  # (up to date: the elements the written ones are merged into)
+                family._tt_grad = _write_strided(family, wrapper, value)
+                family._tt_grad.requires_grad = True
+                family._tt_seen = -1  # (its value re-derives, with this gradient path)
+
+    def _depends_on_grad(self, value: TensorProxy) -> bool:
+        """Whether the symbol that computed ``value`` read a tensor that requires grad (or ``value`` does)."""
+        if value.requires_grad and value.name in self.input_names:
+            return True
+        for bsym in reversed(self.trace.scopes[-1][-8:]):
+            if any(o is value for o in bsym.flat_outs):
+                return any(isinstance(a, TensorProxy) and a.requires_grad for a in bsym.flat_args)
+        return value.requires_grad
+
+    def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
+        """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
+        eager's error, or eager's own call run on a copy of the storage (``thunder/tracing/overlap.py``)."""
+        from thunder.tracing.overlap import overlapping_inputs, update_on_storage
+
+        if not callable(func) or isinstance(func, Symbol):
+            return False
+        dm = shadow(wrapper)
+        sid = _storage_id(dm)
+        candidates = [
+            (i, shadow(a))
+            for i, a in enumerate(args)
+            if i > 0 and type(a) is TracingTensor and a is not wrapper and _storage_id(shadow(a)) == sid
+        ]
+        if not candidates:
+            return False
+        name = getattr(func, "__name__", None)
+        found = overlapping_inputs(
+            _written_region(name, wrapper, args), candidates, _func_name(func), setitem=name == "__setitem__"
+        )
+        if not found:
+            return False
+        root = wrapper._tt_view[0] if wrapper._tt_view is not None else wrapper
+        if any((args[i]._tt_view[0] if args[i]._tt_view is not None else args[i]) is not root for i in found):
+            raise NotImplementedError(
+                f"{_func_name(func)} reads a tensor that partly overlaps the tensor it writes, through aliases thunder "
+                f"cannot relate; clone() the input first\n  {describe_location(user_frame(3))}"
+            )
+        views = {0: dm, **{i: shadow(args[i]) for i in found}}
+        old_root = root._thunder_proxy
+        rest = [None if i in views else self._unwrap_inputs(a) for i, a in enumerate(args)]
+        new_root = update_on_storage(func, shadow(root), old_root, views, rest, self._unwrap_inputs(kwargs))
+        if (
+            self.autodiff
+            and (wrapper._tt_nondiff or not torch.is_grad_enabled())
+            and new_root.dtype.kind
+            in (
+                "float",
+                "complex",
+            )
+        ):
+            new_root = _no_grad_update(self.trace, old_root, new_root)
+        root._tt_value = new_root
+        root._tt_version += 1
+        if wrapper is not root:
+            wrapper._tt_seen = -1
+        return True
 
     def _rebind_metadata(self, func, wrapper: TracingTensor, value: TensorProxy, args, kwargs) -> None:
-        """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``)."""
-        if wrapper._tt_view is None and getattr(wrapper, "_tt_input", False):
+        """An in-place op that changes a tensor's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_``).
+
+        The tensor becomes a view: of its former elements (``t_``, ``as_strided_``, a ``resize_`` within its
+        storage), of another tensor (``set_``) or of a fresh root (a ``resize_`` growing the storage). Its
+        former elements live on as a hidden root that the views taken before the change now derive from
+        (``_tt_former``); for an input that root is also what the program writes back into the caller's
+        tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
+        """
+        if getattr(wrapper, "_tt_constant", False):
             raise NotImplementedError(
-                f"{_func_name(func)} changes the sizes or strides of an input tensor in place, which thunder cannot "
-                "reflect in the caller's tensor; apply it to a clone or use the out-of-place form"
+                f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
+                f"(a global or a closure's); pass the tensor as an argument\n  {describe_location(user_frame(3))}"
             )
         old_meta = shadow(wrapper)
         specialize(value.shape)  # the new layout is learned from the shadows, in numbers
         specialize(wrapper._tt_value.shape)
+        with torch._C.DisableTorchFunction():
+            old_nbytes = old_meta.untyped_storage().nbytes()
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
         if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
-        if wrapper._tt_view is not None:
-            wrapper._tt_view = (wrapper._tt_view[0], None)
-        else:
-            # the old value becomes a hidden root the tensor is now a (restrided) view of
+        with torch._C.DisableTorchFunction():
+            grown = _storage_id(new_meta) == _storage_id(old_meta) and new_meta.untyped_storage().nbytes() > old_nbytes
+        if wrapper._tt_view is None:
+            # the former elements become a hidden root the tensor is now a (restrided) view of
             root = TracingTensor(wrapper._tt_value)
             root._tt_meta = old_meta
+            root._tt_nondiff = wrapper._tt_nondiff
+            wrapper._tt_former = root
             wrapper._tt_view = (root, None)
             wrapper._tt_seen = root._tt_version
+        else:
+            if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
+                # an input that was a view of its storage (aliased arguments): its elements as given
+                root = TracingTensor(wrapper._thunder_proxy)
+                root._tt_meta = old_meta
+                root._tt_view, root._tt_seen = wrapper._tt_view, wrapper._tt_seen
+                root._tt_nondiff = wrapper._tt_nondiff
+                wrapper._tt_original = root
+            wrapper._tt_view = (wrapper._tt_view[0], None)
+        if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
+            wrapper._tt_original = wrapper._tt_former
         src = args[1] if getattr(func, "__name__", None) == "set_" and len(args) > 1 else None
         if isinstance(src, TracingTensor) and _storage_id(shadow(src)) == _storage_id(new_meta):
             _mark_view(wrapper, src, None)  # x.set_(y): x now aliases y
-        elif _storage_id(new_meta) != _storage_id(old_meta):  # resize_ to a larger storage: a new tensor
-            wrapper._tt_view = None
+        elif grown or _storage_id(new_meta) != _storage_id(old_meta):
+            # resize_ past the storage's end, set_ to a new storage: a tensor of its own, the view of a fresh root
+            if grown:
+                new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
+            fresh = TracingTensor(value)
+            fresh._tt_meta = new_meta
+            wrapper._tt_view = (fresh, None)
+            wrapper._tt_seen = fresh._tt_version
         wrapper._tt_meta = new_meta
         wrapper._tt_value = value
         with torch._C.DisableTorchFunction():
@@ -757,12 +924,48 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
         return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
 
 
+def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | None:
+    """The shadow of the elements an in-place op writes: ``x[key] = v`` writes only ``x[key]`` when that is a view."""
+    m = w._tt_meta
+    if name == "__setitem__" and len(args) > 1 and m is not None:
+        region = run_on_shadows(T.__getitem__, (w, args[1]), {})
+        if isinstance(region, torch.Tensor) and _storage_id(region) == _storage_id(m):
+            return region
+    return m
+
+
 def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> None:
     """Makes the input stand-in ``w`` (of the real tensor ``t``) a view of ``root``, its storage as a 1-D input."""
     with torch._C.DisableTorchFunction():
         w._tt_meta = shadow(root).as_strided(t.shape, t.stride(), t.storage_offset())
     w._tt_view = (root, None)
     w._tt_seen = root._tt_version
+
+
+def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
+    """Gives the storage ``root`` of aliased arguments ``members`` their elements as its value, so that the
+    gradient path of each element is its argument's (the last one covering it, the arguments that require
+    grad last). An argument that does not require grad while another one does is an alias made with
+    ``detach()``/``.data`` (or under ``no_grad``): updates through it are invisible to autograd, as in eager."""
+    grad = [w for w in members if w._tt_value.requires_grad]
+    if not grad:
+        return
+    from thunder.core import prims
+
+    for w in members:
+        w._tt_nondiff = w._tt_nondiff or not w._tt_value.requires_grad
+        # the program reads a copy: backward may save it, and writing back into any argument of the group
+        # at the program's end changes them all (unseen by the saving pass, which knows one name per write)
+        with _recording_directly():
+            copy = prims.clone(w._tt_value)
+        copy.requires_grad = w._tt_value.requires_grad
+        w._tt_value = w._tt_unchanged = copy
+    value = root._tt_value
+    for w in grad:
+        value = _write_strided(root, w, w._tt_value)
+        root._tt_value = value
+    value.requires_grad = True
+    root._tt_unchanged = value  # still the caller's elements: nothing to write back
 
 
 _DETACHING = frozenset((T.detach, torch.detach, T.data.__get__))
@@ -773,10 +976,11 @@ def _changes_layout(func, w: TracingTensor, args, kwargs) -> bool:
     old = shadow(w)
     new = run_on_shadows(func, (old.detach(), *args[1:]), kwargs) if callable(func) else None
     with torch._C.DisableTorchFunction():
-        return new is None or (new.shape, new.stride(), new.storage_offset()) != (
+        return new is None or (new.shape, new.stride(), new.storage_offset(), _storage_id(new)) != (
             old.shape,
             old.stride(),
             old.storage_offset(),
+            _storage_id(old),
         )
 
 
@@ -857,6 +1061,8 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
             w._tt_nondiff = src._tt_nondiff or func in _DETACHING
+            if w._tt_nondiff:  # the detach() output this view comes from (its own autograd history in eager)
+                w._tt_family = w if func in _DETACHING else getattr(src, "_tt_family", None)
         return w
 
     if isinstance(wrapped, TracingTensor):
@@ -909,10 +1115,10 @@ def _strided_index(rm: torch.Tensor, vm: torch.Tensor, device) -> TensorProxy:
     return index if index is not None else clang.full(shape, 0, device=device, dtype=dtypes.int64)
 
 
-def _root_for(root: TracingTensor, view: TracingTensor):
-    """The root's value and shadow in the view's element type (complex roots of real views as pairs)."""
+def _root_for(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None):
+    """The root's value (or ``value``) and shadow in the view's element type (complex roots of real views as pairs)."""
     rm, vm = shadow(root), shadow(view)
-    value = root._tt_value
+    value = root._tt_value if value is None else value
     if rm.dtype == vm.dtype:
         return value, rm, False
     if rm.is_complex() and vm.dtype == rm.real.dtype:
@@ -949,9 +1155,63 @@ class _recording_directly:
         return False
 
 
-def _derive_strided(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+def _still_requires_grad_rule(old, new):
+    from thunder.transforms.autodiff import get_grad, put_grad
+
+    out = still_requires_grad(old, new)
+    put_grad(new, get_grad(out))  # (and none for ``old``: the update replaced its values)
+    return out
+
+
+still_requires_grad = Symbol(
+    "still_requires_grad",
+    lambda old, new: TensorProxy(like=new, requires_grad=True),
+    id="still_requires_grad",
+    is_prim=True,
+    call_ctx={"still_requires_grad": _keep_new},
+)
+still_requires_grad.grad_rule = _still_requires_grad_rule
+
+
+def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new``'s values for a tensor that required grad and still does after an in-place update that did not
+    read a tensor requiring grad (``x.fill_(1.5)``, ``x.copy_(c)``): its gradient there is zero, as in eager."""
+    if still_requires_grad.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
+
+        still_requires_grad.executor = torch_ex
     with _recording_directly():
-        return _derive_strided_impl(root, view)
+        return still_requires_grad.record(trace, (old, new), {})
+
+
+def _family_gradient(view: TracingTensor, value: TensorProxy) -> TensorProxy:
+    """The value of a view through ``detach()`` re-derived from its root: no gradient path, or the one its
+    detached tensor got from the updates made through it (``_tt_grad``, see ``Tracer._rebind``)."""
+    family = getattr(view, "_tt_family", None)
+    grad = family._tt_grad if family is not None else None
+    if grad is None:
+        return _detached(value) if value.requires_grad else value
+    if family is not view:
+        grad = _derive_strided(family, view, grad)
+    from thunder.core.trace import get_tracectx
+
+    with _recording_directly():
+        return _no_grad_update(get_tracectx(), grad, value)
+
+
+def _detached(p: TensorProxy) -> TensorProxy:
+    from thunder.core.trace import get_tracectx
+    from thunder.torch import detach
+
+    with _recording_directly():
+        out = detach.record(get_tracectx(), (p,), {})
+    out.requires_grad = False
+    return out
+
+
+def _derive_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None) -> TensorProxy:
+    with _recording_directly():
+        return _derive_strided_impl(root, view, value)
 
 
 def _write_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy) -> TensorProxy:
@@ -959,11 +1219,11 @@ def _write_strided(root: TracingTensor, view: TracingTensor, value: TensorProxy)
         return _write_strided_impl(root, view, value)
 
 
-def _derive_strided_impl(root: TracingTensor, view: TracingTensor) -> TensorProxy:
+def _derive_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorProxy | None = None) -> TensorProxy:
     from thunder import clang
     from thunder.core import prims
 
-    value, rm, _ = _root_for(root, view)
+    value, rm, _ = _root_for(root, view, value)
     vm = shadow(view)
     # the element positions come from the shadows' numbers: the sizes they depend on become numbers of the trace
     specialize(value.shape)

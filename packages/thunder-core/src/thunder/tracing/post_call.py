@@ -1,0 +1,192 @@
+"""The step after a call that makes the caller's tensors what eager leaves them: inputs whose sizes or
+strides the program changed in place get their new layout, and an input the program returns is returned
+as the caller's tensor itself.
+
+Layout changes (``unsqueeze_``, ``t_``, ``resize_``, ``set_``, ``as_strided_`` ...): while tracing, such an
+input's stand-in becomes a view of ``_tt_original``, a stand-in of its elements in the layout the caller
+gave (``Tracer._rebind_metadata``). The program writes those elements back as for any input updated in
+place; after the call, the caller's tensor is restrided onto its own storage (``as_strided_``), pointed
+at another input's storage (``set_``), or given a tensor the program returns (a ``resize_`` past the
+storage's end, ``set_`` to a tensor computed inside the program).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from thunder.core import pytree
+from thunder.core.proxies import TensorProxy
+from thunder.tracing.tracer import TracingTensor, _storage_id, shadow
+
+__all__ = ["PostCall"]
+
+
+class PostCall:
+    """What the step after a call of one traced program does to the caller's tensors and the output."""
+
+    def __init__(self, tensors, state_reads) -> None:
+        # how the step reads each input: arguments by their prologue expression, module state from its
+        # module (a prologue local exists only when the computation reads the tensor)
+        state_exprs = {name: expr for name, expr, _, _ in state_reads}
+        self.exprs: dict[int, str] = {}
+        self.proxies: dict[int, TensorProxy] = {}  # each input's proxy (its value when called)
+        self.storages: dict[int, str] = {}  # storage of an input's shadow -> an expression reading that input
+        self.nbytes: dict[int, int] = {}  # the size of each input's storage when called
+        for ti in tensors:
+            expr = state_exprs.get(ti.proxy.name, ti.expr) if ti.is_module_state else ti.expr
+            if not expr or id(ti.wrapper) in self.exprs:
+                continue
+            self.exprs[id(ti.wrapper)] = expr
+            self.proxies[id(ti.wrapper)] = ti.proxy
+            m = ti.wrapper._tt_meta
+            if m is not None:
+                self.storages.setdefault(_storage_id(m), expr)
+                with torch._C.DisableTorchFunction():
+                    self.nbytes[id(ti.wrapper)] = m.untyped_storage().nbytes()
+        self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
+        self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
+        self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
+        self.spec = None  # the output's structure (a transform that changes it disables the substitution)
+
+    def elements(self, ti) -> TensorProxy:
+        """The input's current elements in the layout the caller gave (what the program writes back); its
+        proxy when they are the ones it was called with."""
+        wrapper = ti.wrapper
+        original = getattr(wrapper, "_tt_original", None)
+        value = wrapper._thunder_proxy if original is None else original._thunder_proxy
+        return ti.proxy if value is getattr(wrapper, "_tt_unchanged", None) else value
+
+    def plan(self, wrappers, result) -> None:
+        """Records the layout step of every input among ``wrappers`` whose layout the program changed, and
+        which leaves of the user's ``result`` are inputs."""
+        seen = set()
+        for w in wrappers:
+            original = getattr(w, "_tt_original", None)
+            if original is None or id(w) in seen or id(w) not in self.exprs:
+                continue
+            seen.add(id(w))
+            self._plan_layout(w, original)
+        try:
+            leaves, self.spec = pytree.tree_flatten(result)
+        except Exception:
+            return
+        for i, leaf in enumerate(leaves):
+            if type(leaf) is TracingTensor and id(leaf) in self.exprs:
+                value = leaf._thunder_proxy
+                unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
+                self.returned.append((i, self.exprs[id(leaf)], unchanged))
+
+    def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
+        expr = self.exprs[id(w)]
+        new = shadow(w)
+        with torch._C.DisableTorchFunction():
+            layout = (tuple(new.shape), tuple(new.stride()), new.storage_offset())
+            itemsize = new.element_size()
+        storage = _storage_id(new)
+        size, stride, offset = layout
+        end = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1 if all(size) else 0
+        grown = end * itemsize > self.nbytes.get(id(w), 0)
+        if storage == _storage_id(shadow(original)) and not grown:
+            self.steps.append((expr, "restride", None, layout))
+        elif storage in self.storages and not grown:
+            self.steps.append((expr, "storage_of", self.storages[storage], layout))
+        else:  # a storage made inside the program, or grown by resize_: the program returns the tensor
+            self.steps.append((expr, "tensor", len(self.extra), layout))
+            self.extra.append(w._thunder_proxy)
+
+    def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
+        """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
+        if not self.steps and not self.returned:
+            return structure, finish, finish_args
+        steps, returned, n_args, spec, nested = (
+            tuple(self.steps),
+            tuple(self.returned),
+            len(finish_args),
+            self.spec,
+            bool(self.extra),
+        )
+        named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
+        exprs = sorted(named)
+        where = {e: n_args + i for i, e in enumerate(exprs)}
+
+        def finish_after_call(values, *args):
+            out, extra = values if nested else (values, ())
+            result = out if finish is None else finish(out, *args[:n_args])
+            for expr, kind, detail, (size, stride, offset) in steps:
+                t = args[where[expr]]
+                # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
+                # (which eager lets change only under no_grad) without one
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not t.is_leaf):
+                    if kind == "restride":
+                        t.as_strided_(size, stride, offset)
+                    elif kind == "storage_of":
+                        t.set_(args[where[detail]].untyped_storage(), offset, size, stride)
+                    else:
+                        t.set_(extra[detail].detach())
+            if returned:
+                result = _return_inputs(result, returned, args, where, spec)
+            return result
+
+        if nested:
+            structure = (structure, tuple(self.extra))
+        return structure, finish_after_call, [*finish_args, *exprs]
+
+
+def _may_alias_argument(bsym) -> bool:
+    """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call)."""
+    from thunder.core.prims import OpTags
+
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        tags = b.sym.tags
+        if "view" in tags or "alias" in tags or "opaque" in tags or OpTags.SHAPE_OP in tags:
+            return True
+        stack.extend(b.subsymbols)
+    return False
+
+
+def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
+    """Outputs the executors may run as views of an input are cloned before the program writes inputs back
+    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
+    from thunder.core import prims
+    from thunder.tracing.tracer import _recording_directly
+
+    may = set(input_names)
+    for b in trace.bound_symbols:
+        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and _may_alias_argument(b):
+            may.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
+    try:
+        leaves = pytree.tree_leaves(result)
+    except Exception:
+        return
+    for leaf in leaves:
+        if type(leaf) is not TracingTensor or id(leaf) in exclude:
+            continue
+        p = leaf._thunder_proxy
+        if p.name in may:
+            with _recording_directly():
+                copy = prims.clone(p)
+            copy.requires_grad = p.requires_grad
+            leaf._tt_value = copy
+            if leaf._tt_view is not None:
+                leaf._tt_seen = leaf._tt_view[0]._tt_version
+
+
+def _return_inputs(result, returned, args, where, spec):
+    """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
+
+    An input whose new value carries autograd history the caller's tensor cannot hold (a view, or a tensor
+    autograd would not rebase) stays the program's output: its gradients are right, its identity is not."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, expr, unchanged in returned:
+        out, t = leaves[i], args[where[expr]]
+        if not isinstance(out, torch.Tensor) or out.shape != t.shape:
+            continue
+        if unchanged or out is t or not out.requires_grad or (t.requires_grad and t.is_leaf):
+            leaves[i] = t
+    return pytree.tree_unflatten(spec, leaves)

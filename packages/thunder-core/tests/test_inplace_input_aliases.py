@@ -1,0 +1,250 @@
+"""In-place updates of inputs through ``detach()`` and through aliasing arguments, against eager: outputs
+(values, ``requires_grad``, identity of a returned input), the caller's tensors and gradients.
+Minimal repros of what the differential fuzzer's ``inplace_input`` feature found."""
+
+from __future__ import annotations
+
+import torch
+
+import thunder
+
+
+def _leaf(*shape):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+
+def _check(fn, make, *, same_object: tuple[int, ...] = ()):
+    """``fn(*make())`` through thunder.jit equals eager: values, requires_grad, the inputs after the call,
+    the gradients of the leaf inputs; outputs at ``same_object`` are the first input itself, as in eager."""
+    e_in, t_in = make(), make()
+    expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.requires_grad == e.requires_grad, "requires_grad differs"
+        torch.testing.assert_close(a.detach(), e.detach())
+    for i in same_object:
+        assert expected[i] is e_in[0]
+        assert actual[i] is t_in[0], "eager returns the caller's tensor itself"
+    for a, e in zip(t_in, e_in):
+        torch.testing.assert_close(a.detach(), e.detach(), msg="input after the call differs")
+    pairs = [(a, e) for a, e in zip(actual, expected) if e.requires_grad]
+    e_leaves = [x for x in e_in if x.requires_grad and x.is_leaf]
+    t_leaves = [x for x in t_in if x.requires_grad and x.is_leaf]
+    if pairs and e_leaves:
+        e_grads = torch.autograd.grad([(e * (k + 1)).sum() for k, (_, e) in enumerate(pairs)], e_leaves)
+        t_grads = torch.autograd.grad([(a * (k + 1)).sum() for k, (a, _) in enumerate(pairs)], t_leaves)
+        for a, e in zip(t_grads, e_grads):
+            torch.testing.assert_close(a, e, msg="gradient differs")
+
+
+def test_write_under_no_grad_through_an_aliasing_argument_keeps_the_gradient_of_the_other():
+    def f(a0, a1):
+        with torch.no_grad():
+            a1.add_(a1)
+        return (a0 * 1,)
+
+    def make():
+        a0 = _leaf(2, 3)
+        return a0, a0[0]
+
+    _check(f, make)
+
+
+def test_write_through_a_detached_aliasing_argument_is_invisible_to_autograd():
+    def f(a0, a1):
+        a1.mul_(3)
+        return a0 * 2, a1 + 0
+
+    def make():
+        a0 = _leaf(2, 3)
+        return a0, a0.detach()[1]
+
+    _check(f, make)
+
+
+def test_input_updated_through_detach_and_returned_is_the_callers_tensor():
+    def f(a0):
+        v0 = a0.detach()
+        v0.add_(v0, alpha=-1)
+        return v0, a0
+
+    _check(f, lambda: (_leaf(3, 3),), same_object=(1,))
+
+
+def test_returned_input_is_the_callers_tensor():
+    def f(a0, b):
+        b.add_(1)
+        return a0, b
+
+    x, y = torch.zeros(3), torch.zeros(3)
+    out = thunder.jit(f)(x, y)
+    assert out[0] is x and out[1] is y and torch.equal(y, torch.ones(3))
+
+
+def test_detached_alias_and_its_base_are_distinct_outputs():
+    # a value kept as the gradient path of another (keep_grad_of) is its own tensor object
+    def f(a1, a2):
+        v0 = a2 + a1
+        v4 = v0.detach()
+        v4.clamp_(min=0)
+        return v4, v0
+
+    _check(f, lambda: (_leaf(3), _leaf(3) * 0 + 1))
+
+
+def test_second_detached_view_sees_the_write_without_a_gradient():
+    def f(a0):
+        v0 = a0.detach()
+        v1 = a0.detach()
+        v0[0][..., :1] = 0.5
+        return v1, v1 * a0
+
+    _check(f, lambda: (_leaf(1, 3),))
+
+
+def test_aliased_arguments_without_writes_keep_their_gradients():
+    def f(a0, a1):
+        return (torch.sigmoid(a0[..., 1:]) + a1.sum(),)
+
+    def make():
+        a0 = _leaf(2, 2)
+        return a0, a0.mT
+
+    _check(f, make)
+
+
+def test_setitem_on_one_slice_of_an_expanded_input_writes_every_alias():
+    def f(a1, a2):
+        v1 = a1.expand(2, *a1.shape)
+        v1[0] = a2
+        return (v1 * 1,)
+
+    _check(f, lambda: (torch.zeros(2, 3), torch.arange(3.0)))
+
+
+def test_copy_of_itself_is_a_no_op_on_an_expanded_view():
+    def f(a0):
+        v0 = a0.expand(2, *a0.shape)
+        with torch.no_grad():
+            v0.copy_(v0)
+        return (a0.sum() * 1,)
+
+    _check(f, lambda: (_leaf(2, 1),))
+
+
+def test_backward_reads_an_aliased_argument_as_it_was_before_the_write_back():
+    # a1.flatten() copies; backward needs a1's old values although the program writes the storage at its end
+    def f(a0, a1):
+        v0 = a1.select(0, -1)
+        v1 = a1.flatten()
+        with torch.no_grad():
+            v0.pow_(2)
+        return (v1.abs(),)
+
+    def make():
+        a0 = _leaf(2, 3)
+        return a0, a0.mT
+
+    _check(f, make)
+
+
+def test_inplace_on_a_tensor_that_requires_grad_keeps_it_requiring_grad():
+    # so that what no_grad computes from it is cut off, as in eager
+    def f(a0):
+        v0 = torch.nn.functional.gelu(a0)
+        v0.fill_(1.5)
+        with torch.no_grad():
+            v4 = torch.nn.functional.silu(v0)
+        return v4, torch.sigmoid(a0) * 1
+
+    _check(f, lambda: (_leaf(2, 3),))
+
+
+def test_no_grad_update_of_a_detached_tensor_leaves_it_without_gradient():
+    def f(a0):
+        v0 = a0 * 2
+        v2 = (v0 * v0.detach()).detach()
+        with torch.no_grad():
+            v2.add_(a0 - v0)
+        return (v2,)
+
+    _check(f, lambda: (_leaf(3),))
+
+
+def test_gradient_written_through_an_aliasing_argument_reaches_the_other():
+    def f(a0, a1, a2):
+        a1.add_(a2)
+        with torch.no_grad():
+            a0[..., :1] = 0.5
+        return (a0,)
+
+    def make():
+        a0 = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        return a0, a0[0], torch.tensor(1.5, requires_grad=True)
+
+    _check(f, make, same_object=(0,))
+
+
+def test_updates_through_views_of_a_detached_tensor_give_it_its_own_gradient():
+    # eager: d = x.detach() is a tensor of its own for autograd; writes of values that require grad through
+    # its views give it (and only it) their gradients
+    def f(a0):
+        d = a0.detach()
+        d[0:2].mul_(a0[0:2])
+        d[1:].add_(1)
+        d.t().add_(a0 * 2)
+        return d * a0, d
+
+    _check(f, lambda: (_leaf(4),))
+
+
+def test_view_of_a_detached_tensor_updated_through_another_view_of_it():
+    def f(a0):
+        v1 = a0.detach().view(2, 2)
+        v1.T[0].mul_(a0[:2] * 2)
+        return v1 + 0, a0 * 1
+
+    _check(f, lambda: (_leaf(4),))
+
+
+def test_output_copied_from_an_input_is_not_changed_by_a_later_write_into_that_input():
+    # v1.copy_(a1) may run as an expand of a1: the write into a1 at the program's end must not reach v1
+    def f(a1):
+        v1 = a1[[-1, 0]]
+        v1.copy_(a1)
+        with torch.no_grad():
+            a1[..., :1] = 0.5
+        return (v1,)
+
+    _check(f, lambda: (torch.tensor([[0.25, 1.5, -1.0]], dtype=torch.float64),))
+
+
+def test_inplace_update_with_a_gradient_is_seen_by_autograd_function_apply():
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def f(a0):
+        v1 = torch.exp(a0.detach())
+        v1.add_(a0)
+        return (Twice.apply(v1),)
+
+    _check(f, lambda: (_leaf(3),))
+
+
+def test_tensor_that_requires_grad_still_does_after_an_update_from_a_constant():
+    # eager: x.copy_(c) / x.fill_(v) keep x requiring grad (with a zero gradient there)
+    def f(a, c):
+        v = a * 2
+        v.copy_(c)
+        w = (a * 3).float()
+        w.fill_(1.5)
+        return v * 3, w
+
+    _check(f, lambda: (_leaf(3), torch.ones(3, dtype=torch.float64)))

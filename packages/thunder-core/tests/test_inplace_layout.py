@@ -1,0 +1,199 @@
+"""In-place ops that change an input's sizes or strides (``unsqueeze_``, ``t_``, ``resize_``, ``set_`` ...):
+after the call the caller's tensor has eager's sizes, strides, storage offset and values, on the first call
+and on later calls with fresh tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+
+def _layout(t: torch.Tensor):
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
+
+
+def _assert_same_tensor(got: torch.Tensor, expected: torch.Tensor, what: str, *, layout: bool = True) -> None:
+    """Equal values, shape and dtype; with ``layout`` also strides and storage offset (a caller's tensor)."""
+    if layout:
+        assert _layout(got) == _layout(expected), (what, _layout(got), _layout(expected))
+    assert got.shape == expected.shape and got.dtype == expected.dtype, (what, got, expected)
+    assert torch.equal(got, expected), (what, got, expected)
+
+
+def _unsqueeze(x, y):
+    x.unsqueeze_(1)
+    return x * 2
+
+
+def _squeeze_then_write(x, y):
+    x = x[:1]
+    x.squeeze_(0)
+    x.add_(10)
+    return x + 1
+
+
+def _t_then_write_row(x, y):
+    x.t_()
+    x[0].fill_(-1)
+    return x * 1
+
+
+def _transpose_then_read_view(x, y):
+    v = x[1]
+    x.transpose_(0, 1)
+    x[0].mul_(3)
+    return v + 0, x.shape
+
+
+def _swapdims(x, y):
+    x.swapdims_(0, 1)
+    return x.sum(0)
+
+
+def _resize_smaller(x, y):
+    x.resize_(2, 2)
+    x.add_(1)
+    return x * 1
+
+
+def _resize_as(x, y):
+    x.resize_as_(y[:2])
+    return x.sum()
+
+
+def _set_other_input(x, y):
+    x.set_(y)
+    x.add_(1)
+    return x * 2
+
+
+def _set_computed(x, y):
+    z = x * 3
+    x.set_(z)
+    x.sub_(1)
+    return z * 1
+
+
+def _as_strided(x, y):
+    x.as_strided_((2, 2), (1, 3), 1)
+    x.fill_(0)
+    return x + 1
+
+
+def _two_changes(x, y):
+    x.t_()
+    x.unsqueeze_(0)
+    x[0, 1].zero_()
+    return x * 1
+
+
+CASES = [
+    _unsqueeze,
+    _squeeze_then_write,
+    _t_then_write_row,
+    _transpose_then_read_view,
+    _swapdims,
+    _resize_smaller,
+    _resize_as,
+    _set_other_input,
+    _set_computed,
+    _as_strided,
+    _two_changes,
+]
+
+
+def _inputs():
+    return torch.arange(12.0).reshape(3, 4), torch.arange(5.0) - 10
+
+
+@pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__.strip("_"))
+def test_layout_changing_inplace_on_inputs(fn):
+    jfn = thunder.jit(fn)
+    for call in range(2):  # the cached program must change the fresh tensors of a second call too
+        expected_inputs, inputs = _inputs(), _inputs()
+        expected = fn(*expected_inputs)
+        got = jfn(*inputs)
+        expected, got = (expected, got) if isinstance(expected, tuple) else ((expected,), (got,))
+        for g, e in zip(got, expected):
+            if isinstance(e, torch.Tensor):
+                _assert_same_tensor(g, e, f"output (call {call + 1})", layout=False)
+            else:
+                assert g == e
+        for i, (g, e) in enumerate(zip(inputs, expected_inputs)):
+            _assert_same_tensor(g, e, f"input {i} after call {call + 1}")
+    assert thunder.cache_misses(jfn) == 1
+
+
+def test_resize_past_the_storage_keeps_the_prefix():
+    def f(x):
+        x.resize_(20)
+        x[12:].fill_(7)
+        return x[:12] * 1
+
+    x, expected_x = torch.arange(12.0).reshape(3, 4), torch.arange(12.0).reshape(3, 4)
+    expected = f(expected_x)
+    got = thunder.jit(f)(x)
+    assert torch.equal(got, expected)
+    assert _layout(x) == _layout(expected_x)
+    assert torch.equal(x, expected_x)  # the 8 new elements were written by the program
+
+
+def test_set_shares_storage_with_the_other_input():
+    def f(x, y):
+        x.set_(y)
+        return x * 1
+
+    x, y = _inputs()
+    thunder.jit(f)(x, y)
+    assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    y.add_(1)  # as in eager, x and y are now one tensor
+    assert torch.equal(x, y)
+
+
+class _Buffers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.arange(6.0).reshape(2, 3))
+        self.w = torch.nn.Parameter(torch.arange(4.0))
+
+    def forward(self, x):
+        self.b.t_()
+        with torch.no_grad():
+            self.w.unsqueeze_(0)
+        return x + self.b, self.w * 1
+
+
+def test_layout_changing_inplace_on_module_state():
+    eager, jitted = _Buffers(), _Buffers()
+    jm = thunder.jit(jitted)
+    for call in range(2):
+        x = torch.ones(3, 2) if call == 0 else torch.ones(2, 3)
+        expected = eager(x)
+        got = jm(x)
+        for g, e in zip(got, expected):
+            _assert_same_tensor(g.detach(), e.detach(), f"output (call {call + 1})", layout=False)
+        _assert_same_tensor(jitted.b, eager.b, f"buffer after call {call + 1}")
+        _assert_same_tensor(jitted.w.detach(), eager.w.detach(), f"parameter after call {call + 1}")
+        assert isinstance(jitted.w, torch.nn.Parameter) and jitted.w.requires_grad
+
+
+def test_layout_change_of_a_non_leaf_input_keeps_its_gradient_path():
+    def f(x):
+        x.t_()
+        x.mul_(2)
+        return x.sum(0)
+
+    a_e, a_t = torch.arange(6.0).reshape(2, 3).requires_grad_(), torch.arange(6.0).reshape(2, 3).requires_grad_()
+    x_e, x_t = a_e * 1, a_t * 1
+    out_e, out_t = f(x_e), thunder.jit(f)(x_t)
+    assert torch.equal(out_t.detach(), out_e.detach())
+    _assert_same_tensor(x_t.detach(), x_e.detach(), "input after call")
+    g = torch.arange(2.0) + 1
+    (ge,) = torch.autograd.grad(out_e, a_e, g, retain_graph=True)
+    (gt,) = torch.autograd.grad(out_t, a_t, g, retain_graph=True)
+    assert torch.equal(gt, ge)
+    (ge,) = torch.autograd.grad((x_e * g).sum(), a_e)
+    (gt,) = torch.autograd.grad((x_t * g).sum(), a_t)
+    assert torch.equal(gt, ge)
