@@ -138,3 +138,24 @@ def test_inplace_update_of_an_aliased_view_argument_with_grad():
         out.sum().backward()
         results.append((out.detach(), leaf.grad))
     torch.testing.assert_close(results[1][0], results[0][0])
+
+
+def test_copy_of_a_value_requiring_grad_into_an_integer_tensor():
+    """An integer tensor updated in place with a float that requires grad holds the cast values and does not
+    require grad (found by the fuzzer: thunder tried to make the integer stand-in require grad)."""
+
+    def fn(a0, a1):
+        a0.copy_(a1)
+        return a0 * 2
+
+    def inputs():
+        return torch.tensor([[1, 0, -3], [-1, -2, -1]]), torch.tensor(
+            [[1.5, -0.3, -2.2], [0.6, -1.1, -1.4]], requires_grad=True
+        )
+
+    e0, e1 = inputs()
+    t0, t1 = inputs()
+    expected, actual = fn(e0, e1), thunder.jit(fn)(t0, t1)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(t0, e0)
+    assert actual.requires_grad is expected.requires_grad is False

@@ -57,15 +57,27 @@ def _compare(actual, expected, what: str, program: Program, *, check_requires_gr
             raise Divergence(kind, detail, program) from None
 
 
-CHECKS = ("requires_grad", "input_mutation", "grad", "second_call")
+CHECKS = ("requires_grad", "input_mutation", "grad", "second_call", "symbolic")
 
 
-def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozenset()) -> bool:
+def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozenset(), cache: str | None = None) -> bool:
     """Raise ``Divergence`` where ``thunder.jit`` differs from eager on ``program``. Returns False when
     eager itself cannot run the program (the caller should discard it), True otherwise.
 
     Outputs' values, dtypes and shapes, and thunder errors, are always checked; ``skip`` may name
-    checks among ``CHECKS`` to leave out."""
+    checks among ``CHECKS`` to leave out. ``symbolic`` checks the program once more with every size symbolic
+    (``cache="symbolic values"``), everything else as above."""
+    if not _check_program(program, skip, cache):
+        return False
+    if "symbolic" not in skip and cache is None:
+        try:
+            _check_program(program, set(skip) | {"second_call"}, "symbolic values")
+        except Divergence as d:
+            raise Divergence(f"symbolic {d.kind}", d.detail, program) from None
+    return True
+
+
+def _check_program(program: Program, skip, cache: str | None) -> bool:
     import thunder
 
     fn = program.make_function()
@@ -77,7 +89,7 @@ def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozens
         except Exception:
             return False
         t_inputs = program.make_inputs()
-        jfn = thunder.jit(fn)
+        jfn = thunder.jit(fn) if cache is None else thunder.jit(fn, cache=cache)
         try:
             actual = jfn(*t_inputs)
         except Exception as exc:

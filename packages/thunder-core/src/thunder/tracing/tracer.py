@@ -530,7 +530,12 @@ class Tracer:
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             _mark_requires_grad(value, uargs, ukwargs)
             self._rebind(func, wrapper, value, args, kwargs)
-            if value.requires_grad and torch.is_grad_enabled() and not wrapper.requires_grad:
+            if (
+                value.requires_grad
+                and value.dtype.kind in ("float", "complex")  # (an integer tensor never requires grad)
+                and torch.is_grad_enabled()
+                and not wrapper.requires_grad
+            ):
                 # as in eager, the updated tensor (and the base it is a view of) now requires grad
                 with torch._C.DisableTorchFunction():
                     for t in (wrapper, wrapper._tt_view[0] if wrapper._tt_view is not None else None):
