@@ -201,8 +201,10 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     routed_placeholders = [placeholders[i] for i in routed]
 
     name = "".join(c if c.isalnum() else "_" for c in cls.__name__)
-    print_name = f"autograd_function_{name}"
     n_inputs = len(diff_inputs)
+    # the callable passes its last values through: two applies of one Function with different numbers of
+    # differentiable inputs are two callables, so two names (one namespace holds every call's callable)
+    print_name = f"autograd_function_{name}" if n_inputs == 1 else f"autograd_function_{name}_{n_inputs}"
 
     def run(*values):
         return values[n_inputs:]
