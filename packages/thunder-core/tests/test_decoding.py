@@ -15,16 +15,6 @@ import torch
 
 import thunder
 
-try:
-    import transformers
-
-    _TF_MAJOR = int(transformers.__version__.split(".")[0])
-except ImportError:  # (the HF tests below skip)
-    _TF_MAJOR = None
-# transformers 4.x builds attention masks with torch.vmap over the positions, which thunder's vmap unrolls: the
-# sequence length is then a number of the program, so 4.x compiles one program per length (5.x: symbolic)
-_PER_LENGTH = _TF_MAJOR is not None and _TF_MAJOR < 5
-
 # ---------------------------------------------------------------- keyword forwarding
 
 
@@ -155,7 +145,7 @@ def test_generate_on_a_thunder_module_runs_the_jitted_forward():
     actual = jm.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     assert torch.equal(actual, expected)
     # the first length, then one program with the sequence length symbolic (automatic dynamic sizes)
-    assert thunder.cache_misses(jm) == (5 if _PER_LENGTH else 2)
+    assert thunder.cache_misses(jm) == 2
     assert type(model) is type(ref) and "forward" not in model.__dict__  # the model is left as it was
 
 
@@ -201,7 +191,7 @@ def test_generate_with_hf_caches_matches_eager(cache, do_sample):
     jm = _generate_both(model, ids, **kw)
     # the static cache keeps its shape: a prefill program and one decode program; the dynamic cache grows:
     # prefill, the first decode step, then one program whose cache length is symbolic
-    assert thunder.cache_misses(jm) == (2 if cache == "static" else 6 if _PER_LENGTH else 3)
+    assert thunder.cache_misses(jm) == (2 if cache == "static" else 3)
 
 
 def test_manual_decode_loop_with_static_cache():
@@ -242,4 +232,4 @@ def test_generate_with_a_jitted_submodule_forwards_keywords():
     actual = model.generate(ids, **kw)
     assert torch.equal(actual, expected)
     # prefill, first step, then the cache length symbolic
-    assert thunder.cache_misses(model.model) == (4 if _PER_LENGTH else 3)
+    assert thunder.cache_misses(model.model) == 3

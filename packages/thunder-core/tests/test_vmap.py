@@ -133,3 +133,21 @@ def test_vmap_of_dimension_dependent_activations():
         return torch.vmap(lambda a: torch.nn.functional.glu(a, 0) + torch.nn.functional.prelu(a[:2], w))(x)
 
     _check(f, torch.randn(3, 4, 5), torch.rand(5))
+
+
+def test_vmap_casts_and_basic_indexing_of_batched_values_are_one_call():
+    """``.to(dtype)`` and ``x[..., 1:]`` on a batched value run once on the whole batch (not once per element,
+    which made the batch size a number of the program: transformers 4.x's masks then compiled per length)."""
+
+    def f(x):
+        def row(r):
+            return r.to(torch.float64)[1:] * 2 + r[0]
+
+        return torch.vmap(row)(x)
+
+    jf = thunder.jit(f)
+    for n in (5, 7, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(jf(x), f(x))
+    assert thunder.cache_misses(jf) == 2  # the first size, then the batch size symbolic
+    assert "stack" not in str(thunder.last_traces(jf)[-1])

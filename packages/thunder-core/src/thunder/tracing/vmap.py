@@ -11,6 +11,7 @@ batches each torch call the function makes:
 - indexing of an unbatched tensor by batched index tensors (``mask[b, kv]``, as Hugging Face's
   attention-mask functions do): one advanced-indexing call;
 - ``Tensor.new_*`` factories: one call (their result does not depend on the batch);
+- ``Tensor.to`` and basic indexing (ints, slices, ``None``, ``...``) of a batched tensor: one call;
 - anything else: the call once per batch element, results stacked (always correct, just longer).
 
 Nested vmaps nest levels: a value batched by several levels holds the next level's value.
@@ -150,6 +151,17 @@ def batched_call(tracer, func, args: tuple, kwargs: dict):
         if func is torch.Tensor.expand and not kwargs:
             sizes = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list, torch.Size)) else args[1:]
             return BatchedTracingTensor(tracer.handle(func, (x._vm_inner, n, *sizes), {}), level)
+
+    if func is torch.Tensor.to and batched[0] and not any(batched[1:]):
+        # a cast or move of the batched tensor only: one call on the batched value
+        return BatchedTracingTensor(tracer.handle(func, (args[0]._vm_inner, *args[1:]), kwargs), level)
+
+    if func is torch.Tensor.__getitem__ and batched[0] and not any(batched[1:]) and not kwargs:
+        key = args[1] if isinstance(args[1], tuple) else (args[1],)
+        if all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in key):
+            # basic indexing of the batched tensor: the same index behind the batch dimension
+            out = tracer.handle(func, (args[0]._vm_inner, (slice(None), *key)), {})
+            return BatchedTracingTensor(out, level)
 
     if _is_index(func) and not batched[0]:
         indices = args[1]
