@@ -44,7 +44,8 @@ def eliminate_dead_code(bsyms: Sequence[BoundSymbol], *, drop_unused_outputs: bo
     kept: list[BoundSymbol] = []
     for bsym in reversed(bsyms):
         outs = bsym.flat_outs
-        if _keep(bsym) or any(o.name in needed for o in outs):
+        # (whether an output is needed is the cheap question: asked first; side effects walk decompositions)
+        if any(o.name in needed for o in outs) or _keep(bsym):
             if drop_unused_outputs and outs and any(o.name not in needed for o in outs):
                 bsym = bsym.from_bsym(output=_drop_unused_outputs(bsym.output, needed))
             needed.update(a.name for a in bsym.flat_args)
