@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from differential.functions import MulSaved
 
 import thunder
 
@@ -901,20 +902,6 @@ def test_autograd_function_on_an_aliased_argument_updated_under_no_grad():
         torch.testing.assert_close(t, e)
 
 
-class _DoubledShare(torch.autograd.Function):
-    """``x * y`` whose backward gives ``x`` twice its true share (so using it shows up in the gradient)."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
-    @staticmethod
-    def backward(ctx, g):
-        x, y = ctx.saved_tensors
-        return (g * y * 2 if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
-
-
 def test_one_autograd_function_applied_with_different_differentiable_inputs():
     """Two applies of one Function, the first with one input requiring grad and the second with two: each call
     runs its own operation (they shared a name, so the first ran the second's and failed to unpack; found by
@@ -923,7 +910,7 @@ def test_one_autograd_function_applied_with_different_differentiable_inputs():
     def fn(a):
         with torch.no_grad():
             c = torch.cos(a)
-        v = _DoubledShare.apply(a, c)
-        return _DoubledShare.apply(v, v * 2)
+        v = MulSaved.apply(a, c)
+        return MulSaved.apply(v, v * 2)
 
     assert_like_eager(fn, _x(2, 3))

@@ -11,6 +11,7 @@ naming the input that varies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import threading
@@ -233,44 +234,39 @@ def _dynamic_policy(cd: CompileData):
         return lambda expr, t: range(t.ndim)
     if option is not CacheOption.CONSTANT_VALUES or not cd.size_history or dynamic is False:
         return None
-    history, dynamic = cd.size_history, cd.dynamic_dims
+    history, seen_varying = cd.size_history, cd.dynamic_dims
 
     def varying(expr: str, t: torch.Tensor):
-        dims = dynamic.get(expr, frozenset())
-        before = history.get(expr)
-        if before is not None and len(before) == t.ndim:
-            dims = dims | {d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b}
-        return sorted(dims)
+        return sorted(seen_varying.get(expr, frozenset()) | _changed_dims(history.get(expr), t.shape))
 
     return varying
+
+
+def _changed_dims(before: tuple | None, shape) -> set[int]:
+    """The dimensions whose size differs from ``before`` (none when there is no ``before`` of that rank)."""
+    if before is None or len(before) != len(shape):
+        return set()
+    return {d for d, (a, b) in enumerate(zip(before, shape)) if a != b}
 
 
 def _trace_with_sizes(cd: CompileData, fn, args, kwargs, record_log: bool):
     """Traces with the dimensions the cache option makes symbolic; with numbers only if that fails."""
     checks = cd.cache_option is not CacheOption.SAME_INPUT
     dynamic = None if cd.symbolic_failed else _dynamic_policy(cd)
+    trace = functools.partial(
+        trace_program, fn, args, kwargs, module=cd.module, executors=cd.executors, checks=checks, record_log=record_log
+    )
     program = failure = None
     if dynamic is not None:
         try:
-            program = trace_program(
-                fn,
-                args,
-                kwargs,
-                module=cd.module,
-                executors=cd.executors,
-                checks=checks,
-                record_log=record_log,
-                dynamic=dynamic,
-            )
+            program = trace(dynamic=dynamic)
         except Exception as e:  # noqa: BLE001 - the user's error, or a limitation of symbolic tracing: see below
             if os.environ.get("THUNDER_DEBUG_SYMBOLIC"):
                 raise
             failure = e
     if program is None:
         # (an error of the user's code is raised again here, as eager raises it)
-        program = trace_program(
-            fn, args, kwargs, module=cd.module, executors=cd.executors, checks=checks, record_log=record_log
-        )
+        program = trace()
     if failure is not None:  # symbolic sizes failed where numbers work: numbers from now on
         cd.symbolic_failed = True
         if cd.cache_option is CacheOption.SYMBOLIC_VALUES:
@@ -283,11 +279,9 @@ def _trace_with_sizes(cd: CompileData, fn, args, kwargs, record_log: bool):
     if cd.cache_option is CacheOption.CONSTANT_VALUES:
         for ti in program.tensor_inputs:
             if ti.example is not None and not ti.is_module_state:
-                before = cd.size_history.get(ti.expr)
-                if before is not None and len(before) == ti.example.ndim:
-                    changed = {d for d, (a, b) in enumerate(zip(before, ti.example.shape)) if a != b}
-                    if changed:
-                        cd.dynamic_dims[ti.expr] = cd.dynamic_dims.get(ti.expr, frozenset()) | changed
+                changed = _changed_dims(cd.size_history.get(ti.expr), ti.example.shape)
+                if changed:
+                    cd.dynamic_dims[ti.expr] = cd.dynamic_dims.get(ti.expr, frozenset()) | changed
                 cd.size_history[ti.expr] = tuple(ti.example.shape)
     return program
 

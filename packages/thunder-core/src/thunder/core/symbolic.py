@@ -15,7 +15,6 @@ them (``t1 = ltorch.reshape(t0, (s0 * 4, 16))``).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import torch
@@ -122,6 +121,7 @@ class SizeEnv:
         self.order: list[SizeProxy] = []  # the input sizes (the computation's size arguments)
         self.pending: list = []  # (tensor proxy, dim, SizeProxy): data-dependent sizes to read after their op
         self._fake_mode = None
+        self._printer = None  # (printer, number of symbols it knows)
 
     @property
     def shape_env(self):
@@ -135,10 +135,6 @@ class SizeEnv:
             env = self._shape_env = ShapeEnv(duck_shape=False)
             register(self)
         return env
-
-    @property
-    def used(self) -> bool:
-        return self._shape_env is not None
 
     def bind_data_dependent(self, out) -> None:
         """Sizes of an op's outputs that depend on tensor values (``nonzero``, a boolean mask) become variables
@@ -160,6 +156,9 @@ class SizeEnv:
         _active.append(self)
         return self
 
+    def __exit__(self, *exc):
+        _active.pop()
+
     def fake_mode(self):
         """A FakeTensorMode over this environment: an op with no meta function of ours runs in it, so its output
         sizes come out as expressions of the symbols (and its decisions on sizes as guards)."""
@@ -173,9 +172,6 @@ class SizeEnv:
     def take_pending(self) -> list:
         pending, self.pending = self.pending, []
         return pending
-
-    def __exit__(self, *exc):
-        _active.pop()
 
     def size(self, value: int, source: str) -> int | SymInt:
         """A symbolic size for the input dimension read by ``source`` (0 and 1 stay numbers: they are special
@@ -261,7 +257,7 @@ def has_symbolic(shape) -> bool:
 
 def size_proxies(x) -> list[SizeProxy]:
     """The trace variables a symbolic size is computed from."""
-    env = current_size_env() or _env_of(x)
+    env = size_env_of(x)
     if env is None:
         return []
     out = []
@@ -275,13 +271,9 @@ def size_proxies(x) -> list[SizeProxy]:
 _envs_by_shape_env: dict[int, SizeEnv] = {}
 
 
-def _env_of(x: SymInt) -> SizeEnv | None:
-    return _envs_by_shape_env.get(id(x.node.shape_env))
-
-
 def size_env_of(x: SymInt) -> SizeEnv | None:
     """The environment a symbolic size belongs to (after tracing too, for the transforms)."""
-    return _env_of(x)
+    return _envs_by_shape_env.get(id(x.node.shape_env))
 
 
 def register(env: SizeEnv) -> None:
@@ -310,15 +302,14 @@ def _printer(env: SizeEnv, local_name=lambda p: p.name):
 
 def print_size(x) -> str:
     """``x`` as a Python expression of the trace's size variables."""
-    env = current_size_env() or _env_of(x)
+    env = size_env_of(x)
     if env is None:
         raise RuntimeError(f"internal error: the symbolic size {x} belongs to no trace")
     expr = x.node.expr
     if expr.is_number:  # (a size expression that simplified to a constant)
         return repr(float(expr)) if type(x) is torch.SymFloat else str(int(expr))
-    text = _printer(env).doprint(expr)
+    cached = env._printer
+    if cached is None or cached[1] != len(env.proxies):  # (data-dependent sizes add symbols while tracing)
+        cached = env._printer = (_printer(env), len(env.proxies))
+    text = cached[0].doprint(expr)
     return text if expr.is_Symbol else f"({text})"
-
-
-def numel(shape) -> int | SymInt:
-    return math.prod(shape) if shape else 1

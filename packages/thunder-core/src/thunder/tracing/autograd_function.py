@@ -281,22 +281,30 @@ def _keep_new(old, new):
     return new.detach()
 
 
-def _keep_grad_rule(old, new):
-    from thunder.transforms.autodiff import get_grad, put_grad
+def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
+    """``name(old, new)``: ``new``'s values for a tensor updated in place, requiring grad; its gradient goes to
+    ``old`` (the tensor keeps the gradient path it had) or to ``new`` (and none to ``old``, whose values the
+    update replaced)."""
 
-    out = keep_grad_of(old, new)
-    put_grad(old, get_grad(out))
-    return out
+    def rule(old, new):
+        from thunder.transforms.autodiff import get_grad, put_grad
+
+        out = sym(old, new)
+        put_grad(old if gradient_to_old else new, get_grad(out))
+        return out
+
+    sym = Symbol(
+        name,
+        lambda old, new: TensorProxy(like=new, requires_grad=True),
+        id=name,
+        is_prim=True,
+        call_ctx={name: _keep_new},
+    )
+    sym.grad_rule = rule
+    return sym
 
 
-keep_grad_of = Symbol(
-    "keep_grad_of",
-    lambda old, new: TensorProxy(like=new, requires_grad=True),
-    id="keep_grad_of",
-    is_prim=True,
-    call_ctx={"keep_grad_of": _keep_new},
-)
-keep_grad_of.grad_rule = _keep_grad_rule
+keep_grad_of = value_update_symbol("keep_grad_of", gradient_to_old=True)
 
 
 def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:

@@ -28,7 +28,7 @@ from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
-from thunder.tracing.autograd_function import _keep_new, _no_grad_update, patch_function_apply
+from thunder.tracing.autograd_function import _no_grad_update, patch_function_apply, value_update_symbol
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -1160,22 +1160,7 @@ class _recording_directly:
         return False
 
 
-def _still_requires_grad_rule(old, new):
-    from thunder.transforms.autodiff import get_grad, put_grad
-
-    out = still_requires_grad(old, new)
-    put_grad(new, get_grad(out))  # (and none for ``old``: the update replaced its values)
-    return out
-
-
-still_requires_grad = Symbol(
-    "still_requires_grad",
-    lambda old, new: TensorProxy(like=new, requires_grad=True),
-    id="still_requires_grad",
-    is_prim=True,
-    call_ctx={"still_requires_grad": _keep_new},
-)
-still_requires_grad.grad_rule = _still_requires_grad_rule
+still_requires_grad = value_update_symbol("still_requires_grad", gradient_to_old=False)
 
 
 def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
@@ -1553,7 +1538,7 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
 
     def meta(*args, **kwargs):
         symbolic = _first_symbolic_size((args, kwargs))
-        env = (current_size_env() or size_env_of(symbolic)) if symbolic is not None else None
+        env = size_env_of(symbolic) if symbolic is not None else None
         if env is not None:
             with env.fake_mode():
                 out = _opaque_meta(args, kwargs, True)
