@@ -28,6 +28,7 @@ import contextlib
 import io
 import re
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,7 @@ if Sybil is not None:
             super().__init__()
             self._run = PythonEvaluator()
 
-        def evaluate(self, example: Example) -> None:
+        def evaluate(self, example: Example) -> str | None:
             first = str(example.parsed).lstrip().splitlines()[0] if str(example.parsed).strip() else ""
             if first.startswith("# not run"):
                 pytest.skip(f"illustrative block: {first.lstrip('# ')}")
@@ -81,6 +82,10 @@ if Sybil is not None:
             try:
                 with contextlib.redirect_stdout(tee):
                     self._run(example)
+            except Exception:
+                # reported as the block's failure, with the traceback (sybil 10's report of an exception
+                # raised here fails itself, with an IndexError in its traceback filter)
+                return traceback.format_exc()
             finally:
                 example.namespace["_printed"] = example.namespace.get("_printed", "") + tee.copy.getvalue()
 

@@ -71,6 +71,19 @@ def test_recompile_warning_names_a_varying_tensor():
     assert "the tensor a" in message
 
 
+def test_recompile_warning_names_the_module_that_changes():
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Tanh()))
+    jm = thunder.jit(m, recompile_limit=1)
+    x = torch.randn(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jm(x)
+        m[1][0].eval()
+        jm(x)
+    (message,) = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    assert ".1.0 (training flag" in message, message
+
+
 def test_hit_on_an_old_entry_runs_few_prologues():
     jf = thunder.jit(_double, cache_size_limit=100, recompile_limit=None, dynamic=False)
     xs = [torch.randn(n) for n in range(1, 41)]

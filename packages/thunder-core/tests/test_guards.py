@@ -168,6 +168,47 @@ def test_hook_added_to_submodule_after_jit():
     torch.testing.assert_close(jm(x), m(x))
 
 
+def test_hook_dict_replaced_on_submodule_after_jit():
+    # the prologue checks many modules' hooks in one line; a hook dict replaced (not mutated) is seen too
+    from collections import OrderedDict
+
+    m = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Sequential(nn.Linear(3, 3)))
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m[2][0]._forward_hooks = OrderedDict({0: lambda mod, inp, out: out * 0 + 3})
+    torch.testing.assert_close(jm(x), m(x))
+    m[2][0]._forward_hooks = OrderedDict()
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_submodule_training_flag_and_instance_forward_after_jit():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.Sequential(nn.Tanh()))
+    m.eval()
+    jm = thunder.jit(m)
+    x = _x()
+    torch.testing.assert_close(jm(x), m(x))
+    m[2][0].forward = lambda t: t * 5
+    torch.testing.assert_close(jm(x), m(x))
+    del m[2][0].forward
+    m[1].train()
+    torch.manual_seed(0)
+    expected = m(x)
+    torch.manual_seed(0)
+    assert (jm(x) == 0).any() and (expected == 0).any()  # dropout runs again in both
+    m[1].eval()
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_submodules_of_a_container_removed_without_registration_hooks():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.Tanh(), nn.Sigmoid()))
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m[1]._modules.pop("1")  # bypasses the module registration hooks
+    torch.testing.assert_close(jm(x), m(x))
+
+
 SCALE = 2.0
 OFFSET = torch.ones(3)
 

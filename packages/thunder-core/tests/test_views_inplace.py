@@ -511,3 +511,72 @@ def test_traced_dtypes_of_the_issue(fn):
 
     expected, got = g(b, i), thunder.jit(g)(b, i)
     assert _same(got[0], expected[0]) and got[1] == expected[1]
+
+
+# ---------------------------------------------------------------- deferred shadow runs of view ops
+
+
+def _chain_then_update(x):
+    # views of views, none updated until the last line: their aliasing is learned only when it matters
+    y = x.view(2, 3, 2)
+    z = y.transpose(0, 2)
+    w = z[..., :3]  # the same sizes as z: still a new tensor in eager
+    parts = x.split(1)
+    w.mul_(2)
+    return x.clone(), y.clone(), parts[0].clone(), parts[1] + 0
+
+
+def _list_argument_changed_after_the_view(x):
+    shape = [3, 4]
+    y = x.view(shape)
+    shape[0], shape[1] = 4, 3  # eager's y is (3, 4) whatever the list holds now
+    y[0].add_(1)
+    return x + 0, y + 0
+
+
+def _view_returned_then_base_updated(x):
+    y = x[1:]
+    x.add_(1)
+    return y
+
+
+@pytest.mark.parametrize(
+    "fn", [_chain_then_update, _list_argument_changed_after_the_view, _view_returned_then_base_updated]
+)
+def test_views_whose_aliasing_is_learned_late(fn):
+    _run_both(fn, lambda: torch.arange(12.0).reshape(2, 6) if fn is _chain_then_update else torch.arange(12.0))
+
+
+def test_view_output_of_an_input_shares_the_callers_memory():
+    # a view returned without any update: it must still alias the caller's tensor, as in eager
+    def f(x):
+        return x.view(3, 4).t()
+
+    x = torch.arange(12.0)
+    out = thunder.jit(f)(x)
+    x.add_(1)
+    torch.testing.assert_close(out, x.view(3, 4).t())
+
+
+@pytest.mark.parametrize(
+    "conversion, keeps_identity",
+    [
+        (lambda x: x.float(), True),
+        (lambda x: x.to(torch.float32), True),
+        (lambda x: x.type_as(x), True),
+        (lambda x: x.to(torch.float32, copy=True), False),
+        (lambda x: x.to(torch.float32, False, True), False),
+        (lambda x: x.double(), False),
+        (lambda x: x.to(memory_format=torch.contiguous_format), True),
+    ],
+)
+def test_conversions_return_their_argument_as_eager_does(conversion, keeps_identity):
+    def f(x):
+        y = conversion(x)
+        return y is x, y + 0
+
+    x = torch.randn(3)
+    assert f(x)[0] is keeps_identity  # (the table is eager's answer)
+    same, value = thunder.jit(f)(x)
+    assert same is keeps_identity
+    torch.testing.assert_close(value, conversion(x) + 0)

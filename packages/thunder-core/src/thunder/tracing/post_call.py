@@ -18,7 +18,7 @@ import torch
 
 from thunder.core import pytree
 from thunder.core.proxies import TensorProxy
-from thunder.tracing.tracer import TracingTensor, _storage_id, shadow
+from thunder.tracing.tracer import TracingTensor, _storage_id, shadow, view_of
 
 __all__ = ["PostCall"]
 
@@ -170,9 +170,10 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
             with _recording_directly():
                 copy = prims.clone(p)
             copy.requires_grad = p.requires_grad
+            view = view_of(leaf)
             leaf._tt_value = copy
-            if leaf._tt_view is not None:
-                leaf._tt_seen = leaf._tt_view[0]._tt_version
+            if view is not None:
+                leaf._tt_seen = view[0]._tt_version
 
 
 def _return_inputs(result, returned, args, where, spec):

@@ -31,6 +31,7 @@ from thunder.tracing.tracer import (
     seed_storage,
     set_input_layout,
     unwrap,
+    view_of,
 )
 
 __all__ = ["TracedProgram", "trace_program"]
@@ -252,19 +253,8 @@ class _InputBuilder:
             m_expr = pb.constant(m, "_module") if mname else module_expr
             qual = f"{prefix[:-1] if mname else 'self'}{'.' + mname if mname else ''}"
             self.module_names[m_expr] = qual
+            pb.check_module(m, m_expr, f"{qual} (training flag, submodules, hooks or forward)")
             d = m.__dict__
-            cond = [f"{m_expr}.training is not {m.training}"]
-            if m._modules:
-                cond.append(f"{m_expr}._modules != {pb.constant(dict(m._modules), '_submodules')}")
-            for hooks in _HOOK_DICTS:
-                current = d.get(hooks)
-                if current:
-                    cond.append(f"{m_expr}.{hooks}.keys() != {pb.constant(frozenset(current), '_hook_ids')}")
-                else:
-                    cond.append(f"{m_expr}.{hooks}")
-            if "forward" not in d:
-                cond.append(f"'forward' in {m_expr}.__dict__")
-            pb.fail_if(" or ".join(cond), f"{qual} (training flag, submodules, hooks or forward)")
             # attributes of any type the forward may read are specialised on
             for attr, value in d.items():
                 if attr in _MODULE_INTERNALS or attr in _UNGUARDED_MODULE_ATTRIBUTES:
@@ -514,7 +504,8 @@ def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
     for leaf in pytree.tree_leaves(result):
         if not isinstance(leaf, TracingTensor):
             continue
-        root = leaf if leaf._tt_view is None else leaf._tt_view[0]  # a view re-derives from its root
+        view = view_of(leaf)
+        root = leaf if view is None else view[0]  # a view re-derives from its root
         if id(root) not in own and root._tt_value.name in overwritten:
             root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
             root._tt_version += 1

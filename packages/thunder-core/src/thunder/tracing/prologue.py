@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,77 @@ def _odd_input(t) -> bool:
     return False
 
 
+_ABSENT = object()
+# what a module's __dict__ holds that decides how calling it runs, besides its forward and its attributes
+_MODULE_STATE_KEYS = ("training", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+class _ModuleChecks:
+    """One prologue line checking many modules without hooks, in C loops over their ``__dict__``s.
+
+    Each module keeps its training flag and its hook dicts (identity: the same dict objects), the
+    hook dicts stay empty, no instance ``forward`` appears, and containers keep their submodules.
+    The lists fill while tracing; the line reads them when it runs.
+    """
+
+    def __init__(self, builder: PrologueBuilder, line: int) -> None:
+        self.line = line
+        self.dicts: list[dict] = []
+        self.states: list[tuple] = []
+        self.hooks: list[dict] = []
+        self.forward_keys: list[str] = []
+        self.containers: list[dict] = []
+        self.submodules: list[dict] = []
+        self.exprs: list[tuple[str, str]] = []
+        c = builder.constant
+        self.names = {
+            "dicts": c(self.dicts, "_module_dicts"),
+            "states": c(self.states, "_module_states"),
+            "hooks": c(self.hooks, "_module_hooks"),
+            "forward_keys": c(self.forward_keys, "_forward_keys"),
+            "containers": c(self.containers, "_container_dicts"),
+            "submodules": c(self.submodules, "_submodules"),
+        }
+        builder.trace.constants["_module_state_of"] = operator.itemgetter(*_MODULE_STATE_KEYS)
+        builder.trace.constants["_submodules_of"] = operator.itemgetter("_modules")
+        builder.trace.constants["_contains"] = operator.contains
+
+    def add(self, module: torch.nn.Module, state: tuple, expr: str, what: str) -> None:
+        d = module.__dict__
+        self.dicts.append(d)
+        self.states.append(state)
+        self.hooks.extend(state[1:])
+        self.forward_keys.append("forward")
+        if module._modules:
+            self.containers.append(d)
+            self.submodules.append(dict(module._modules))
+        self.exprs.append((expr, what))
+
+    def source(self) -> str:
+        n = self.names
+        return (
+            f"if list(map(_module_state_of, {n['dicts']})) != {n['states']} or any({n['hooks']})"
+            f" or any(map(_contains, {n['dicts']}, {n['forward_keys']}))"
+            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}: return MISS"
+        )
+
+    def separate_checks(self) -> list[str]:
+        """The same checks one module per line, each returning what it guards (for the recompilation warning)."""
+        n = self.names
+        lines, c = [], 0
+        for i, (expr, what) in enumerate(self.exprs):
+            d = self.dicts[i]
+            cond = (
+                f"_module_state_of({expr}.__dict__) != {n['states']}[{i}] or any({n['states']}[{i}][1:])"
+                f" or 'forward' in {expr}.__dict__"
+            )
+            if c < len(self.containers) and self.containers[c] is d:
+                cond += f" or {expr}._modules != {n['submodules']}[{c}]"
+                c += 1
+            lines.append(f"if {cond}: return {what!r}")
+        return lines
+
+
 def _lines_printer(bsym, printer):
     return list(bsym.args[0])
 
@@ -98,6 +170,8 @@ class PrologueBuilder:
     # what each check guards, in the user's words, by line index (for the recompilation warning)
     descriptions: dict[int, str] = field(default_factory=dict)
     size_env: Any = None  # the trace's symbolic sizes (thunder.core.symbolic.SizeEnv), if any
+    # the modules whose training flag, hooks, forward and submodules one line checks (see check_module)
+    modules: _ModuleChecks | None = None
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -211,6 +285,41 @@ class PrologueBuilder:
             f"and {expr}.device == {device} and {expr}.requires_grad is {proxy.requires_grad}"
         )
 
+    def check_module(self, module: torch.nn.Module, expr: str, what: str) -> None:
+        """Checks that ``module`` keeps its training flag, hooks, submodules and ``forward``.
+
+        Modules without hooks share one line of C-speed checks (``_ModuleChecks``): the source of a
+        model's prologue, and the time to compile and run it, then grow little with its depth.
+        """
+        if not self.checks:
+            return
+        d = module.__dict__
+        state = tuple(d.get(key, _ABSENT) for key in _MODULE_STATE_KEYS)
+        if any(v is _ABSENT for v in state) or any(state[1:]) or "forward" in d:
+            self._check_module_line(module, expr, what)
+            return
+        checks = self.modules
+        if checks is None:
+            checks = self.modules = _ModuleChecks(self, len(self.lines))
+            self.descriptions[checks.line] = "the modules' training flags, submodules, hooks or forward"
+            self.lines.append(checks.source())
+        checks.add(module, state, expr, what)
+
+    def _check_module_line(self, module: torch.nn.Module, expr: str, what: str) -> None:
+        d = module.__dict__
+        cond = [f"{expr}.training is not {module.training}"]
+        if module._modules:
+            cond.append(f"{expr}._modules != {self.constant(dict(module._modules), '_submodules')}")
+        for hooks in _MODULE_STATE_KEYS[1:]:
+            current = d.get(hooks)
+            if current:
+                cond.append(f"{expr}.{hooks}.keys() != {self.constant(frozenset(current), '_hook_ids')}")
+            else:
+                cond.append(f"{expr}.{hooks}")
+        if "forward" not in d:
+            cond.append(f"'forward' in {expr}.__dict__")
+        self.fail_if(" or ".join(cond), what)
+
     def check_value(self, expr: str, value, what: str | None = None) -> None:
         """A Python value the trace specialised on: same type and equal (identity for other objects)."""
         if not self.checks:
@@ -308,6 +417,9 @@ class PrologueBuilder:
             if tensor_line is not None and i == tensor_line[0]:  # one check per tensor, to name the one that changed
                 for expr, proxy, _ in tensor_line[1]:
                     lines.append(f"if not ({self._tensor_condition(expr, proxy)}): return {f'the tensor {expr}'!r}")
+                continue
+            if self.modules is not None and i == self.modules.line:  # one check per module, to name it
+                lines.extend(self.modules.separate_checks())
                 continue
             if line.endswith("return MISS"):
                 what = self.descriptions.get(i, line[3 : -len(": return MISS")])

@@ -64,6 +64,7 @@ class TracingTensor(torch.Tensor):
         t._tt_seen = 0  # the base's version this view's value was derived at
         t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
         t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
+        t._tt_pending = None  # the view op whose shadow run is deferred until something needs it (_PendingShadows)
         t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
         t._tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
@@ -242,6 +243,7 @@ class Tracer:
         self.offsets_read = False  # read a storage offset (or traced aliased arguments)
         # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
         self.autodiff = torch.is_grad_enabled()
+        self.pending_shadows: list[_PendingShadows] = []
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -407,6 +409,12 @@ class Tracer:
         if (
             may_alias(func, mapped, fell_back) or (isinstance(out, TensorProxy) and any(out is a for a in uargs))
         ) and any(isinstance(a, TracingTensor) for a in args):
+            if not fell_back and type(mapped) is Symbol:
+                if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
+                    return args[0]  # x.float() of a float32 x is x, as in eager
+                if _can_defer_shadows(func, mapped, args, wrapped):
+                    self.pending_shadows.append(_PendingShadows(func, args, kwargs, mapped, uargs, ukwargs, wrapped))
+                    return wrapped
             mout = run_on_shadows(func, args, kwargs)
             if mout is not None:
                 wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
@@ -566,6 +574,8 @@ class Tracer:
                 prims.copy_(new, original)
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
+        if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
+            self.flush_shadows()
         old = wrapper._thunder_proxy
         self.layout_read = True  # which aliases an update reaches depends on the inputs' layout
         if value.shape != old.shape or (
@@ -804,7 +814,17 @@ class Tracer:
         names.add(name)
         proxy.name = name
 
+    def flush_shadows(self) -> None:
+        """Runs the deferred shadow runs of view ops (before an in-place update, and when tracing ends)."""
+        pending = self.pending_shadows
+        for p in pending:
+            p.resolve()
+        pending.clear()
+
     def finish(self) -> None:
+        # deferred shadow runs of views no update reached are not needed: what reads views after tracing
+        # (the outputs' checks) resolves its own through view_of
+        self.pending_shadows.clear()
         if self._pending_name is not None:
             self._apply_name(self._pending_name[1], self._pending_name[2])
             self._pending_name = None
@@ -890,11 +910,20 @@ def _check_hidden_function_apply() -> None:
 
 def shadow(w: TracingTensor) -> torch.Tensor:
     """``w``'s shadow (a contiguous one unless an op or the input's layout said otherwise)."""
+    if w._tt_pending is not None:
+        w._tt_pending.resolve()
     m = w._tt_meta
     if m is None:
         p = w._tt_value
         m = w._tt_meta = _meta_like(p.shape, p.dtype.torch_dtype)
     return m
+
+
+def view_of(w: TracingTensor):
+    """``(root, steps)`` when ``w`` is a view of ``root`` (see the "views" section), else None."""
+    if w._tt_pending is not None:
+        w._tt_pending.resolve()
+    return w._tt_view
 
 
 def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
@@ -1023,6 +1052,100 @@ def _to_shadows(x):
         with torch._C.DisableTorchFunction():
             return x if x.is_meta else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     return x
+
+
+class _PendingShadows:
+    """A view op's shadow run, deferred: most views are never updated in place nor asked for their layout.
+
+    It runs when one of its outputs' shadows is needed (``shadow``), before any in-place update (which must
+    know every alias of what it writes) and when tracing ends, on the arguments as they were at the call:
+    shadows only change through in-place updates, which resolve every pending run first.
+    """
+
+    __slots__ = ("func", "args", "kwargs", "mapped", "uargs", "ukwargs", "wrapped")
+
+    def __init__(self, func, args, kwargs, mapped, uargs, ukwargs, wrapped) -> None:
+        self.func, self.mapped, self.uargs, self.ukwargs, self.wrapped = func, mapped, uargs, ukwargs, wrapped
+        self.args, self.kwargs = _snapshot(args), _snapshot(kwargs)  # (user code may change a list it passed)
+        for w in (wrapped,) if type(wrapped) is TracingTensor else wrapped:
+            w._tt_pending = self
+
+    def resolve(self) -> None:
+        wrapped = self.wrapped
+        if wrapped is None:
+            return
+        self.wrapped = None
+        for w in (wrapped,) if type(wrapped) is TracingTensor else wrapped:
+            w._tt_pending = None
+        mout = run_on_shadows(self.func, self.args, self.kwargs)
+        if mout is not None:
+            adopt_shadows(self.func, self.mapped, False, self.args, self.uargs, self.ukwargs, wrapped, mout)
+
+
+def _snapshot(x):
+    t = type(x)
+    if t is list:
+        return [_snapshot(y) for y in x]
+    if t is tuple:
+        return x if all(type(y) in ATOMIC_TYPES or type(y) is TracingTensor for y in x) else tuple(map(_snapshot, x))
+    if t is dict:
+        return {k: _snapshot(v) for k, v in x.items()}
+    return x
+
+
+# view ops whose eager result is never their argument itself (flatten, contiguous, conj ... may be)
+_NEW_TENSOR_VIEWS = frozenset(
+    """view reshape __getitem__ expand expand_as broadcast_to transpose swapaxes swapdims permute movedim narrow
+    select view_as reshape_as unflatten split split_with_sizes chunk tensor_split hsplit vsplit dsplit unbind
+    diagonal squeeze unsqueeze as_strided t unfold""".split()
+)
+
+
+def _can_defer_shadows(func, mapped: Symbol, args, wrapped) -> bool:
+    """Whether a registered view op's shadow run can wait: its outputs are fresh tensors (none can be an
+    argument itself, which must be known now: a view op that never returns its argument, or different
+    shapes) of arguments that are not detached."""
+    if "view" not in mapped.tags or func in _DETACHING:
+        return False
+    if type(wrapped) is TracingTensor:
+        outs = (wrapped,)
+    elif type(wrapped) in (tuple, list) and all(type(w) is TracingTensor for w in wrapped):
+        outs = wrapped
+    else:
+        return False
+    fresh = getattr(func, "__name__", None) in _NEW_TENSOR_VIEWS
+    for a in args:
+        for w in (a,) if type(a) is TracingTensor else (a if type(a) in (tuple, list) else ()):
+            if type(w) is not TracingTensor:
+                continue
+            if w._tt_nondiff:
+                return False
+            if fresh:
+                continue
+            shape = w._tt_value.shape
+            for o in outs:
+                oshape = o._tt_value.shape
+                if len(oshape) == len(shape) and not any(
+                    type(d) is int and type(e) is int and d != e for d, e in zip(oshape, shape)
+                ):
+                    return False  # (the same sizes, or symbolic ones that may be)
+    return True
+
+
+# conversions that return their argument itself when it already has the asked dtype and device
+_CONVERSIONS = frozenset(
+    getattr(T, n) for n in "to float double half bfloat16 int long short bool byte char type_as cpu".split()
+)
+
+
+def _returns_itself_when_unchanged(func, args, kwargs) -> bool:
+    return (
+        func in _CONVERSIONS
+        and type(args[0]) is TracingTensor
+        and "memory_format" not in kwargs
+        and not kwargs.get("copy", False)
+        and all(type(a) is not bool for a in args[1:])  # (to(dtype, non_blocking, copy) by position)
+    )
 
 
 def run_on_shadows(func, args, kwargs):
