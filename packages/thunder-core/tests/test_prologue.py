@@ -39,8 +39,10 @@ def test_prologue_checks_inputs():
     src = _prologue_src(jfn)
     check_lines = [line for line in src.splitlines() if "return MISS" in line]
     assert check_lines, "the prologue checks nothing"
-    # both tensors are checked
-    checked = {name for line in check_lines for name in re.findall(r"\b[ab]\b", line)}
+    # both tensors are checked (the tensor guard's line reads them from a tuple built just before it)
+    lines = src.splitlines()
+    guarded = [lines[i - 1] for i, line in enumerate(lines) if "_tensor_guard" in line and "return MISS" in line]
+    checked = {name for line in check_lines + guarded for name in re.findall(r"\b[ab]\b", line)}
     assert checked == {"a", "b"}
 
 
@@ -141,3 +143,14 @@ def test_last_prologue_traces_before_call_raises():
     jfn = thunder.jit(add)
     with pytest.raises(RuntimeError, match="called"):
         thunder.last_prologue_traces(jfn)
+
+
+def test_prologue_locals_do_not_shadow_arguments_of_the_same_name():
+    def f(_tensors, __tensors, x):
+        return x + _tensors * __tensors
+
+    jfn = thunder.jit(f)
+    args = torch.ones(2), torch.full((2,), 2.0), torch.arange(2.0)
+    torch.testing.assert_close(jfn(*args), f(*args))
+    args = torch.ones(3), torch.full((3,), 3.0), torch.arange(3.0)
+    torch.testing.assert_close(jfn(*args), f(*args))

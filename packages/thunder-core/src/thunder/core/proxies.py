@@ -50,6 +50,13 @@ class Proxy:
         return type(self).__name__
 
 
+def _plain_sizes(shape: tuple) -> bool:
+    for s in shape:
+        if type(s) is not int:
+            return False
+    return True
+
+
 class TensorProxy(Proxy):
     """Stands for a tensor in a trace: ``shape``, ``dtype``, ``device``, ``requires_grad``.
 
@@ -78,7 +85,9 @@ class TensorProxy(Proxy):
         if shape is None or dtype is None or device is None:
             raise ValueError("TensorProxy needs a shape, a dtype and a device (or like=)")
         # a dimension is an int, or a torch.SymInt when it is traced symbolically (thunder.core.symbolic)
-        self.shape = tuple(s if type(s) is SymInt else int(s) for s in shape)
+        if type(shape) is not tuple or not _plain_sizes(shape):
+            shape = tuple(s if type(s) is SymInt else int(s) for s in shape)
+        self.shape = shape
         self.dtype = dtypes.to_dtype(dtype)
         self.device = devices.to_device(device)
         self.requires_grad = bool(requires_grad)

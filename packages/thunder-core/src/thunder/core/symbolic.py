@@ -248,6 +248,11 @@ def hint(x) -> int:
 
 
 def hints(shape) -> tuple[int, ...]:
+    if type(shape) is tuple:
+        for s in shape:
+            if type(s) is not int:
+                return tuple(hint(s) for s in shape)
+        return shape
     return tuple(hint(s) for s in shape)
 
 

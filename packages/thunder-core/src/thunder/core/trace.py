@@ -75,11 +75,16 @@ class TraceCtx:
         return name
 
     def add_constant(self, value: Any, prefix: str = "_obj") -> str:
-        for k, v in self.constants.items():
-            if v is value:
-                return k
+        """The name of ``value`` among the trace's constants (one name per object), added if new."""
+        index = self.__dict__.get("_constant_names")
+        if index is None or index[0] is not self.constants:  # (built on first use; rebuilt if replaced)
+            index = self._constant_names = (self.constants, {id(v): k for k, v in self.constants.items()})
+        name = index[1].get(id(value))
+        if name is not None and self.constants.get(name) is value:
+            return name
         name = self.make_name(prefix)
         self.constants[name] = value
+        index[1][id(value)] = name
         return name
 
     def set_provenance(self, provenance: TraceProvenance | str) -> None:

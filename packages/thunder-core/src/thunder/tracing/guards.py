@@ -157,13 +157,12 @@ def guard_value(pb, expr: str, value: Any, what: str | None = None) -> None:
             pb.trace.constants["_repr"] = repr
             cond += f" or _repr({expr}) != {repr(value)!r}"
         pb.fail_if(cond, what)
+    elif id(value) in pb.__dict__.get("_configs_checked", ()):
+        # the same config held by many modules (HF layers): its data is checked once
+        pb.fail_if(f"{expr} is not {pb.constant(value, '_obj')}", what)
     elif _is_config_object(value):
         obj = pb.constant(value, "_obj")
-        seen = pb.__dict__.setdefault("_configs_checked", set())
-        if id(value) in seen:  # the same config held by many modules (HF layers): its data is checked once
-            pb.fail_if(f"{expr} is not {obj}", what)
-            return
-        seen.add(id(value))
+        pb.__dict__.setdefault("_configs_checked", set()).add(id(value))
         snapshot = _config_snapshot(value)
         snap = pb.constant(snapshot, "_config")
         if all(type(v) is not dict or type(getattr(value, k)) is dict for k, v in snapshot.items()):

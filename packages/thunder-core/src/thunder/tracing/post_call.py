@@ -18,7 +18,7 @@ import torch
 
 from thunder.core import pytree
 from thunder.core.proxies import TensorProxy
-from thunder.tracing.tracer import TracingTensor, _storage_id, shadow, view_of
+from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, shadow, view_of
 
 __all__ = ["PostCall"]
 
@@ -34,21 +34,31 @@ class PostCall:
         self.proxies: dict[int, TensorProxy] = {}  # each input's proxy (its value when called)
         self.storages: dict[int, str] = {}  # storage of an input's shadow -> an expression reading that input
         self.nbytes: dict[int, int] = {}  # the size of each input's storage when called
+        self._wrappers: list | None = []  # the inputs' stand-ins, until their layouts are taken (take_layouts)
         for ti in tensors:
             expr = state_exprs.get(ti.proxy.name, ti.expr) if ti.is_module_state else ti.expr
             if not expr or id(ti.wrapper) in self.exprs:
                 continue
             self.exprs[id(ti.wrapper)] = expr
             self.proxies[id(ti.wrapper)] = ti.proxy
-            m = ti.wrapper._tt_meta
-            if m is not None:
-                self.storages.setdefault(_storage_id(m), expr)
-                with torch._C.DisableTorchFunction():
-                    self.nbytes[id(ti.wrapper)] = m.untyped_storage().nbytes()
+            self._wrappers.append((ti.wrapper, expr))
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
+
+    def take_layouts(self) -> None:
+        """Notes the storage of every input as called: before the first in-place op that changes a tensor's
+        sizes or strides (the tracer calls this), else when the step is planned (most programs have none)."""
+        if self._wrappers is None:
+            return
+        for w, expr in self._wrappers:
+            m = input_shadow(w)
+            if m is not None:
+                self.storages.setdefault(_storage_id(m), expr)
+                with torch._C.DisableTorchFunction():
+                    self.nbytes[id(w)] = m.untyped_storage().nbytes()
+        self._wrappers = None
 
     def elements(self, ti) -> TensorProxy:
         """The input's current elements in the layout the caller gave (what the program writes back); its
@@ -79,6 +89,7 @@ class PostCall:
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
+        self.take_layouts()
         expr = self.exprs[id(w)]
         new = shadow(w)
         with torch._C.DisableTorchFunction():

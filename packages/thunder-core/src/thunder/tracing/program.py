@@ -37,7 +37,7 @@ from thunder.tracing.tracer import (
 __all__ = ["TracedProgram", "trace_program"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _TensorInput:
     expr: str  # how the prologue reads it
     proxy: TensorProxy
@@ -365,10 +365,12 @@ class _InputBuilder:
         for original, shadow in self.shadow_pairs():
             od, sd = original.__dict__, shadow.__dict__
             snapshots = self.attribute_snapshots.get(id(original), {})
-            for key in od.keys() | sd.keys():
+            keys = [k for k, v in sd.items() if od.get(k, _ABSENT) is not v]  # (few: a C-speed first pass)
+            if keys or len(od) != len(sd):
+                keys.extend(k for k in od if k not in sd)
+            keys.extend(k for k in snapshots if k not in keys)
+            for key in keys:
                 old, new = od.get(key, _ABSENT), sd.get(key, _ABSENT)
-                if new is old and key not in snapshots:
-                    continue  # the common case, decided first: an attribute the traced code left alone
                 if (id(original), key) in self.object_attributes:
                     continue  # updates of the objects inside are written back by the program's finish
                 if key in _MODULE_INTERNALS and key in ("_parameters", "_buffers", "_modules"):
@@ -776,6 +778,7 @@ def trace_program(
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
         post_call = PostCall(inputs.tensors, inputs.state_reads)
+        tracer.before_layout_change = post_call.take_layouts
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None

@@ -147,6 +147,10 @@ class _ModuleChecks:
         return lines
 
 
+def _odd_inputs(tensors) -> bool:
+    return any(_odd_input(t) for t in tensors)
+
+
 def _lines_printer(bsym, printer):
     return list(bsym.args[0])
 
@@ -172,6 +176,7 @@ class PrologueBuilder:
     size_env: Any = None  # the trace's symbolic sizes (thunder.core.symbolic.SizeEnv), if any
     # the modules whose training flag, hooks, forward and submodules one line checks (see check_module)
     modules: _ModuleChecks | None = None
+    param_names: set = field(default_factory=set)  # the function's parameters (the prologue's own locals avoid them)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -225,19 +230,22 @@ class PrologueBuilder:
         if guard is not None:
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
-            # the C++ guard must only see plain tensors and parameters: a type check first (cheap), and
-            # anything else (nested tensors, non-tensors) goes through _odd_input
-            self.trace.constants["_odd_input"] = _odd_input
-            self.trace.constants["_Parameter"] = torch.nn.Parameter
-            # (a nested tensor of the strided layout has type Tensor: .is_nested is checked too)
-            pre = " or ".join(
-                f"((type({e}) is not {'_Parameter' if type(ex) is torch.nn.Parameter else 'Tensor'} or {e}.is_nested)"
-                f" and _odd_input({e}))"
-                for e, _, ex in unique
-            )
+            # the C++ guard must only see plain tensors and parameters (a nested tensor, whose type is Tensor,
+            # ends the process there): C-speed type and is_nested checks first; anything else (non-tensors,
+            # nested or sparse tensors) goes through _odd_inputs, a miss or a clear error
+            self.trace.constants["_odd_inputs"] = _odd_inputs
+            self.trace.constants["_plain_tensor_types"] = frozenset((Tensor, torch.nn.Parameter))
+            self.trace.constants["_is_nested"] = operator.attrgetter("is_nested")
+            local = "_tensors"
+            while local in self.param_names:  # (a local of the prologue, which has the function's signature)
+                local = "_" + local
+            self.lines.append(f"{local} = ({exprs},)")
             self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
             self._tensor_line = (len(self.lines), unique)
-            self.lines.append(f"if {pre} or not {name}.check({exprs}): return MISS")
+            self.lines.append(
+                f"if ((not _plain_tensor_types.issuperset(map(type, {local})) or any(map(_is_nested, {local})))"
+                f" and _odd_inputs({local})) or not {name}.check(*{local}): return MISS"
+            )
         else:
             for expr, proxy, ex in unique:
                 self._check_tensor_python(expr, proxy)
@@ -387,6 +395,7 @@ class PrologueBuilder:
             ):
                 params.append("/")
         trace.args = params
+        self.param_names = set(signature.parameters)
         self._emit_tensor_checks()
         self._emit_size_checks()
         trace.constants["MISS"] = MISS

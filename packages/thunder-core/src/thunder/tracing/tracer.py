@@ -48,6 +48,19 @@ _current_tracer: list = [None]
 class TracingTensor(torch.Tensor):
     """A tensor-like stand-in seen by user code while tracing; ``_thunder_proxy`` is its current value."""
 
+    # per-instance state, with the class holding the defaults (a stand-in is made for every op's result)
+    # (root wrapper, derivation steps or None) when this tensor is a view of another; steps None:
+    # derived from the root through the shadows' strides (see the "views" section)
+    _tt_view = None
+    _tt_seen = 0  # the base's version this view's value was derived at
+    _tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
+    _tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
+    _tt_pending = None  # the view op whose shadow run is deferred until something needs it (_PendingShadows)
+    _tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
+    _tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
+    _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
+    _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
+
     @staticmethod
     def __new__(cls, proxy: TensorProxy):
         t = torch.Tensor._make_wrapper_subclass(
@@ -58,17 +71,7 @@ class TracingTensor(torch.Tensor):
             requires_grad=proxy.requires_grad and proxy.dtype.kind in ("float", "complex"),
         )
         t._tt_value = proxy
-        # (root wrapper, derivation steps or None) when this tensor is a view of another; steps None:
-        # derived from the root through the shadows' strides (see the "views" section)
-        t._tt_view = None
-        t._tt_seen = 0  # the base's version this view's value was derived at
-        t._tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
-        t._tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
-        t._tt_pending = None  # the view op whose shadow run is deferred until something needs it (_PendingShadows)
-        t._tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
         t._tt_owner = _current_tracer[-1]  # the tracer that made it (None: an input, made before tracing)
-        t._tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
-        t._tt_grad = None  # a detach() output updated with values that require grad: its gradient path
         return t
 
     @property
@@ -244,6 +247,7 @@ class Tracer:
         # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
         self.autodiff = torch.is_grad_enabled()
         self.pending_shadows: list[_PendingShadows] = []
+        self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -294,13 +298,15 @@ class Tracer:
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
         trace = self.trace
-        if any(type(a) is not TracingTensor and isinstance(a, torch.Tensor) for a in args):
-            # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias it
-            # and updates through them reach it (written back at the program's end), as in eager
-            args = tuple(
-                self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
-                for a in args
-            )
+        for a in args:
+            if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
+                # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias
+                # it and updates through them reach it (written back at the program's end), as in eager
+                args = tuple(
+                    self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
+                    for a in args
+                )
+                break
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
@@ -406,9 +412,18 @@ class Tracer:
         if inplace_kw:
             return args[0]
         wrapped = wrap(out)
-        if (
-            may_alias(func, mapped, fell_back) or (isinstance(out, TensorProxy) and any(out is a for a in uargs))
-        ) and any(isinstance(a, TracingTensor) for a in args):
+        aliasing = may_alias(func, mapped, fell_back)
+        if not aliasing and type(out) is TensorProxy:
+            for a in uargs:
+                if a is out:  # (the symbol returned its argument)
+                    aliasing = True
+                    break
+        if aliasing:
+            for a in args:
+                if isinstance(a, TracingTensor):
+                    break
+            else:
+                return wrapped
             if not fell_back and type(mapped) is Symbol:
                 if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
                     return args[0]  # x.float() of a float32 x is x, as in eager
@@ -733,6 +748,9 @@ class Tracer:
         (``_tt_former``); for an input that root is also what the program writes back into the caller's
         tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
         """
+        if self.before_layout_change is not None:
+            self.before_layout_change()
+            self.before_layout_change = None
         if getattr(wrapper, "_tt_constant", False):
             raise NotImplementedError(
                 f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
@@ -914,9 +932,29 @@ def shadow(w: TracingTensor) -> torch.Tensor:
         w._tt_pending.resolve()
     m = w._tt_meta
     if m is None:
-        p = w._tt_value
-        m = w._tt_meta = _meta_like(p.shape, p.dtype.torch_dtype)
+        m = input_shadow(w)
+        if m is None:
+            p = w._tt_value
+            m = w._tt_meta = _meta_like(p.shape, p.dtype.torch_dtype)
     return m
+
+
+def input_shadow(w: TracingTensor) -> torch.Tensor | None:
+    """The shadow of an input's stand-in: the real tensor's strides, storage offset and storage size
+    (made on first use); None for tensors without a storage (nested, sparse) and for other stand-ins."""
+    t = w._tt_layout_of
+    if t is not None:
+        w._tt_layout_of = None
+        if w._tt_meta is not None:  # (given one already: aliased arguments, see alias_of_storage)
+            return w._tt_meta
+        try:
+            with torch._C.DisableTorchFunction():
+                n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+                storage = torch.empty((n,), dtype=t.dtype, device="meta")
+                w._tt_meta = storage.as_strided(t.shape, t.stride(), t.storage_offset())
+        except Exception:  # tensors without a storage
+            pass
+    return w._tt_meta
 
 
 def view_of(w: TracingTensor):
@@ -927,16 +965,10 @@ def view_of(w: TracingTensor):
 
 
 def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
-    """Gives an input's stand-in a shadow with the real tensor's strides, storage offset and storage size."""
-    try:
-        with torch._C.DisableTorchFunction():
-            n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
-            storage = torch.empty((n,), dtype=t.dtype, device="meta")
-            w._tt_meta = storage.as_strided(t.shape, t.stride(), t.storage_offset())
-        w._tt_input = True
-    except Exception:  # tensors without a storage (nested, sparse): a contiguous shadow
-        w._tt_meta = None
-        w._tt_input = True
+    """Gives an input's stand-in the real tensor's layout for its shadow (see ``input_shadow``)."""
+    w._tt_layout_of = t
+    w._tt_meta = None
+    w._tt_input = True
 
 
 # in-place ops writing one value everywhere: well defined through a view whose elements overlap
@@ -1087,7 +1119,10 @@ def _snapshot(x):
     if t is list:
         return [_snapshot(y) for y in x]
     if t is tuple:
-        return x if all(type(y) in ATOMIC_TYPES or type(y) is TracingTensor for y in x) else tuple(map(_snapshot, x))
+        for y in x:
+            if type(y) not in ATOMIC_TYPES and type(y) is not TracingTensor:
+                return tuple(map(_snapshot, x))
+        return x
     if t is dict:
         return {k: _snapshot(v) for k, v in x.items()}
     return x
