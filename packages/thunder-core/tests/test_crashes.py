@@ -47,17 +47,21 @@ _CASES = textwrap.dedent(
 
     nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
     sparse = torch.randn(2, 2).to_sparse()
+    many = [torch.randn(2) for _ in range(12)]  # (the prologue's checks of many tensors loop over a tuple)
     for name, warm, odd in [
         ("nested-warm", True, nested),
         ("nested-cold", False, nested),
         ("sparse-warm", True, sparse),
+        ("nested-warm-many", True, nested),
+        ("sparse-warm-many", True, sparse),
     ]:
         print(json.dumps({"start": name}), flush=True)
-        jf = thunder.jit(lambda a: a * 2)
+        jf = thunder.jit(lambda a, *rest: a * 2 + sum(rest))
+        rest = many if name.endswith("-many") else []
         if warm:
-            jf(torch.randn(2) if odd is nested else torch.randn(2, 2))
+            jf(torch.randn(2) if odd is nested else torch.randn(2, 2), *rest)
         try:
-            jf(odd)
+            jf(odd, *rest)
             report(name, error=None)
         except Exception as e:
             report(name, error=type(e).__name__, message=str(e))
@@ -98,7 +102,7 @@ def test_sdpa_empty_inputs_match_eager(crash_results, case):
     assert crash_results[case] == [{"case": case, "same": True}]
 
 
-@pytest.mark.parametrize("case", ["nested-warm", "nested-cold", "sparse-warm"])
+@pytest.mark.parametrize("case", ["nested-warm", "nested-cold", "sparse-warm", "nested-warm-many", "sparse-warm-many"])
 def test_unusual_tensor_input_is_a_clear_error(crash_results, case):
     (result,) = crash_results[case]
     assert result["error"] == "TypeError"

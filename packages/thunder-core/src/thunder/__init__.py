@@ -171,7 +171,9 @@ def last_interpreter_log(fn) -> list[dict]:
     for an operation run opaquely by PyTorch), the innermost calling line outside thunder
     (``file``, ``line``) and the user's line (``user_file``, ``user_line``).
     """
-    return _require_run(fn, compile_stats(fn).last_interpreter_log, "the interpreter log")
+    from thunder.tracing.tracer import interpreter_log_records
+
+    return interpreter_log_records(_require_run(fn, compile_stats(fn).last_interpreter_log, "the interpreter log"))
 
 
 def last_interpreted_instructions(fn) -> list[str]:

@@ -86,7 +86,7 @@ class CompileStats:
     last_traces: list[TraceCtx] | None = None
     last_prologue_traces: list[TraceCtx] | None = None
     last_backward_traces: list[TraceCtx] | None = None
-    last_interpreter_log: list | None = None
+    last_interpreter_log: list | None = None  # as the tracer logs it; thunder.last_interpreter_log gives records
     last_trace_host_start: int = -1
     last_trace_host_stop: int = -1
     # per-stage times of the last compile, in nanoseconds

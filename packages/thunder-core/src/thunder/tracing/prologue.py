@@ -147,6 +147,10 @@ class _ModuleChecks:
         return lines
 
 
+# up to this many tensors, the checks before the C++ guard are inline code; beyond, loops over a tuple
+_INLINE_PRECHECKS = 8
+
+
 def _odd_inputs(tensors) -> bool:
     return any(_odd_input(t) for t in tensors)
 
@@ -231,8 +235,22 @@ class PrologueBuilder:
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
             # the C++ guard must only see plain tensors and parameters (a nested tensor, whose type is Tensor,
-            # ends the process there): C-speed type and is_nested checks first; anything else (non-tensors,
-            # nested or sparse tensors) goes through _odd_inputs, a miss or a clear error
+            # ends the process there): type and is_nested checks first; anything else (non-tensors, nested or
+            # sparse tensors) goes through _odd_input(s), a miss or a clear error
+            if len(unique) <= _INLINE_PRECHECKS:  # a few tensors: inline checks (the least time per call)
+                self.trace.constants["_odd_input"] = _odd_input
+                self.trace.constants["_Parameter"] = torch.nn.Parameter
+                pre = " or ".join(
+                    f"((type({e}) is not {'_Parameter' if type(ex) is torch.nn.Parameter else 'Tensor'} or "
+                    f"{e}.is_nested) and _odd_input({e}))"
+                    for e, _, ex in unique
+                )
+                self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
+                self._tensor_line = (len(self.lines), unique)
+                self.lines.append(f"if {pre} or not {name}.check({exprs}): return MISS")
+                self._emit_layout_checks(unique, contiguity, known)
+                return
+            # many tensors (a model's parameters): C loops over a tuple of them (short source, fast to compile)
             self.trace.constants["_odd_inputs"] = _odd_inputs
             self.trace.constants["_plain_tensor_types"] = frozenset((Tensor, torch.nn.Parameter))
             self.trace.constants["_is_nested"] = operator.attrgetter("is_nested")
@@ -251,6 +269,9 @@ class PrologueBuilder:
                 self._check_tensor_python(expr, proxy)
                 if self.check_layout and ex is not None and not layout_by_contiguity:
                     self.lines.append(f"if {expr}.stride() != {tuple(ex.stride())!r}: return MISS")
+        self._emit_layout_checks(unique, contiguity, known)
+
+    def _emit_layout_checks(self, unique, contiguity: list[str], known: bool) -> None:
         self.lines.extend(contiguity)
         if self.check_offsets and known:
             for expr, _, ex in unique:

@@ -232,7 +232,7 @@ class Tracer:
     def __init__(self, trace: TraceCtx, *, record_log: bool = True):
         self.trace = trace
         self.in_symbol = False
-        self.log: list[dict[str, Any]] = [] if record_log else None
+        self.log: list[tuple] | None = [] if record_log else None  # what was intercepted (interpreter_log_records)
         self.constants: dict[int, TensorProxy] = {}
         # constants the program updates in place: id -> (tensor, stand-in holding its current value)
         self.updated_constants: dict[int, tuple[torch.Tensor, TracingTensor]] = {}
@@ -386,26 +386,18 @@ class Tracer:
             for i in range(start, len(bsyms)):
                 bsyms[i].source = src
             self._name_from_store(frame, out, start)
-        if self.log is not None:
+        if self.log is not None:  # (made into records when asked for: see interpreter_log_records)
             inner = innermost_frame(2, func)
             self.log.append(
-                {
-                    "kind": "symbol" if isinstance(func, Symbol) else "call",
-                    "fn": _func_name(func),
-                    "symbol": "fallback"
-                    if fell_back
-                    else (
-                        mapped.name
-                        if isinstance(mapped, Symbol)
-                        else (
-                            mapped.fn.name if type(mapped) is InplaceOp and isinstance(mapped.fn, Symbol) else "adapter"
-                        )
-                    ),
-                    "file": inner.f_code.co_filename if inner else None,
-                    "line": inner.f_lineno if inner else None,
-                    "user_file": frame.f_code.co_filename if frame else None,
-                    "user_line": frame.f_lineno if frame else None,
-                }
+                (
+                    func,
+                    mapped,
+                    fell_back,
+                    inner.f_code.co_filename if inner else None,
+                    inner.f_lineno if inner else None,
+                    frame.f_code.co_filename if frame else None,
+                    frame.f_lineno if frame else None,
+                )
             )
         if type(mapped) is InplaceOp and mapped.returns_self:
             return args[mapped.arg_index]
@@ -1509,6 +1501,32 @@ def _mark_requires_grad(value, uargs, ukwargs) -> None:
         inputs = flat_proxies((uargs, ukwargs))
         if any(type(p) is TensorProxy and p.requires_grad for p in inputs) and all(p is not value for p in inputs):
             value.requires_grad = True
+
+
+def interpreter_log_records(log: list[tuple]) -> list[dict[str, Any]]:
+    """The tracer's log of intercepted calls as the records ``thunder.last_interpreter_log`` returns."""
+    records = []
+    for func, mapped, fell_back, file, line, user_file, user_line in log:
+        if fell_back:
+            symbol = "fallback"
+        elif isinstance(mapped, Symbol):
+            symbol = mapped.name
+        elif type(mapped) is InplaceOp and isinstance(mapped.fn, Symbol):
+            symbol = mapped.fn.name
+        else:
+            symbol = "adapter"
+        records.append(
+            {
+                "kind": "symbol" if isinstance(func, Symbol) else "call",
+                "fn": _func_name(func),
+                "symbol": symbol,
+                "file": file,
+                "line": line,
+                "user_file": user_file,
+                "user_line": user_line,
+            }
+        )
+    return records
 
 
 def _func_name(func) -> str:
