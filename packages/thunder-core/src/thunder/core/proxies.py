@@ -94,7 +94,9 @@ class TensorProxy(Proxy):
         self.ndim = len(self.shape)
 
     def type_string(self) -> str:
-        return f"{self.device} {self.dtype.short_name}[{', '.join(_size_string(s) for s in self.shape)}]"
+        shape = self.shape
+        sizes = ", ".join(map(str, shape)) if _plain_sizes(shape) else ", ".join(_size_string(s) for s in shape)
+        return f"{self.device} {self.dtype.short_name}[{sizes}]"
 
     def __repr__(self) -> str:
         return f'<TensorProxy {self.name}: "{self.type_string()}">'

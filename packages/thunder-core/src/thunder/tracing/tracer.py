@@ -14,6 +14,7 @@ import dis
 import functools
 import os
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -1082,27 +1083,35 @@ class _PendingShadows:
     """A view op's shadow run, deferred: most views are never updated in place nor asked for their layout.
 
     It runs when one of its outputs' shadows is needed (``shadow``), before any in-place update (which must
-    know every alias of what it writes) and when tracing ends, on the arguments as they were at the call:
-    shadows only change through in-place updates, which resolve every pending run first.
+    know every alias of what it writes) and for the outputs read after tracing (``view_of``), on the
+    arguments as they were at the call: shadows only change through in-place updates, which resolve every
+    pending run first. The outputs are held weakly (each holds this record: no reference cycle).
     """
 
-    __slots__ = ("func", "args", "kwargs", "mapped", "uargs", "ukwargs", "wrapped")
+    __slots__ = ("func", "args", "kwargs", "mapped", "uargs", "ukwargs", "outputs", "container")
 
     def __init__(self, func, args, kwargs, mapped, uargs, ukwargs, wrapped) -> None:
-        self.func, self.mapped, self.uargs, self.ukwargs, self.wrapped = func, mapped, uargs, ukwargs, wrapped
+        self.func, self.mapped, self.uargs, self.ukwargs = func, mapped, uargs, ukwargs
         self.args, self.kwargs = _snapshot(args), _snapshot(kwargs)  # (user code may change a list it passed)
-        for w in (wrapped,) if type(wrapped) is TracingTensor else wrapped:
+        single = type(wrapped) is TracingTensor
+        self.container = None if single else type(wrapped)
+        outs = (wrapped,) if single else wrapped
+        self.outputs = tuple(weakref.ref(w) for w in outs)
+        for w in outs:
             w._tt_pending = self
 
     def resolve(self) -> None:
-        wrapped = self.wrapped
-        if wrapped is None:
+        refs = self.outputs
+        if refs is None:
             return
-        self.wrapped = None
-        for w in (wrapped,) if type(wrapped) is TracingTensor else wrapped:
-            w._tt_pending = None
+        self.outputs = None
+        outs = [r() for r in refs]
+        for w in outs:
+            if w is not None:
+                w._tt_pending = None
         mout = run_on_shadows(self.func, self.args, self.kwargs)
         if mout is not None:
+            wrapped = outs[0] if self.container is None else self.container(outs)
             adopt_shadows(self.func, self.mapped, False, self.args, self.uargs, self.ukwargs, wrapped, mout)
 
 
