@@ -61,6 +61,7 @@ class TracingTensor(torch.Tensor):
     _tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
+    _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)
 
     @staticmethod
     def __new__(cls, proxy: TensorProxy):
@@ -355,6 +356,7 @@ class Tracer:
                     fell_back = True
                     out = self._fallback(func, torch_uargs, torch_ukwargs)
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
+                    _refuse_update_of_grad_leaf(func, args[0])
                     self._rebind(func, args[0], out)
         except (TracingError, RecursionError):
             raise
@@ -433,6 +435,9 @@ class Tracer:
                     and wrapped._thunder_proxy is not out
                 ):
                     # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
+                    # (or returned it unchanged: atleast_2d of a matrix, conj of a real tensor)
+                    if getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace"):
+                        _refuse_update_of_grad_leaf(func, wrapped)
                     self._rebind(func, wrapped, out)
         return wrapped
 
@@ -545,6 +550,8 @@ class Tracer:
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             _mark_requires_grad(value, uargs, ukwargs)
+            if value.shape == wrapper._tt_value.shape:  # (an update of the values, not of the sizes: t_, resize_)
+                _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs)
             if (
                 value.requires_grad
@@ -962,6 +969,25 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_layout_of = t
     w._tt_meta = None
     w._tt_input = True
+    w._tt_grad_leaf = t.requires_grad and t.is_leaf
+
+
+def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
+    """With grad enabled, eager refuses to update a leaf tensor that requires grad (a parameter, an input
+    made with ``requires_grad=True``) or a view of one in place; so does thunder, naming the user's line."""
+    if not torch.is_grad_enabled():
+        return
+    view = view_of(wrapper)
+    if wrapper._tt_nondiff:
+        return
+    root = wrapper if view is None else view[0]
+    if root._tt_grad_leaf:
+        through_view = view is not None or getattr(func, "__name__", None) == "__setitem__"
+        what = "a view of a leaf Variable" if through_view else "a leaf Variable"
+        raise RuntimeError(
+            f"{what} that requires grad is being used in an in-place operation "
+            f"({_func_name(func)}, as in eager)\n  {describe_location(user_frame(3))}"
+        )
 
 
 # in-place ops writing one value everywhere: well defined through a view whose elements overlap
