@@ -327,3 +327,40 @@ def _fill_grad(a, value):
     if isinstance(value, TensorProxy):  # a 0-d value tensor gets the sum of the cotangent
         put_grad(value, ltorch.to(ltorch.sum(get_grad(out)), value.dtype.torch_dtype))
     return out
+
+
+def _robust_loss_rule(sym, width_name: str, scaled: bool):
+    """smooth_l1_loss and huber_loss: PyTorch's backward kernels, ``g * sign(x)`` (times ``delta`` for huber)
+    beyond the quadratic zone and ``g * x`` (over ``beta`` for smooth L1) inside it, with ``x = input - target``.
+    Differentiating the decomposition's ``where`` gave NaN where ``x`` is infinite (0 times infinity)."""
+
+    def rule(*args, **kwargs):
+        from thunder.transforms.prim_grads import sum_to_shape
+
+        bound = _bind(sym, args, kwargs)
+        a, target, width = bound["a"], bound["target"], bound[width_name]
+        if width == 0.0:  # (smooth L1 with beta 0 is the L1 loss: its decomposition's gradient is eager's)
+            return NotImplemented
+        out = sym(*args, **kwargs)
+        reduction = bound.get("reduction", "mean")
+        if bound.get("size_average") is not None or bound.get("reduce") is not None:
+            reduction = torch.nn._reduction.legacy_get_string(bound.get("size_average"), bound.get("reduce"))
+        x = ltorch.sub(a, target)
+        g = get_grad(out)
+        if reduction == "mean":
+            g = ltorch.true_divide(g, max(x.numel(), 1))
+        g = ltorch.expand(g, x.shape) if reduction != "none" else g
+        outer = ltorch.mul(g, width) if scaled else g
+        inner = ltorch.mul(g, x) if scaled else ltorch.true_divide(ltorch.mul(g, x), width)
+        grad = ltorch.where(ltorch.lt(x, -width), ltorch.neg(outer), ltorch.where(ltorch.gt(x, width), outer, inner))
+        if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
+            put_grad(a, sum_to_shape(grad, a.shape))
+        if isinstance(target, TensorProxy) and dtypes.is_inexact_dtype(target.dtype):
+            put_grad(target, sum_to_shape(ltorch.neg(grad), target.shape))
+        return out
+
+    register_grad(sym, rule)
+
+
+_robust_loss_rule(ltorch.smooth_l1_loss, "beta", scaled=False)
+_robust_loss_rule(ltorch.huber_loss, "delta", scaled=True)
