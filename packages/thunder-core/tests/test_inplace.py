@@ -177,3 +177,40 @@ def test_random_inplace_follows_seed():
         return x, n, torch.randint(0, 5, (4,)), torch.bernoulli(torch.full((4,), 0.5))
 
     _check(f, torch.empty(5))
+
+
+def test_input_written_back_with_another_inputs_value_before_its_update():
+    # b.copy_(a) gives b a's value as called; a's own update is written back only after b's
+    def f(a, b):
+        b.copy_(a)
+        a.mul_(a)
+        return b.detach()
+
+    _check(f, torch.randn(1, 3), torch.randn(1, 3))
+
+    def two_readers(a, b, c):
+        b.copy_(a)
+        c.copy_(a.t().t())
+        a.add_(1)
+        return b + c
+
+    _check(two_readers, torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3))
+    # (broadcast: b's new value is an expand of a)
+    _check(f, torch.randn(3), torch.randn(2, 3))
+
+
+_GLOBAL_BUFFER = torch.zeros(3)
+
+
+def test_constant_written_back_with_an_inputs_value_before_its_update():
+    def f(a):
+        _GLOBAL_BUFFER.copy_(a)
+        a.mul_(3)
+        return a + 1
+
+    a = torch.randn(3)
+    expected_a = a * 3
+    _GLOBAL_BUFFER.zero_()
+    thunder.jit(f)(a)
+    torch.testing.assert_close(a, expected_a)
+    torch.testing.assert_close(_GLOBAL_BUFFER, expected_a / 3)

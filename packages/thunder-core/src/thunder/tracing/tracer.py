@@ -563,15 +563,16 @@ class Tracer:
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
 
-    def write_back_constants(self) -> None:
-        """Writes the final value of every constant updated in place into the tensor (program end)."""
-        from thunder.core import prims
-
+    def constant_writes(self) -> list[tuple[TensorProxy, TensorProxy]]:
+        """``(final value, constant)`` of every constant updated in place: what the program writes back
+        into the tensor at its end."""
+        writes = []
         for t, wrapper in self.updated_constants.values():
             original = self.constants[id(t)]
             new = wrapper._thunder_proxy
             if new is not original:
-                prims.copy_(new, original)
+                writes.append((new, original))
+        return writes
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
