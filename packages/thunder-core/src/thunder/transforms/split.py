@@ -81,10 +81,15 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
     return updates
 
 
-def _may_view(b: BoundSymbol) -> bool:
-    """Whether an executor may run ``b`` as a view of its first argument (a reshape, a slice, ...)."""
+def _viewed_arguments(b: BoundSymbol) -> list[str]:
+    """The names of the arguments an executor may run ``b`` as a view of: the first of a reshape, a slice, ...;
+    any tensor argument of an opaque torch call (``Tensor.select``, ``unfold``: PyTorch may return a view)."""
     tags = b.sym.tags
-    return "view" in tags or "alias" in tags or prims.OpTags.SHAPE_OP in tags
+    if "opaque" in tags:
+        return [a.name for a in b.flat_args if isinstance(a, TensorProxy)]
+    if "view" in tags or "alias" in tags or prims.OpTags.SHAPE_OP in tags:
+        return [a.name for a in b.flat_args[:1] if isinstance(a, TensorProxy)]
+    return []
 
 
 def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
@@ -93,10 +98,18 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
-        if b.flat_args and _may_view(b):
-            first = next(iter(b.flat_args)).name
-            group = aliases.setdefault(first, {first})
-            for o in b.flat_outs:
+        bases = _viewed_arguments(b)
+        if not bases:
+            continue
+        group = aliases.setdefault(bases[0], {bases[0]})
+        for n in bases[1:]:
+            other = aliases.get(n, {n})
+            if other is not group:
+                group.update(other)
+                for name in other:
+                    aliases[name] = group
+        for o in b.flat_outs:
+            if isinstance(o, TensorProxy):
                 group.add(o.name)
                 aliases[o.name] = group
     taken: dict[str, TensorProxy] = {}
