@@ -590,10 +590,11 @@ class Tracer:
             old.requires_grad
             and torch.is_grad_enabled()
             and value.dtype.kind in ("float", "complex")
-            and not self._depends_on_grad(value)
+            and (getattr(func, "__name__", None) in _OVERWRITES or not self._depends_on_grad(value))
         ):
             # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5), x.copy_(c):
-            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off
+            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off;
+            # an op replacing its values (x.copy_(y)) gives x's former values a zero gradient, as in eager
             value = _still_requires_grad(self.trace, old, value)
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
@@ -942,6 +943,8 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
 
 # in-place ops writing one value everywhere: well defined through a view whose elements overlap
 _UNIFORM_WRITES = frozenset(("fill_", "zero_"))
+# in-place ops whose new values do not read the tensor's former ones
+_OVERWRITES = frozenset(("copy_", "fill_", "zero_"))
 
 
 def _overlaps_itself(m: torch.Tensor | None) -> bool:
