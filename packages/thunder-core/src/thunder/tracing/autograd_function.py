@@ -305,6 +305,7 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
         id=name,
         is_prim=True,
         call_ctx={name: _keep_new},
+        tags=("alias",),  # (its output shares ``new``'s memory)
     )
     sym.grad_rule = rule
     return sym

@@ -83,11 +83,12 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
 
 def _viewed_arguments(b: BoundSymbol) -> list[str]:
     """The names of the arguments an executor may run ``b`` as a view of: the first of a reshape, a slice, ...;
-    any tensor argument of an opaque torch call (``Tensor.select``, ``unfold``: PyTorch may return a view)."""
+    any tensor argument of an opaque torch call (``Tensor.select``, ``unfold``: PyTorch may return a view) or of a
+    symbol tagged ``alias`` (``keep_grad_of(old, new)`` returns ``new`` detached)."""
     tags = b.sym.tags
-    if "opaque" in tags:
+    if "opaque" in tags or "alias" in tags:
         return [a.name for a in b.flat_args if isinstance(a, TensorProxy)]
-    if "view" in tags or "alias" in tags or prims.OpTags.SHAPE_OP in tags:
+    if "view" in tags or prims.OpTags.SHAPE_OP in tags:
         return [a.name for a in b.flat_args[:1] if isinstance(a, TensorProxy)]
     return []
 
