@@ -214,3 +214,21 @@ def test_constant_written_back_with_an_inputs_value_before_its_update():
     thunder.jit(f)(a)
     torch.testing.assert_close(a, expected_a)
     torch.testing.assert_close(_GLOBAL_BUFFER, expected_a / 3)
+
+
+def test_view_of_a_tensor_filled_by_copy_from_a_differently_laid_out_source():
+    # x.copy_(src) gives x src's values, which the program may hold in src's layout (an expand, a strided
+    # slice): x.view(...) must still give eager's values, not view's layout error
+    def broadcast_source(a):
+        x = torch.zeros(2, 3)
+        x.copy_(a)
+        return x.view(-1) * 2
+
+    def strided_source(a, b):
+        x = b[[2, 0]]
+        x.copy_(a[::2])
+        x.view(-1).add_(1)
+        return x.view_as(torch.empty(4)) * 2
+
+    _check(broadcast_source, torch.randn(3))
+    _check(strided_source, torch.randn(3, 2), torch.randn(3, 2))
