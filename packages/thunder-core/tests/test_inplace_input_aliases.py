@@ -264,3 +264,16 @@ def test_no_grad_copy_of_an_input_whose_storage_is_written_through_an_aliasing_a
         return a, _leaf(2, 3), a[..., :1]
 
     _check(fn, make)
+
+
+def test_backward_reads_an_argument_sharing_storage_with_an_earlier_written_one():
+    # b = a.mT: mul_'s backward needs b as called; a's write-back (before b's) overwrites their storage
+    def fn(a, w, b):
+        b.mul_(w)
+        return (b[torch.tensor([0, 0])],)
+
+    def make():
+        a = torch.tensor([[-1.0, 1.5], [0.2, -0.5], [2.0, -1.5]], dtype=torch.float64)
+        return a, _leaf(2, 3), a.mT
+
+    _check(fn, make)

@@ -113,13 +113,18 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
             if isinstance(o, TensorProxy):
                 group.add(o.name)
                 aliases[o.name] = group
+    # the arguments written back may share one storage (f(a, a.mT)): every saved value aliasing any of them is
+    # copied before the first write
+    overwritten: set[str] = set()
+    for b in forward:
+        if b.sym.id == prims.copy_.id:
+            overwritten.update(aliases.get(b.args[1].name, {b.args[1].name}))
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
     for b in forward:
         if b.sym.id == prims.copy_.id:
-            dst = b.args[1]
-            for name in sorted(aliases.get(dst.name, {dst.name})):
+            for name in sorted(overwritten):
                 if name in saved_names and name not in taken:
                     p = by_name[name]
                     clone = TensorProxy(like=p, requires_grad=False)
