@@ -101,8 +101,8 @@ def _register_all_ltorch():
     ex.register_implementation(ltorch.normal, torch_op("normal_draws", _normal_draws))
     ex.register_implementation(ltorch.setitem, torch_op("setitem", _setitem))
     ex.register_implementation(ltorch.copy, torch_op("copy_to", _copy_to))
-    ex.register_implementation(ltorch.view, torch_op("view", _view))
-    ex.register_implementation(ltorch.view_as, torch_op("view_as", _view_as))
+    ex.register_implementation(ltorch.view, torch_op("view_values", _view))
+    ex.register_implementation(ltorch.view_as, torch_op("view_as_values", _view_as))
     ex.register_implementation(ltorch.batch_norm_functional, torch_op("batch_norm_functional", _batch_norm_functional))
 
 
