@@ -568,6 +568,31 @@ def test_in_place_update_under_no_grad(fn):
     assert_like_eager(fn, _x(3))
 
 
+def _copy_over_nan_history(x):
+    v = x.var()  # NaN for one element: its backward gives NaN even for a zero gradient
+    w = v * v
+    w.copy_(x)  # copy_'s backward gives w's former values a zero gradient (NaN through var), as in eager
+    return w
+
+
+def _fill_over_nan_history(x):
+    w = x.var() * 2
+    w.fill_(2.0)
+    return w * x
+
+
+def _copy_over_finite_history(x):
+    w = torch.sin(x.sum()) * 3
+    w.copy_(x * 2)
+    return w
+
+
+@pytest.mark.filterwarnings("ignore:var\\(\\)")
+@pytest.mark.parametrize("fn", [_copy_over_nan_history, _fill_over_nan_history, _copy_over_finite_history])
+def test_overwritten_values_get_a_zero_gradient(fn):
+    assert_like_eager(fn, _t(1.5))
+
+
 def _trace_names(bsyms, acc):
     for b in bsyms:
         acc.append(b.sym.name)

@@ -177,3 +177,58 @@ def test_random_inplace_follows_seed():
         return x, n, torch.randint(0, 5, (4,)), torch.bernoulli(torch.full((4,), 0.5))
 
     _check(f, torch.empty(5))
+
+
+def test_input_written_back_with_another_inputs_value_before_its_update():
+    # b.copy_(a) gives b a's value as called; a's own update is written back only after b's
+    def f(a, b):
+        b.copy_(a)
+        a.mul_(a)
+        return b.detach()
+
+    _check(f, torch.randn(1, 3), torch.randn(1, 3))
+
+    def two_readers(a, b, c):
+        b.copy_(a)
+        c.copy_(a.t().t())
+        a.add_(1)
+        return b + c
+
+    _check(two_readers, torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3))
+    # (broadcast: b's new value is an expand of a)
+    _check(f, torch.randn(3), torch.randn(2, 3))
+
+
+_GLOBAL_BUFFER = torch.zeros(3)
+
+
+def test_constant_written_back_with_an_inputs_value_before_its_update():
+    def f(a):
+        _GLOBAL_BUFFER.copy_(a)
+        a.mul_(3)
+        return a + 1
+
+    a = torch.randn(3)
+    expected_a = a * 3
+    _GLOBAL_BUFFER.zero_()
+    thunder.jit(f)(a)
+    torch.testing.assert_close(a, expected_a)
+    torch.testing.assert_close(_GLOBAL_BUFFER, expected_a / 3)
+
+
+def test_view_of_a_tensor_filled_by_copy_from_a_differently_laid_out_source():
+    # x.copy_(src) gives x src's values, which the program may hold in src's layout (an expand, a strided
+    # slice): x.view(...) must still give eager's values, not view's layout error
+    def broadcast_source(a):
+        x = torch.zeros(2, 3)
+        x.copy_(a)
+        return x.view(-1) * 2
+
+    def strided_source(a, b):
+        x = b[[2, 0]]
+        x.copy_(a[::2])
+        x.view(-1).add_(1)
+        return x.view_as(torch.empty(4)) * 2
+
+    _check(broadcast_source, torch.randn(3))
+    _check(strided_source, torch.randn(3, 2), torch.randn(3, 2))

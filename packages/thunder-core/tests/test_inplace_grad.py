@@ -159,3 +159,41 @@ def test_copy_of_a_value_requiring_grad_into_an_integer_tensor():
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(t0, e0)
     assert actual.requires_grad is expected.requires_grad is False
+
+
+def test_integer_tensor_filled_with_a_zero_dim_value_requiring_grad():
+    """``a[0] = w.sum()`` on an integer ``a`` holds the cast value; eager marks ``a`` as requiring grad (a state its
+    own backward rejects with an internal assert, unlike ``a[0] = w * 2``): thunder's integer output does not."""
+
+    def fn(a, w):
+        a[0] = w.prod(0)
+        return a
+
+    def inputs():
+        return torch.tensor([[1, -3, -1], [-3, -2, 3]]), torch.tensor([-1.3, -0.4, 0.6], requires_grad=True)
+
+    e_a, e_w = inputs()
+    t_a, t_w = inputs()
+    expected, actual = fn(e_a, e_w), thunder.jit(fn)(t_a, t_w)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(t_a, e_a)
+    assert not actual.requires_grad
+
+
+def test_saved_value_read_through_an_opaque_view_of_an_input_updated_in_place():
+    # Tensor.select runs as an opaque torch call returning a view of the input: the value mul_'s backward
+    # needs (the row before the update) is saved as a copy, not read from the input the program overwrites
+    def f(w, x):
+        row = x.select(0, -1)
+        row.mul_(torch.sin(w))
+        return row
+
+    results = []
+    for run in (f, thunder.jit(f)):
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn((), generator=g, dtype=torch.float64, requires_grad=True)
+        x = torch.randn(3, 3, generator=g, dtype=torch.float64)
+        out = run(w, x)
+        (grad,) = torch.autograd.grad((out * torch.arange(1.0, 4.0, dtype=torch.float64)).sum(), w)
+        results.append((out.detach(), x.detach(), grad))
+    torch.testing.assert_close(results[1], results[0])

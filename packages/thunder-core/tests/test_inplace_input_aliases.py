@@ -248,3 +248,32 @@ def test_tensor_that_requires_grad_still_does_after_an_update_from_a_constant():
         return v * 3, w
 
     _check(f, lambda: (_leaf(3), torch.ones(3, dtype=torch.float64)))
+
+
+def test_no_grad_copy_of_an_input_whose_storage_is_written_through_an_aliasing_argument():
+    # b's new value (a's as called, kept beside b's gradient path) is written back before a's storage is
+    # overwritten through its alias c
+    def fn(a, b, c):
+        with torch.no_grad():
+            b.copy_(a)
+        c.zero_()
+        return (b * 2,)
+
+    def make():
+        a = torch.tensor([[2.2, -0.8, -1.5]], dtype=torch.float64)
+        return a, _leaf(2, 3), a[..., :1]
+
+    _check(fn, make)
+
+
+def test_backward_reads_an_argument_sharing_storage_with_an_earlier_written_one():
+    # b = a.mT: mul_'s backward needs b as called; a's write-back (before b's) overwrites their storage
+    def fn(a, w, b):
+        b.mul_(w)
+        return (b[torch.tensor([0, 0])],)
+
+    def make():
+        a = torch.tensor([[-1.0, 1.5], [0.2, -0.5], [2.0, -1.5]], dtype=torch.float64)
+        return a, _leaf(2, 3), a.mT
+
+    _check(fn, make)

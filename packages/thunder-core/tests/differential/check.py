@@ -45,7 +45,13 @@ def _compare(actual, expected, what: str, program: Program, *, check_requires_gr
             raise Divergence("dtype", f"{name}: thunder {a.dtype}, eager {e.dtype}", program)
         if a.shape != e.shape:
             raise Divergence("shape", f"{name}: thunder {tuple(a.shape)}, eager {tuple(e.shape)}", program)
-        if check_requires_grad and a.requires_grad != e.requires_grad:
+        if (
+            check_requires_grad
+            and a.requires_grad != e.requires_grad
+            # eager lets an integer tensor filled with a 0-dim value that requires grad (a[0] = w.sum(), fill_)
+            # require grad, a state its backward rejects with an internal assert: thunder's False is not a defect
+            and (e.dtype.is_floating_point or e.dtype.is_complex)
+        ):
             raise Divergence(
                 "requires_grad", f"{name}: thunder requires_grad={a.requires_grad}, eager {e.requires_grad}", program
             )

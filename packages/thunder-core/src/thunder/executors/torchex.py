@@ -101,6 +101,8 @@ def _register_all_ltorch():
     ex.register_implementation(ltorch.normal, torch_op("normal_draws", _normal_draws))
     ex.register_implementation(ltorch.setitem, torch_op("setitem", _setitem))
     ex.register_implementation(ltorch.copy, torch_op("copy_to", _copy_to))
+    ex.register_implementation(ltorch.view, torch_op("view_values", _view))
+    ex.register_implementation(ltorch.view_as, torch_op("view_as_values", _view_as))
     ex.register_implementation(ltorch.batch_norm_functional, torch_op("batch_norm_functional", _batch_norm_functional))
 
 
@@ -113,6 +115,16 @@ def _setitem(a, key, value):
     out = a.clone()
     out[key] = value
     return out
+
+
+def _view(a, *shape, size=None):
+    # Tensor.view's values, as a reshape: a view wherever eager's view succeeds on that layout, and a copy where
+    # the tensor the program computed is laid out unlike eager's (x.copy_(row) runs as an expand of row)
+    return a.reshape(*shape) if size is None else a.reshape(size)
+
+
+def _view_as(a, other):
+    return a.reshape(other.shape)
 
 
 def _copy_to(a, src, non_blocking=False):

@@ -283,14 +283,20 @@ def _keep_new(old, new):
 
 def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
     """``name(old, new)``: ``new``'s values for a tensor updated in place, requiring grad; its gradient goes to
-    ``old`` (the tensor keeps the gradient path it had) or to ``new`` (and none to ``old``, whose values the
-    update replaced)."""
+    ``old`` (the tensor keeps the gradient path it had) or to ``new`` (and zeros to ``old``, whose values the
+    update replaced: as eager's ``copy_``/``fill_`` backward, so a NaN or inf in ``old``'s backward shows)."""
 
     def rule(old, new):
-        from thunder.transforms.autodiff import get_grad, put_grad
+        from thunder.transforms.autodiff import get_grad, put_grad, zeros_like
 
         out = sym(old, new)
-        put_grad(old if gradient_to_old else new, get_grad(out))
+        g = get_grad(out)
+        if gradient_to_old:
+            put_grad(old, g)
+        else:
+            put_grad(new, g)
+            if old.requires_grad:
+                put_grad(old, zeros_like(g))
         return out
 
     sym = Symbol(
@@ -299,6 +305,7 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
         id=name,
         is_prim=True,
         call_ctx={name: _keep_new},
+        tags=("alias",),  # (its output shares ``new``'s memory)
     )
     sym.grad_rule = rule
     return sym

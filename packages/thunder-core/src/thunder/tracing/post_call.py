@@ -159,16 +159,46 @@ def _may_alias_argument(bsym) -> bool:
     return False
 
 
+def _aliases_of(trace, names: set[str]) -> set[str]:
+    """``names`` and the values of ``trace`` an executor may run as views of them."""
+    may = set(names)
+    for b in trace.bound_symbols:
+        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and _may_alias_argument(b):
+            may.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
+    return may
+
+
+def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
+    """Records the copies writing each updated input (or constant) ``(new value, tensor)`` back at the
+    program's end. A new value that is (a view of) another written tensor's value as called
+    (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before that tensor is
+    overwritten: its write goes first, and any further such value is cloned before the writes."""
+    from thunder.core import prims
+    from thunder.tracing.tracer import _recording_directly
+
+    if len(writes) > 1:
+        may = _aliases_of(trace, {proxy.name for _, proxy in writes})
+        reading = [w for w in writes if w[0].name in may]
+        if reading:
+            rest = [w for w in writes if w[0].name not in may]
+            for i in range(1, len(reading)):
+                new, proxy = reading[i]
+                with _recording_directly():
+                    copy = prims.clone(new)
+                copy.requires_grad = new.requires_grad
+                reading[i] = (copy, proxy)
+            writes = reading + rest
+    for new, proxy in writes:
+        prims.copy_(new, proxy)
+
+
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
     """Outputs the executors may run as views of an input are cloned before the program writes inputs back
     (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
     from thunder.core import prims
     from thunder.tracing.tracer import _recording_directly
 
-    may = set(input_names)
-    for b in trace.bound_symbols:
-        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and _may_alias_argument(b):
-            may.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
+    may = _aliases_of(trace, input_names)
     try:
         leaves = pytree.tree_leaves(result)
     except Exception:

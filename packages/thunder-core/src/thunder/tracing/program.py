@@ -19,7 +19,7 @@ from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, get_tracectx, tracectx
 from thunder.tracing import guards
 from thunder.tracing.errors import TracingError, data_dependent_size_error
-from thunder.tracing.post_call import PostCall, unalias_outputs
+from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
@@ -823,10 +823,7 @@ def trace_program(
             # (arguments sharing a storage are views of it: a write reaches them all)
             aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
             unalias_outputs(result, trace, written | aliased, set(post_call.exprs))
-        for new, proxy in writes:
-            prims.copy_(new, proxy)
-
-        tracer.write_back_constants()
+        emit_writes(writes + tracer.constant_writes(), trace)
         if size_env.order and tracer.layout_read:
             # the layout of an input with symbolic sizes is checked as "contiguous": others are specialised
             for ti in inputs.tensors:

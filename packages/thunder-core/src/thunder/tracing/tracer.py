@@ -578,15 +578,16 @@ class Tracer:
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
 
-    def write_back_constants(self) -> None:
-        """Writes the final value of every constant updated in place into the tensor (program end)."""
-        from thunder.core import prims
-
+    def constant_writes(self) -> list[tuple[TensorProxy, TensorProxy]]:
+        """``(final value, constant)`` of every constant updated in place: what the program writes back
+        into the tensor at its end."""
+        writes = []
         for t, wrapper in self.updated_constants.values():
             original = self.constants[id(t)]
             new = wrapper._thunder_proxy
             if new is not original:
-                prims.copy_(new, original)
+                writes.append((new, original))
+        return writes
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
@@ -604,10 +605,11 @@ class Tracer:
             old.requires_grad
             and torch.is_grad_enabled()
             and value.dtype.kind in ("float", "complex")
-            and not self._depends_on_grad(value)
+            and (getattr(func, "__name__", None) in _OVERWRITES or not self._depends_on_grad(value))
         ):
             # an in-place op on a tensor that requires grad leaves it requiring grad (x.fill_(1.5), x.copy_(c):
-            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off
+            # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off;
+            # an op replacing its values (x.copy_(y)) gives x's former values a zero gradient, as in eager
             value = _still_requires_grad(self.trace, old, value)
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
@@ -992,6 +994,8 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
 
 # in-place ops writing one value everywhere: well defined through a view whose elements overlap
 _UNIFORM_WRITES = frozenset(("fill_", "zero_"))
+# in-place ops whose new values do not read the tensor's former ones
+_OVERWRITES = frozenset(("copy_", "fill_", "zero_"))
 
 
 def _overlaps_itself(m: torch.Tensor | None) -> bool:

@@ -81,10 +81,16 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
     return updates
 
 
-def _may_view(b: BoundSymbol) -> bool:
-    """Whether an executor may run ``b`` as a view of its first argument (a reshape, a slice, ...)."""
+def _viewed_arguments(b: BoundSymbol) -> list[str]:
+    """The names of the arguments an executor may run ``b`` as a view of: the first of a reshape, a slice, ...;
+    any tensor argument of an opaque torch call (``Tensor.select``, ``unfold``: PyTorch may return a view) or of a
+    symbol tagged ``alias`` (``keep_grad_of(old, new)`` returns ``new`` detached)."""
     tags = b.sym.tags
-    return "view" in tags or "alias" in tags or prims.OpTags.SHAPE_OP in tags
+    if "opaque" in tags or "alias" in tags:
+        return [a.name for a in b.flat_args if isinstance(a, TensorProxy)]
+    if "view" in tags or prims.OpTags.SHAPE_OP in tags:
+        return [a.name for a in b.flat_args[:1] if isinstance(a, TensorProxy)]
+    return []
 
 
 def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
@@ -93,19 +99,32 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
-        if b.flat_args and _may_view(b):
-            first = next(iter(b.flat_args)).name
-            group = aliases.setdefault(first, {first})
-            for o in b.flat_outs:
+        bases = _viewed_arguments(b)
+        if not bases:
+            continue
+        group = aliases.setdefault(bases[0], {bases[0]})
+        for n in bases[1:]:
+            other = aliases.get(n, {n})
+            if other is not group:
+                group.update(other)
+                for name in other:
+                    aliases[name] = group
+        for o in b.flat_outs:
+            if isinstance(o, TensorProxy):
                 group.add(o.name)
                 aliases[o.name] = group
+    # the arguments written back may share one storage (f(a, a.mT)): every saved value aliasing any of them is
+    # copied before the first write
+    overwritten: set[str] = set()
+    for b in forward:
+        if b.sym.id == prims.copy_.id:
+            overwritten.update(aliases.get(b.args[1].name, {b.args[1].name}))
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
     for b in forward:
         if b.sym.id == prims.copy_.id:
-            dst = b.args[1]
-            for name in sorted(aliases.get(dst.name, {dst.name})):
+            for name in sorted(overwritten):
                 if name in saved_names and name not in taken:
                     p = by_name[name]
                     clone = TensorProxy(like=p, requires_grad=False)
