@@ -193,8 +193,17 @@ def kwarg_translation(func, sym) -> KwargTranslation:
     return t
 
 
+_accepted_names: dict[Any, tuple[set[str], bool]] = {}
+
+
 def bind_torch_kwargs(func: Callable, sym, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``args``/``kwargs`` of a call of torch callable ``func`` with keywords renamed to ``sym``'s."""
     if not kwargs:
         return args, kwargs
+    accepted = _accepted_names.get(sym)
+    if accepted is None:
+        _, names, var_kw, _ = _symbol_parameters(sym)
+        accepted = _accepted_names[sym] = (names, var_kw)
+    if accepted[1] or all(k in accepted[0] for k in kwargs):
+        return args, kwargs  # the symbol's own names (PyTorch's signatures are read only when needed)
     return kwarg_translation(func, sym)(args, kwargs)
