@@ -197,3 +197,38 @@ def test_saved_value_read_through_an_opaque_view_of_an_input_updated_in_place():
         (grad,) = torch.autograd.grad((out * torch.arange(1.0, 4.0, dtype=torch.float64)).sum(), w)
         results.append((out.detach(), x.detach(), grad))
     torch.testing.assert_close(results[1], results[0])
+
+
+def _base_of_updated_view_local(y):
+    x = torch.zeros(3)
+    v = x[:2]
+    v.add_(y[:2])
+    return x.requires_grad, v.requires_grad, x * 1
+
+
+def _base_of_updated_view_argument(x, y):
+    x[:2].add_(y[:2])
+    return x.requires_grad, x * 1
+
+
+def _update_under_no_grad(x, y):
+    with torch.no_grad():
+        x.copy_(y)
+    return x.requires_grad, x * 1
+
+
+@pytest.mark.parametrize(
+    "fn", [_base_of_updated_view_local, _base_of_updated_view_argument, _update_under_no_grad], ids=lambda f: f.__name__
+)
+def test_requires_grad_user_code_reads_after_an_update_through_a_view(fn):
+    # updating a view with a value that requires grad makes its base require grad too (not under no_grad)
+    y = torch.randn(3, requires_grad=True)
+
+    def args():  # (fresh ones for each run: the functions update their first argument)
+        return (y,) if fn is _base_of_updated_view_local else (torch.zeros(3), y)
+
+    expected = fn(*args())
+    got = thunder.jit(fn)(*args())
+    assert got[:-1] == expected[:-1]
+    torch.testing.assert_close(got[-1], expected[-1])
+    assert got[-1].requires_grad == expected[-1].requires_grad

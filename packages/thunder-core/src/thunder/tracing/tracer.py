@@ -549,21 +549,9 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
-            _mark_requires_grad(value, uargs, ukwargs)
             if value.shape == wrapper._tt_value.shape:  # (an update of the values, not of the sizes: t_, resize_)
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs)
-            if (
-                value.requires_grad
-                and value.dtype.kind in ("float", "complex")  # (an integer tensor never requires grad)
-                and torch.is_grad_enabled()
-                and not wrapper.requires_grad
-            ):
-                # as in eager, the updated tensor (and the base it is a view of) now requires grad
-                with torch._C.DisableTorchFunction():
-                    for t in (wrapper, wrapper._tt_view[0] if wrapper._tt_view is not None else None):
-                        if t is not None and t.is_leaf and not t.requires_grad:
-                            t.requires_grad_(True)
         return out
 
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
@@ -590,8 +578,19 @@ class Tracer:
         return writes
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
+        """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases."""
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
             self.flush_shadows()
+        self._rebind_value(func, wrapper, value, args, kwargs)
+        if value.requires_grad and torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
+            # as in eager, the updated tensor (and the base it is a view of) now requires grad: what user code
+            # (and autograd.Function.apply) reads
+            with torch._C.DisableTorchFunction():
+                for t in (wrapper, wrapper._tt_view[0] if wrapper._tt_view is not None else None):
+                    if t is not None and t.is_leaf and not t.requires_grad:
+                        t.requires_grad_(True)
+
+    def _rebind_value(self, func, wrapper: TracingTensor, value: TensorProxy, args, kwargs) -> None:
         old = wrapper._thunder_proxy
         self.layout_read = True  # which aliases an update reaches depends on the inputs' layout
         if value.shape != old.shape or (
@@ -622,9 +621,6 @@ class Tracer:
             from thunder.torch import to as ltorch_to
 
             value = ltorch_to(value, old.dtype.torch_dtype)
-        if value.requires_grad and not wrapper.requires_grad and value.dtype.kind in ("float", "complex"):
-            with torch._C.DisableTorchFunction():  # what user code (and autograd.Function.apply) reads
-                torch.Tensor.requires_grad_(wrapper, True)
         view = wrapper._tt_view
         if view is None:
             wrapper._tt_value = value
@@ -1526,20 +1522,6 @@ def _stored_name(code, lasti: int) -> str | None:
             return nxt.argval
         return None
     return None
-
-
-def _mark_requires_grad(value, uargs, ukwargs) -> None:
-    """An in-place op's new value requires grad, as in eager, when grad is enabled and an input of the op
-    does (a ``fill_`` of such a tensor gives a fresh ``full`` that would otherwise look constant)."""
-    if (
-        type(value) is TensorProxy
-        and not value.requires_grad
-        and value.dtype.kind in ("float", "complex")
-        and torch.is_grad_enabled()
-    ):
-        inputs = flat_proxies((uargs, ukwargs))
-        if any(type(p) is TensorProxy and p.requires_grad for p in inputs) and all(p is not value for p in inputs):
-            value.requires_grad = True
 
 
 def interpreter_log_records(log: list[tuple]) -> list[dict[str, Any]]:
