@@ -50,7 +50,8 @@ class Proxy:
         return type(self).__name__
 
 
-def _plain_sizes(shape: tuple) -> bool:
+def plain_sizes(shape: tuple) -> bool:
+    """Whether every size in ``shape`` is a plain ``int`` (none symbolic)."""
     for s in shape:
         if type(s) is not int:
             return False
@@ -85,7 +86,7 @@ class TensorProxy(Proxy):
         if shape is None or dtype is None or device is None:
             raise ValueError("TensorProxy needs a shape, a dtype and a device (or like=)")
         # a dimension is an int, or a torch.SymInt when it is traced symbolically (thunder.core.symbolic)
-        if type(shape) is not tuple or not _plain_sizes(shape):
+        if type(shape) is not tuple or not plain_sizes(shape):
             shape = tuple(s if type(s) is SymInt else int(s) for s in shape)
         self.shape = shape
         self.dtype = dtypes.to_dtype(dtype)
@@ -95,7 +96,7 @@ class TensorProxy(Proxy):
 
     def type_string(self) -> str:
         shape = self.shape
-        sizes = ", ".join(map(str, shape)) if _plain_sizes(shape) else ", ".join(_size_string(s) for s in shape)
+        sizes = ", ".join(map(str, shape)) if plain_sizes(shape) else ", ".join(_size_string(s) for s in shape)
         return f"{self.device} {self.dtype.short_name}[{sizes}]"
 
     def __repr__(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from thunder.core.proxies import Proxy
+from thunder.core.proxies import Proxy, plain_sizes
 
 __all__ = [
     "SizeProxy",
@@ -248,10 +248,7 @@ def hint(x) -> int:
 
 
 def hints(shape) -> tuple[int, ...]:
-    if type(shape) is tuple:
-        for s in shape:
-            if type(s) is not int:
-                return tuple(hint(s) for s in shape)
+    if type(shape) is tuple and plain_sizes(shape):
         return shape
     return tuple(hint(s) for s in shape)
 

@@ -18,7 +18,7 @@ import torch
 
 from thunder.core import pytree
 from thunder.core.proxies import TensorProxy
-from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, shadow, view_of
+from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
 __all__ = ["PostCall"]
 
@@ -174,7 +174,6 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
     (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before that tensor is
     overwritten: its write goes first, and any further such value is cloned before the writes."""
     from thunder.core import prims
-    from thunder.tracing.tracer import _recording_directly
 
     if len(writes) > 1:
         may = _aliases_of(trace, {proxy.name for _, proxy in writes})
@@ -183,10 +182,7 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
             rest = [w for w in writes if w[0].name not in may]
             for i in range(1, len(reading)):
                 new, proxy = reading[i]
-                with _recording_directly():
-                    copy = prims.clone(new)
-                copy.requires_grad = new.requires_grad
-                reading[i] = (copy, proxy)
+                reading[i] = (recorded_clone(new), proxy)
             writes = reading + rest
     for new, proxy in writes:
         prims.copy_(new, proxy)
@@ -195,9 +191,6 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
     """Outputs the executors may run as views of an input are cloned before the program writes inputs back
     (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
-    from thunder.core import prims
-    from thunder.tracing.tracer import _recording_directly
-
     may = _aliases_of(trace, input_names)
     try:
         leaves = pytree.tree_leaves(result)
@@ -208,11 +201,8 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
             continue
         p = leaf._thunder_proxy
         if p.name in may:
-            with _recording_directly():
-                copy = prims.clone(p)
-            copy.requires_grad = p.requires_grad
             view = view_of(leaf)
-            leaf._tt_value = copy
+            leaf._tt_value = recorded_clone(p)
             if view is not None:
                 leaf._tt_seen = view[0]._tt_version
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import math
 import operator
 from dataclasses import dataclass, field
@@ -94,7 +95,6 @@ class _ModuleChecks:
         self.dicts: list[dict] = []
         self.states: list[tuple] = []
         self.hooks: list[dict] = []
-        self.forward_keys: list[str] = []
         self.containers: list[dict] = []
         self.submodules: list[dict] = []
         self.exprs: list[tuple[str, str]] = []
@@ -103,20 +103,19 @@ class _ModuleChecks:
             "dicts": c(self.dicts, "_module_dicts"),
             "states": c(self.states, "_module_states"),
             "hooks": c(self.hooks, "_module_hooks"),
-            "forward_keys": c(self.forward_keys, "_forward_keys"),
             "containers": c(self.containers, "_container_dicts"),
             "submodules": c(self.submodules, "_submodules"),
         }
         builder.trace.constants["_module_state_of"] = operator.itemgetter(*_MODULE_STATE_KEYS)
         builder.trace.constants["_submodules_of"] = operator.itemgetter("_modules")
         builder.trace.constants["_contains"] = operator.contains
+        builder.trace.constants["_forward_key"] = itertools.repeat("forward")  # (map stops at the shorter input)
 
     def add(self, module: torch.nn.Module, state: tuple, expr: str, what: str) -> None:
         d = module.__dict__
         self.dicts.append(d)
         self.states.append(state)
         self.hooks.extend(state[1:])
-        self.forward_keys.append("forward")
         if module._modules:
             self.containers.append(d)
             self.submodules.append(dict(module._modules))
@@ -126,7 +125,7 @@ class _ModuleChecks:
         n = self.names
         return (
             f"if list(map(_module_state_of, {n['dicts']})) != {n['states']} or any({n['hooks']})"
-            f" or any(map(_contains, {n['dicts']}, {n['forward_keys']}))"
+            f" or any(map(_contains, {n['dicts']}, _forward_key))"
             f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}: return MISS"
         )
 
@@ -245,33 +244,27 @@ class PrologueBuilder:
                     f"{e}.is_nested) and _odd_input({e}))"
                     for e, _, ex in unique
                 )
-                self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
-                self._tensor_line = (len(self.lines), unique)
-                self.lines.append(f"if {pre} or not {name}.check({exprs}): return MISS")
-                self._emit_layout_checks(unique, contiguity, known)
-                return
-            # many tensors (a model's parameters): C loops over a tuple of them (short source, fast to compile)
-            self.trace.constants["_odd_inputs"] = _odd_inputs
-            self.trace.constants["_plain_tensor_types"] = frozenset((Tensor, torch.nn.Parameter))
-            self.trace.constants["_is_nested"] = operator.attrgetter("is_nested")
-            local = "_tensors"
-            while local in self.param_names:  # (a local of the prologue, which has the function's signature)
-                local = "_" + local
-            self.lines.append(f"{local} = ({exprs},)")
+                check = f"if {pre} or not {name}.check({exprs}): return MISS"
+            else:  # many tensors (a model's parameters): C loops over a tuple of them (short source, fast to compile)
+                self.trace.constants["_odd_inputs"] = _odd_inputs
+                self.trace.constants["_plain_tensor_types"] = frozenset((Tensor, torch.nn.Parameter))
+                self.trace.constants["_is_nested"] = operator.attrgetter("is_nested")
+                local = "_tensors"
+                while local in self.param_names:  # (a local of the prologue, which has the function's signature)
+                    local = "_" + local
+                self.lines.append(f"{local} = ({exprs},)")
+                check = (
+                    f"if ((not _plain_tensor_types.issuperset(map(type, {local})) or any(map(_is_nested, {local})))"
+                    f" and _odd_inputs({local})) or not {name}.check(*{local}): return MISS"
+                )
             self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
             self._tensor_line = (len(self.lines), unique)
-            self.lines.append(
-                f"if ((not _plain_tensor_types.issuperset(map(type, {local})) or any(map(_is_nested, {local})))"
-                f" and _odd_inputs({local})) or not {name}.check(*{local}): return MISS"
-            )
+            self.lines.append(check)
         else:
             for expr, proxy, ex in unique:
                 self._check_tensor_python(expr, proxy)
                 if self.check_layout and ex is not None and not layout_by_contiguity:
                     self.lines.append(f"if {expr}.stride() != {tuple(ex.stride())!r}: return MISS")
-        self._emit_layout_checks(unique, contiguity, known)
-
-    def _emit_layout_checks(self, unique, contiguity: list[str], known: bool) -> None:
         self.lines.extend(contiguity)
         if self.check_offsets and known:
             for expr, _, ex in unique:

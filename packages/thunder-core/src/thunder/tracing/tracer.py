@@ -831,7 +831,7 @@ class Tracer:
         proxy.name = name
 
     def flush_shadows(self) -> None:
-        """Runs the deferred shadow runs of view ops (before an in-place update, and when tracing ends)."""
+        """Runs the deferred shadow runs of view ops (before an in-place update)."""
         pending = self.pending_shadows
         for p in pending:
             p.resolve()
@@ -1035,16 +1035,11 @@ def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
     grad = [w for w in members if w._tt_value.requires_grad]
     if not grad:
         return
-    from thunder.core import prims
-
     for w in members:
         w._tt_nondiff = w._tt_nondiff or not w._tt_value.requires_grad
         # the program reads a copy: backward may save it, and writing back into any argument of the group
         # at the program's end changes them all (unseen by the saving pass, which knows one name per write)
-        with _recording_directly():
-            copy = prims.clone(w._tt_value)
-        copy.requires_grad = w._tt_value.requires_grad
-        w._tt_value = w._tt_unchanged = copy
+        w._tt_value = w._tt_unchanged = recorded_clone(w._tt_value)
     value = root._tt_value
     for w in grad:
         value = _write_strided(root, w, w._tt_value)
@@ -1343,6 +1338,16 @@ class _recording_directly:
     def __exit__(self, *exc):
         self.trace.user_call_hook = self.hook
         return False
+
+
+def recorded_clone(p: TensorProxy) -> TensorProxy:
+    """A copy of ``p`` recorded into the trace being traced, requiring grad as ``p`` does."""
+    from thunder.core import prims
+
+    with _recording_directly():
+        copy = prims.clone(p)
+    copy.requires_grad = p.requires_grad
+    return copy
 
 
 still_requires_grad = value_update_symbol("still_requires_grad", gradient_to_old=False)
