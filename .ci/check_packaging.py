@@ -2,7 +2,8 @@
 
 1. ``python -m build`` makes an sdist and a wheel of each package under ``packages/`` (the wheel is
    built from the sdist, so a file missing from the sdist fails here).
-2. ``twine check --strict`` checks their metadata (the README renders on PyPI).
+2. ``twine check --strict`` checks their metadata (the README renders on PyPI), and every wheel
+   declares the Apache-2.0 license and ships the repository's LICENSE text.
 3. A fresh virtual environment gets the wheels with
    ``pip install --find-links dist/ thunder-core thunder-nvfuser ...`` (torch held to
    ``constraints.txt``), and from outside the source tree we run the demo, ``python -m
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +52,19 @@ def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     return proc
 
 
+def check_license(wheel: Path) -> None:
+    """The wheel declares the project's license (SPDX expression) and ships the root LICENSE text."""
+    license_text = (REPO / "LICENSE").read_text()
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        shipped = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert "License-Expression: Apache-2.0" in metadata.splitlines(), f"{wheel.name}: no Apache-2.0 license"
+        assert shipped and archive.read(shipped[0]).decode() == license_text, (
+            f"{wheel.name}: its LICENSE file is missing or differs from the repository's LICENSE"
+        )
+
+
 def main(work: Path) -> None:
     dist = work / "dist"
     # build from a copy: building in place leaves build/ and *.egg-info in the checkout
@@ -64,6 +79,8 @@ def main(work: Path) -> None:
         kinds = {p.suffix for p in built if p.name.startswith(stem + "-")}
         assert kinds == {".whl", ".gz"}, f"{name}: expected a wheel and an sdist in {dist}, found {kinds}"
     run([sys.executable, "-m", "twine", "check", "--strict", *built])
+    for wheel in (p for p in built if p.suffix == ".whl"):
+        check_license(wheel)
 
     venv = work / "venv"
     run([sys.executable, "-m", "venv", venv])
