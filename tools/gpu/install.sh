@@ -10,13 +10,17 @@
 # (--no-build-isolation), all --no-deps: the device's torch 2.11, triton and the rest stay.
 # --join puts the first half (left in WORK by call1) and PART_B together, checks the result
 # against SHA256_FILE ("<sha256>  <wheel file name>", written by prepare.sh) and installs it.
+# PYTHON (default python3) is the interpreter to install for; GPU_DAY_DEPS (default .gpu/deps)
+# the folder of dependency wheels (a CPU rehearsal points them at its own).
 set -euo pipefail
+py=${PYTHON:-python3}
+deps=${GPU_DAY_DEPS:-.gpu/deps}
 work=${1:?WORK folder}
 shift
 site=$work/site
 mkdir -p "$site" "$work/wheels"
 pip_install() {
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$@"
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$@"
 }
 case "${1:-}" in
 --join)
@@ -30,7 +34,7 @@ case "${1:-}" in
     cat "$work/nvfuser.part-a" "$part_b" >"$work/wheels/$wheel"
     (cd "$work/wheels" && sha256sum -c "$OLDPWD/$sums")
     pip_install "$work/wheels/$wheel"
-    python3 -m pip list --path "$site" 2>/dev/null | grep -i nvfuser || true
+    "$py" -m pip list --path "$site" 2>/dev/null | grep -i nvfuser || true
     exit 0
     ;;
 --stash)
@@ -42,9 +46,9 @@ case "${1:-}" in
     exit 2
     ;;
 esac
-pip_install .gpu/deps/*.whl
+pip_install "$deps"/*.whl
 pip_install --no-build-isolation packages/thunder-core packages/thunder-triton packages/thunder-nvfuser packages/thunder-apex
-PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 - <<'PY'
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" - <<'PY'
 import importlib.metadata as md
 
 import torch

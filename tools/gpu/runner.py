@@ -51,6 +51,7 @@ def _env(stage: Stage) -> dict:
         **os.environ,
         "PYTHONPATH": pythonpath,
         "PYTHONUNBUFFERED": "1",
+        "PYTHON": sys.executable,  # for tools/gpu/install.sh
         "HF_HUB_OFFLINE": "1",
         "TORCHINDUCTOR_CACHE_DIR": str(WORK / "inductor-cache"),
         "TRITON_CACHE_DIR": str(WORK / "triton-cache"),
