@@ -18,7 +18,8 @@ limit, so one slow stage cannot eat the budget of the ones after it.
 Run on the CPU (CI does, through the ``gpu-plan`` tox env): ``python tools/gpu/plan.py
 --dry-run`` checks that every stage's command resolves, that the timeouts fit the device
 limits, and, when ``tools/gpu/prepare.sh`` has fetched them, that the carried files are there,
-fit 64 MiB per call together with the working tree, and are wheels for CPython 3.12 on x86-64.
+fit 64 MiB per call together with the working tree, and are wheels for CPython 3.12 on x86-64;
+``--commands`` also collects the stages' tests and checks the benchmarks' options.
 ``python tools/gpu/plan.py --tool-calls`` prints the device tool calls to make.
 """
 
@@ -29,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +65,7 @@ class Stage:
     ``stdout_json`` names the file under ``{results}`` that receives the command's stdout (the
     benchmarks print one JSON object). ``needs`` lists stages that must have succeeded first;
     otherwise this one is skipped, saying why. ``paths`` are repository files the command needs
-    (checked by the dry-run); ``pytest_paths`` are collected with ``pytest --collect-only``.
+    (checked by the dry-run); ``pytest_paths`` are the test folders a pytest stage runs.
     """
 
     name: str
@@ -458,21 +460,39 @@ def check_artefacts(calls=tuple(CALLS.values()), root: Path = ROOT) -> tuple[lis
     return problems, sizes
 
 
-def collect_pytest_paths(calls=tuple(CALLS.values()), python: str = sys.executable) -> list[str]:
-    """``pytest --collect-only`` of every test path a stage runs, in this environment."""
+def check_commands(calls=tuple(CALLS.values()), python: str = sys.executable) -> list[str]:
+    """Runs what can run on a CPU of every stage's command line, in this environment.
+
+    The pytest stages: ``pytest --collect-only`` with the stage's own options (xdist's ``-n`` set
+    to 0). The benchmark scripts: every ``--option`` the stage passes is one the script's
+    ``--help`` lists.
+    """
     problems = []
-    paths = sorted({p for c in calls for s in c.stages for p in s.pytest_paths})
-    for path in paths:
-        proc = subprocess.run(
-            [python, "-m", "pytest", path, "--collect-only", "-q", "-p", "no:cacheprovider"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "TRITON_INTERPRET": "1"},
-        )
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            problems.append(f"pytest --collect-only {path} failed (exit {proc.returncode}):\n{tail}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for call in calls:
+            for stage in call.stages:
+                argv = [a.format(py=python, work=tmp, results=tmp) for a in stage.argv]
+                if argv[1:3] == ["-m", "pytest"]:
+                    args = argv[3:]
+                    if "-n" in args:
+                        args[args.index("-n") + 1] = "0"
+                    cmd = [python, "-m", "pytest", *args, "--collect-only"]
+                elif argv[0] == python and argv[1].startswith("benchmarks/"):
+                    cmd = [python, argv[1], "--help"]
+                else:
+                    continue
+                proc = subprocess.run(
+                    cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}
+                )
+                where = f"{call.name}/{stage.name}"
+                if proc.returncode != 0:
+                    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                    problems.append(f"{where}: {' '.join(cmd[1:])} failed (exit {proc.returncode}):\n{tail}")
+                elif cmd[-1] == "--help":
+                    for arg in argv[2:]:
+                        option = arg.split("=")[0]
+                        if option.startswith("--") and option not in proc.stdout:
+                            problems.append(f"{where}: {argv[1]} has no option {option} (see its --help)")
     return problems
 
 
@@ -495,7 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--require-artefacts", action="store_true", help="fail if prepare.sh's files are missing (default: skip)"
     )
-    parser.add_argument("--collect", action="store_true", help="also run pytest --collect-only on the test paths")
+    parser.add_argument(
+        "--commands",
+        action="store_true",
+        help="also run the stages' command lines as far as a CPU can (pytest --collect-only, the benchmarks' --help)",
+    )
     parser.add_argument("--tool-calls", action="store_true", help="print the device tool calls to make")
     args = parser.parse_args(argv)
     if args.tool_calls:
@@ -506,8 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     artefacts_present = bool(sizes)
     if args.require_artefacts or artefacts_present:
         problems += art_problems
-    if args.collect:
-        problems += collect_pytest_paths()
+    if args.commands:
+        problems += check_commands()
+    problems = list(dict.fromkeys(problems))
     report = {
         "calls": {
             c.name: {"timeout_s": c.timeout_s, "stages": {s.name: s.timeout_s for s in c.stages}} for c in CALLS.values()

@@ -122,7 +122,7 @@ def run_call(call: Call, out: Path) -> dict:
         left = deadline - time.monotonic()
         if failed_needs:
             record = {"status": "skipped", "reason": f"needs {', '.join(failed_needs)}, which did not succeed"}
-        elif left < 5:
+        elif left < 1:
             record = {"status": "skipped", "reason": "no time left in this call"}
         else:
             print(f"[gpu-day] {call.name}/{stage.name} (up to {min(stage.timeout_s, left):.0f} s)", flush=True)
