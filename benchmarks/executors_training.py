@@ -130,9 +130,6 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         peak = torch.cuda.max_memory_allocated()
         result["peak_mib"] = round(peak / 2**20, 1)
         result["peak_step_mib"] = round((peak - before) / 2**20, 1)
-    del model, fn, opt
-    if cuda:
-        torch.cuda.empty_cache()
     return result
 
 
@@ -178,7 +175,12 @@ def main() -> None:
     out = {
         "model": {
             "litgpt_config": args.config,
-            "litgpt_llama": {"n_layer": c.n_layer, "n_embd": c.n_embd, "n_head": c.n_head, "n_query_groups": c.n_query_groups},
+            "litgpt_llama": {
+                "n_layer": c.n_layer,
+                "n_embd": c.n_embd,
+                "n_head": c.n_head,
+                "n_query_groups": c.n_query_groups,
+            },
             "batch": [args.batch, args.seq],
             "params": sum(p.numel() for p in base.parameters()),
         },
@@ -197,6 +199,8 @@ def main() -> None:
             results[variant] = run_variant(variant, base, batches, args.steps)
         except Exception as e:  # report and go on with the other variants
             results[variant] = {"error": f"{type(e).__name__}: {e}"}
+        if args.device == "cuda":
+            torch.cuda.empty_cache()  # the variant's model and optimizer state are gone with run_variant
         print(f"  {results[variant]}", file=sys.stderr, flush=True)
         if "median_step_s" in results.get("eager", {}):
             eager = results["eager"]["median_step_s"]

@@ -386,7 +386,9 @@ def check_plan(calls=tuple(CALLS.values()), gpu_day=GPU_DAY) -> list[str]:
     problems = []
     for call in calls:
         if call.timeout_s > CALL_LIMIT_S:
-            problems.append(f"{call.name}: its stages take up to {call.timeout_s} s, over the {CALL_LIMIT_S} s per call")
+            problems.append(
+                f"{call.name}: its stages take up to {call.timeout_s} s, over the {CALL_LIMIT_S} s per call"
+            )
         if len(call.command) > MAX_COMMAND_CHARS:
             problems.append(f"{call.name}: the command is {len(call.command)} characters, over {MAX_COMMAND_CHARS}")
         if len(call.carry) > MAX_CARRY_PATHS:
@@ -419,7 +421,7 @@ def check_plan(calls=tuple(CALLS.values()), gpu_day=GPU_DAY) -> list[str]:
             f"the GPU day needs up to {device_total} s of device time (start {MACHINE_START_S} s, the calls, "
             f"transfers, the last warm window), over {DEVICE_BUDGET_S} s"
         )
-    for earlier, later in zip(gpu_day, gpu_day[1:]):
+    for later in gpu_day[1:]:
         # The later call must be ready before the earlier one starts: nothing is prepared in the warm window.
         if not all(p.startswith(CARRY_DIR) for p in later.carry):
             problems.append(f"{later.name}: carries paths outside {CARRY_DIR}/ that prepare.sh does not make")
@@ -535,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = list(dict.fromkeys(problems))
     report = {
         "calls": {
-            c.name: {"timeout_s": c.timeout_s, "stages": {s.name: s.timeout_s for s in c.stages}} for c in CALLS.values()
+            c.name: {"timeout_s": c.timeout_s, "stages": {s.name: s.timeout_s for s in c.stages}}
+            for c in CALLS.values()
         },
         "gpu_day_stage_seconds": sum(c.stage_seconds for c in GPU_DAY),
         "sizes_mib": {k: {kk: round(vv / MIB, 2) for kk, vv in v.items()} for k, v in sizes.items()},

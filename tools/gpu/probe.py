@@ -14,7 +14,16 @@ import sys
 
 import torch
 
-DISTS = ("torch", "triton", "thunder-core", "thunder-triton", "thunder-nvfuser", "thunder-apex", "litgpt", "liger-kernel")
+DISTS = (
+    "torch",
+    "triton",
+    "thunder-core",
+    "thunder-triton",
+    "thunder-nvfuser",
+    "thunder-apex",
+    "litgpt",
+    "liger-kernel",
+)
 
 
 def _version(dist: str) -> str | None:
@@ -47,7 +56,13 @@ def check_against_eager(executors, dtype) -> dict:
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     diffs = [(got - ref).abs().max().item()] + [(g - r).abs().max().item() for g, r in zip(grads, ref_grads)]
     trace = str(thunder.last_traces(jfn)[-1])
-    return {"dtype": str(dtype), "max_abs_diffs": diffs, "ok": max(diffs) <= tol, "tolerance": tol, "trace_lines": len(trace.splitlines())}
+    return {
+        "dtype": str(dtype),
+        "max_abs_diffs": diffs,
+        "ok": max(diffs) <= tol,
+        "tolerance": tol,
+        "trace_lines": len(trace.splitlines()),
+    }
 
 
 def main() -> int:
@@ -58,7 +73,12 @@ def main() -> int:
         print(json.dumps(report, indent=1))
         return 1
     props = torch.cuda.get_device_properties(0)
-    report["gpu"] = {"name": props.name, "capability": list(torch.cuda.get_device_capability()), "memory_gib": round(props.total_memory / 2**30, 1), "sms": props.multi_processor_count}
+    report["gpu"] = {
+        "name": props.name,
+        "capability": list(torch.cuda.get_device_capability()),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "sms": props.multi_processor_count,
+    }
     ok = True
     try:
         import thunder

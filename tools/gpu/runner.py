@@ -81,7 +81,13 @@ def run_stage(stage: Stage, results: Path, logs: Path, timeout_s: float) -> dict
         err.flush()
         try:
             proc = subprocess.Popen(
-                argv, cwd=ROOT, env=_env(stage), stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+                argv,
+                cwd=ROOT,
+                env=_env(stage),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         except OSError as e:
             record.update(status="failed", error=f"could not start: {e}", seconds=0.0)

@@ -161,3 +161,16 @@ def test_tool_calls_name_each_call_with_its_carry_and_timeout():
         assert f'"command": "{call.command}"' in text
         assert f'"timeout_s": {call.timeout_s}' in text
         assert len(call.command) <= 2000
+
+
+def test_check_commands_reports_an_option_a_benchmark_does_not_have():
+    good = Stage("ok", ("{py}", "benchmarks/triton_swiglu.py", "--iters", "3", "--json-out", "x.json"), 5, "x")
+    bad = Stage("bad", ("{py}", "benchmarks/triton_swiglu.py", "--no-such-option", "1"), 5, "x")
+    problems = plan.check_commands(calls=(Call("c", (), (good, bad), "now"),))
+    assert problems == ["c/bad: benchmarks/triton_swiglu.py has no option --no-such-option (see its --help)"]
+
+
+def test_check_commands_reports_a_test_path_that_does_not_collect(tmp_path):
+    stage = Stage("t", ("{py}", "-m", "pytest", "packages/no-such-package/tests", "-n", "4"), 5, "x")
+    problems = plan.check_commands(calls=(Call("c", (), (stage,), "now"),))
+    assert len(problems) == 1 and problems[0].startswith("c/t: -m pytest packages/no-such-package/tests -n 0"), problems

@@ -32,7 +32,12 @@ def test_stages_run_in_order_with_their_own_timeouts_and_needs(work):
         (),
         (
             _py("install", "print('installed')"),
-            _py("bench", "import json, sys; json.dump(dict(ms=1.5), sys.stdout)", stdout_json="bench.json", needs=("install",)),
+            _py(
+                "bench",
+                "import json, sys; json.dump(dict(ms=1.5), sys.stdout)",
+                stdout_json="bench.json",
+                needs=("install",),
+            ),
             _py("hang", "import time; time.sleep(60)", timeout_s=2),
             _py("after_hang", "import sys; sys.exit(3)", needs=("install",)),
             _py("needs_hang", "print('never')", needs=("hang",)),
@@ -57,7 +62,12 @@ def test_stages_run_in_order_with_their_own_timeouts_and_needs(work):
 
 def test_a_call_never_runs_past_the_sum_of_its_stage_timeouts(work):
     # the first stage overruns nothing, but a later stage is only given what is left of the call
-    call = Call("t", (), (_py("a", "import time; time.sleep(1.5)", timeout_s=2), _py("b", "import time; time.sleep(60)", timeout_s=3)), "now")
+    call = Call(
+        "t",
+        (),
+        (_py("a", "import time; time.sleep(1.5)", timeout_s=2), _py("b", "import time; time.sleep(60)", timeout_s=3)),
+        "now",
+    )
     t0 = time.monotonic()
     summary = runner.run_call(call, work / "out")
     assert time.monotonic() - t0 < 2 + 3 + 8
