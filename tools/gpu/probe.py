@@ -40,14 +40,14 @@ def _block(x, w, b):
     return torch.nn.functional.cross_entropy(h.float(), torch.arange(h.shape[0], device=h.device) % h.shape[-1])
 
 
-def check_against_eager(executors, dtype) -> dict:
-    """thunder.jit(_block) vs eager on CUDA: max abs difference of the loss and of each gradient."""
+def check_against_eager(executors, dtype, device: str = "cuda") -> dict:
+    """thunder.jit(_block) vs eager on ``device``: max abs difference of the loss and of each gradient."""
     import thunder
 
     torch.manual_seed(0)
-    x = torch.randn(64, 256, device="cuda", dtype=dtype, requires_grad=True)
-    w = torch.randn(256, 256, device="cuda", dtype=dtype).div_(16).requires_grad_()
-    b = torch.randn(256, device="cuda", dtype=dtype, requires_grad=True)
+    x = torch.randn(64, 256, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(256, 256, device=device, dtype=dtype).div_(16).requires_grad_()
+    b = torch.randn(256, device=device, dtype=dtype, requires_grad=True)
     ref = _block(x, w, b)
     ref_grads = torch.autograd.grad(ref, (x, w, b))
     jfn = thunder.jit(_block, executors=executors)

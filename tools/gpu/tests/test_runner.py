@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,3 +82,12 @@ def test_dry_run_prints_every_stage_command(capsys):
     for name in ("install", "nvfuser_join", "nvfuser_probe", "nvfuser_tests", "nvfuser_llama", "training_step"):
         assert name in text
     assert "timeout_s 305" in text or "device tool timeout_s" in text
+
+
+def test_probe_block_matches_eager_on_the_cpu():
+    # the probe's own check, run where it can: thunder's default executors on CPU tensors
+    import probe
+
+    result = probe.check_against_eager(None, torch.float32, device="cpu")
+    assert result["ok"], result
+    assert len(result["max_abs_diffs"]) == 4  # the loss and the three gradients
