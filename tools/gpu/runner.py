@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plan import CALLS, ROOT, Call, Stage  # noqa: E402
+from plan import CALLS, GPU_DAY, ROOT, Call, Stage  # noqa: E402
 
 WORK = Path(os.environ.get("GPU_DAY_WORK", "/tmp/gpu-day"))
 LOG_TAIL_LINES = 25
@@ -139,6 +139,10 @@ def run_call(call: Call, out: Path) -> dict:
     print(f"\n[gpu-day] {call.name}: stage, status, seconds")
     for name, r in summary["stages"].items():
         print(f"  {name:<26} {r['status']:<8} {r.get('seconds', '-')}")
+    following = [c for c, prev in zip(GPU_DAY[1:], GPU_DAY) if prev.name == call.name]
+    for nxt in following:  # the warm window is 30 s: the next call's arguments, ready to paste
+        args = {"command": nxt.command, "carry": list(nxt.carry), "timeout_s": nxt.timeout_s}
+        print(f"[gpu-day] make {nxt.name} NOW (the machine goes back 30 s after this call): {json.dumps(args)}")
     return summary
 
 

@@ -91,3 +91,17 @@ def test_probe_block_matches_eager_on_the_cpu():
     result = probe.check_against_eager(None, torch.float32, device="cpu")
     assert result["ok"], result
     assert len(result["max_abs_diffs"]) == 4  # the loss and the three gradients
+
+
+def test_the_first_gpu_day_call_ends_by_printing_the_next_call(work, capsys):
+    first = runner.GPU_DAY[0]
+    call = Call(first.name, (), (_py("a", "pass"),), "now")
+    runner.run_call(call, work / "out")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    second = runner.GPU_DAY[1]
+    assert last.startswith(f"[gpu-day] make {second.name} NOW")
+    assert json.loads(last.split(": ", 1)[1]) == {
+        "command": second.command,
+        "carry": list(second.carry),
+        "timeout_s": second.timeout_s,
+    }
