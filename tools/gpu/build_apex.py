@@ -55,6 +55,7 @@ REQUIRED_FILES = tuple(src for _, sources, _, _ in EXTENSIONS for src in sources
 
 
 def _build(name: str, sources: tuple, nvcc: list, cxx: list, src: str, build: str) -> dict:
+    os.dup2(2, 1)  # the compiler's output to stderr (the log): stdout carries the JSON report alone
     from torch.utils.cpp_extension import load
 
     t0 = time.monotonic()

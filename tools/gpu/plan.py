@@ -30,12 +30,14 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # build_apex, beside this file
 CARRY_DIR = ".gpu"  # git-ignored: what prepare.sh fetches and the calls carry
 DEPS = f"{CARRY_DIR}/deps"  # dependency wheels, carried by every call
 
@@ -385,6 +387,19 @@ def wheel_tag_problem(path: Path) -> str | None:
     return None
 
 
+def apex_sources_problem(path: Path) -> str | None:
+    """What the trimmed apex tarball lacks of what tools/gpu/build_apex.py builds from, or None."""
+    from build_apex import REQUIRED_FILES
+
+    try:
+        with tarfile.open(path) as tar:
+            names = set(tar.getnames())
+    except (tarfile.TarError, OSError) as e:
+        return f"{path.name}: not a readable tarball ({e})"
+    missing = [f for f in REQUIRED_FILES if f not in names]
+    return f"{path.name} lacks {', '.join(missing)} (remake it with tools/gpu/prepare.sh)" if missing else None
+
+
 def _format_args(argv: tuple[str, ...]) -> list[str]:
     return [a.format(py="python3", work="/tmp/gpu-day", results="/tmp/gpu-day/results") for a in argv]
 
@@ -456,6 +471,10 @@ def check_artefacts(calls=tuple(CALLS.values()), root: Path = ROOT) -> tuple[lis
                 f"make {(tree + carry) / MIB:.1f} MiB, over 64 MiB"
             )
         for f in files:
+            if f.name.endswith(".tar.gz"):
+                problem = apex_sources_problem(f)
+                if problem:
+                    problems.append(f"{call.name}: {problem}")
             if f.suffix == ".whl":
                 problem = wheel_tag_problem(f)
                 if problem:

@@ -174,3 +174,24 @@ def test_check_commands_reports_a_test_path_that_does_not_collect(tmp_path):
     stage = Stage("t", ("{py}", "-m", "pytest", "packages/no-such-package/tests", "-n", "4"), 5, "x")
     problems = plan.check_commands(calls=(Call("c", (), (stage,), "now"),))
     assert len(problems) == 1 and problems[0].startswith("c/t: -m pytest packages/no-such-package/tests -n 0"), problems
+
+
+def test_an_apex_tarball_without_the_extension_sources_is_reported(tmp_path):
+    import io
+    import tarfile
+
+    from build_apex import REQUIRED_FILES
+
+    root = _repo(tmp_path)
+    folder = root / ".gpu" / "apex"
+    folder.mkdir(parents=True)
+    with tarfile.open(folder / "apex-src.tar.gz", "w:gz") as tar:
+        for name in REQUIRED_FILES:
+            if name != "csrc/layer_norm_cuda_kernel.cu":
+                info = tarfile.TarInfo(name)
+                tar.addfile(info, io.BytesIO(b""))
+    call = Call("apex", (".gpu/apex",), (_install(),), "later", needs_files=(".gpu/apex/apex-src.tar.gz",))
+    problems, _ = plan.check_artefacts(calls=(call,), root=root)
+    assert problems == [
+        "apex: apex-src.tar.gz lacks csrc/layer_norm_cuda_kernel.cu (remake it with tools/gpu/prepare.sh)"
+    ]
