@@ -293,7 +293,7 @@ APEX = Call(
         Stage(
             "apex_build",
             ("{py}", "tools/gpu/build_apex.py", "{work}", f"{CARRY_DIR}/apex/apex-src.tar.gz"),
-            240,
+            300,
             "build only apex's xentropy_cuda and fused_layer_norm_cuda (sm_90, ninja) from the trimmed sources",
             stdout_json="apex_build.json",
             needs=("install",),

@@ -195,3 +195,14 @@ def test_an_apex_tarball_without_the_extension_sources_is_reported(tmp_path):
     assert problems == [
         "apex: apex-src.tar.gz lacks csrc/layer_norm_cuda_kernel.cu (remake it with tools/gpu/prepare.sh)"
     ]
+
+
+def test_the_docs_give_each_call_and_stage_with_the_plans_timeouts():
+    text = (plan.ROOT / "docs" / "gpu-day.md").read_text()
+    for call in plan.CALLS.values():
+        carry = ", ".join(f'"{c}"' for c in call.carry)
+        assert f"| `{call.command}` | `[{carry}]` | {call.timeout_s} |" in text, call.name
+        for stage in call.stages:
+            if stage.name.startswith("triton_") and call.name == "call1" and stage.name != "triton_tests":
+                continue  # the five benchmark stages share one row
+            assert f"| {call.name} | `{stage.name}` | {stage.timeout_s} s |" in text, (call.name, stage.name)
