@@ -90,7 +90,7 @@ def test_probe_block_matches_eager_on_the_cpu():
 
     result = probe.check_against_eager(None, torch.float32, device="cpu")
     assert result["ok"], result
-    assert len(result["max_abs_diffs"]) == 4  # the loss and the three gradients
+    assert len(result["relative_diffs"]) == 4  # the loss and the three gradients
 
 
 def test_the_first_gpu_day_call_ends_by_printing_the_next_call(work, capsys):
@@ -105,3 +105,15 @@ def test_the_first_gpu_day_call_ends_by_printing_the_next_call(work, capsys):
         "carry": list(second.carry),
         "timeout_s": second.timeout_s,
     }
+
+
+def test_probe_reports_a_result_that_differs_from_eager(monkeypatch):
+    import probe
+
+    import thunder
+
+    real_jit = thunder.jit
+    monkeypatch.setattr(thunder, "jit", lambda fn, **kw: real_jit(lambda x, w, b: fn(x, w * 1.01, b), **kw))
+    result = probe.check_against_eager(None, torch.float32, device="cpu")
+    assert not result["ok"], result
+    assert result["relative_diffs"][2] > 1e-3  # w's gradient, the one scaled
