@@ -550,12 +550,15 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the stages' command lines as far as a CPU can (pytest --collect-only, the benchmarks' --help)",
     )
     parser.add_argument("--tool-calls", action="store_true", help="print the device tool calls to make")
+    parser.add_argument(
+        "--calls", nargs="+", choices=sorted(CALLS), default=sorted(CALLS), help="check these calls' artefacts only"
+    )
     args = parser.parse_args(argv)
     if args.tool_calls:
         print(tool_calls())
         return 0
     problems = check_plan()
-    art_problems, sizes = check_artefacts()
+    art_problems, sizes = check_artefacts(calls=tuple(CALLS[name] for name in args.calls))
     artefacts_present = bool(sizes)
     if args.require_artefacts or artefacts_present:
         problems += art_problems

@@ -48,7 +48,13 @@ echo "== apex sources (xentropy and fused layer norm only)" >&2
 apex_git=${APEX_GIT:-/work/.mirror/NVIDIA+apex/repo}
 if [ ! -d "$apex_git" ]; then
     apex_git=$dest/download/apex
-    [ -d "$apex_git" ] || git clone -q --depth 1 https://github.com/NVIDIA/apex "$apex_git"
+    if ! git clone -q --depth 1 https://github.com/NVIDIA/apex "$apex_git"; then
+        echo "   no apex sources (set APEX_GIT to a checkout of github.com/NVIDIA/apex): the apex call is not ready;" \
+            "call1 and call2 are" >&2
+        rm -rf "$dest/download"
+        "$py" tools/gpu/plan.py --dry-run --require-artefacts --calls call1 call2
+        exit
+    fi
 fi
 # apex's Python package without apex/contrib (which holds dozens of other extensions), then the
 # parts of contrib and csrc the two extensions need: compare tools/gpu/build_apex.py's list.
