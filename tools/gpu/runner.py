@@ -115,12 +115,18 @@ def _pack(out: Path, results: Path, logs: Path, summary: dict) -> None:
             tar.add(folder, arcname=name)
 
 
-def run_call(call: Call, out: Path) -> dict:
-    """Runs the call's stages in order, each inside what is left of the call's time."""
+def run_call(call: Call, out: Path, budget_s: float | None = None) -> dict:
+    """Runs the call's stages in order, each inside what is left of the call's time.
+
+    ``budget_s`` shortens the call below the sum of its stages' timeouts (when the session has less
+    device time left than planned): the stages still run in priority order, the later ones are cut
+    or skipped, and what ran is packed into ``out`` before the device tool's own timeout.
+    """
     results, logs = WORK / "results" / call.name, WORK / "logs" / call.name
     for folder in (results, logs, out):
         folder.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + call.stage_seconds
+    seconds = call.stage_seconds if budget_s is None else min(call.stage_seconds, budget_s)
+    deadline = time.monotonic() + seconds
     summary: dict = {"call": call.name, "stages": {}}
     status: dict[str, str] = {}
     for stage in call.stages:
@@ -150,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("call", choices=sorted(CALLS))
     parser.add_argument("--dry-run", action="store_true", help="print the stages' commands; run nothing")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="finish within this many seconds (less than the stages' sum when the session has less device time left)",
+    )
     args = parser.parse_args(argv)
     call = CALLS[args.call]
     if args.dry_run:
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"total {call.stage_seconds} s; device tool timeout_s {call.timeout_s}; carry {list(call.carry)}")
         return 0
     out = Path(os.environ.get("OUT") or WORK / "out")
-    summary = run_call(call, out)
+    summary = run_call(call, out, args.budget_s)
     return 0 if all(r["status"] == "ok" for r in summary["stages"].values()) else 1
 
 

@@ -117,3 +117,17 @@ def test_probe_reports_a_result_that_differs_from_eager(monkeypatch):
     result = probe.check_against_eager(None, torch.float32, device="cpu")
     assert not result["ok"], result
     assert result["relative_diffs"][2] > 1e-3  # w's gradient, the one scaled
+
+
+def test_a_budget_below_the_stages_sum_cuts_the_later_stages(work):
+    call = Call(
+        "t",
+        (),
+        (_py("a", "import time; time.sleep(1)", timeout_s=10), _py("b", "import time; time.sleep(60)", timeout_s=50)),
+        "now",
+    )
+    t0 = time.monotonic()
+    summary = runner.run_call(call, work / "out", budget_s=4)
+    assert time.monotonic() - t0 < 4 + 8
+    assert summary["stages"]["a"]["status"] == "ok"
+    assert summary["stages"]["b"]["status"] == "timeout" and summary["stages"]["b"]["timeout_s"] <= 3.1
