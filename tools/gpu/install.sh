@@ -5,7 +5,7 @@
 #   bash tools/gpu/install.sh WORK [--stash PART_A]            # call1: keep the wheel's first half
 #   bash tools/gpu/install.sh WORK --join PART_B SHA256_FILE   # call2's nvfuser_join stage
 #
-# The carried dependency wheels (.gpu/deps: optree, litgpt, liger-kernel, pytest 9) and the
+# The carried dependency wheels (.gpu/deps: optree, litgpt, liger-kernel, pytest 9, ...) and the
 # thunder packages of this checkout, built here from source with the device's setuptools
 # (--no-build-isolation), all --no-deps: the device's torch 2.11, triton and the rest stay.
 # --join puts the first half (left in WORK by call1) and PART_B together, checks the result
@@ -55,6 +55,6 @@ import torch
 
 import thunder
 
-names = ["thunder-core", "thunder-triton", "thunder-nvfuser", "thunder-apex", "litgpt", "liger-kernel", "optree", "pytest"]
+names = ["thunder-core", "thunder-triton", "thunder-nvfuser", "thunder-apex", "litgpt", "liger-kernel", "optree", "pytest", "pluggy", "pytest-xdist"]
 print({n: md.version(n) for n in names}, "torch", torch.__version__, "thunder from", thunder.__file__)
 PY

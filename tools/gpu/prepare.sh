@@ -2,7 +2,8 @@
 # Makes what the GPU-day calls carry (docs/gpu-day.md), in .gpu/ (git-ignored; never commit it):
 #
 #   .gpu/deps/    wheels every call installs: what thunder and its tests need and the device
-#                 image lacks (optree, litgpt) or has in another version (pytest 9, pytest-xdist),
+#                 image lacks (optree, litgpt) or has in another version (pytest 9 and what it
+#                 needs at that version: pluggy, iniconfig; pytest-xdist with execnet),
 #                 and Liger-Kernel (the Triton benchmarks' reference); CPython 3.12, x86-64
 #   .gpu/call1/   nvfuser.part-a: the first half of the nvfuser-cu130-torch210 wheel
 #   .gpu/call2/   nvfuser.part-b and nvfuser.sha256 ("<sha256>  <wheel file name>")
@@ -22,7 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 py=${PYTHON:-python3}
 dest=.gpu
 NVFUSER=nvfuser-cu130-torch210==0.2.36.dev20260301
-DEPS=(optree==0.20.0 litgpt==0.5.13 liger-kernel==0.8.5 pytest==9.2.0 pytest-xdist==3.8.0)
+DEPS=(optree==0.20.0 litgpt==0.5.13 liger-kernel==0.8.5 pytest==9.2.0 pytest-xdist==3.8.0 pluggy==1.7.0 iniconfig==2.3.1 execnet==2.1.2)
 platform=(--only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
