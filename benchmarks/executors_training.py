@@ -1,4 +1,4 @@
-"""Training-step time of a small LitGPT Llama on the CPU with different executors.
+"""Training-step time of a LitGPT Llama with different executors: a small one on the CPU, or Llama-2-7b-shaped layers on a GPU.
 
 One training step is forward, cross-entropy loss, backward and an AdamW step. Variants:
 
@@ -6,22 +6,33 @@ One training step is forward, cross-entropy loss, backward and an AdamW step. Va
 - ``thunder_default``: ``thunder.jit(model)`` (the default executors: sdpa, torch, python);
 - ``thunder_torch_compile``: ``thunder.jit(model, executors=["torch_compile", *defaults])``:
   regions of the forward and backward traces compiled by Inductor (C++ on the CPU);
-- ``torch_compile``: ``torch.compile(model)``.
+- ``torch_compile``: ``torch.compile(model)``;
+- ``thunder_discover``: ``thunder.jit(model, executors=thunder.discover())``: the executors of
+  the installed plugins that can run here (on a GPU: Triton kernels, nvFuser, ...).
 
 Per variant: ``first_step_s`` (the first step of a fresh model: tracing and compiling included),
 ``median_step_s`` (median of the following ``--steps`` steps), ``loss_first`` and ``loss_last``
 (the loss of the first and last step: every variant starts from the same weights and sees the
-same batches, so these should agree with eager's up to rounding).
+same batches, so these should agree with eager's up to rounding). On CUDA also ``peak_mib``:
+``torch.cuda.max_memory_allocated`` over the timed steps (model, gradients and optimizer state
+included) and ``peak_step_mib``, the part above what was allocated before the steps.
 
     OMP_NUM_THREADS=1 python benchmarks/executors_training.py
     python benchmarks/executors_training.py --layers 2 --steps 10 --variants eager thunder_default
+    python benchmarks/executors_training.py --device cuda --dtype bfloat16 --config Llama-2-7b-hf \
+        --layers 4 --batch 1 --seq 2048 --steps 5 --variants eager thunder_discover torch_compile
 
 Inductor compiles into a fresh cache directory (a cold compile, as on a new machine) unless
 ``--warm-inductor-cache`` is given. On a shared machine, Inductor's OpenMP kernels are very
 sensitive to other processes competing for the cores (their threads spin at barriers): compare
 variants with ``OMP_NUM_THREADS=1``, or on an idle machine.
 
-Prints exactly one JSON object on stdout; progress goes to stderr.
+``--config`` names a LitGPT config (``litgpt.Config.from_name``; weights are random, nothing is
+downloaded) with ``--layers`` of its layers; the default, ``llama-tiny``, is thunder's test
+config (n_embd 256, 4 heads, 2 query groups).
+
+Prints exactly one JSON object on stdout (``--json-out PATH`` also writes it to PATH after every
+variant, so a run cut short keeps what it measured); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -40,17 +51,22 @@ import time
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile")
+VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile", "thunder_discover")
+DEFAULT_VARIANTS = VARIANTS[:4]
 
 
-def make_model(n_layer: int):
+def make_model(n_layer: int, config_name: str = "llama-tiny", seq: int = 128, device: str = "cpu", dtype=torch.float32):
     from litgpt import GPT
 
-    from thunder.tests.litgpt_model import Config  # knows the "llama-tiny" config (n_embd 256, 4 heads, GQA 2)
-
-    config = Config.from_name("llama-tiny", n_layer=n_layer)
+    if config_name == "llama-tiny":
+        from thunder.tests.litgpt_model import Config  # knows the "llama-tiny" config (n_embd 256, 4 heads, GQA 2)
+    else:
+        from litgpt import Config
+    sizes = {} if config_name == "llama-tiny" else {"block_size": seq}  # the tiny config keeps its own
+    config = Config.from_name(config_name, n_layer=n_layer, **sizes)
     torch.manual_seed(0)
-    return GPT(config)
+    with torch.device(device):
+        return GPT(config).to(dtype)
 
 
 def wrap(variant: str, model):
@@ -64,10 +80,18 @@ def wrap(variant: str, model):
         return thunder.jit(model)
     if variant == "thunder_torch_compile":
         return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()])
+    if variant == "thunder_discover":
+        return thunder.jit(model, executors=thunder.discover())
     raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
 
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def run_variant(variant: str, base, batches, steps: int) -> dict:
+    cuda = next(base.parameters()).is_cuda
     model = copy.deepcopy(base)
     model.train()
     fn = wrap(variant, model)
@@ -82,21 +106,31 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
+    _sync()
     t0 = time.perf_counter()
-    first_loss = step(*batches[0])
+    first_loss = step(*batches[0])  # .item() waits for the GPU
     first = time.perf_counter() - t0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
     times, loss = [], first_loss
     for i in range(steps):
+        _sync()
         t0 = time.perf_counter()
         loss = step(*batches[(i + 1) % len(batches)])
         times.append(time.perf_counter() - t0)
-    return {
+    result = {
         "first_step_s": round(first, 4),
         "median_step_s": round(statistics.median(times), 5),
         "step_runs_s": [round(t, 5) for t in times],
         "loss_first": round(first_loss, 5),
         "loss_last": round(loss, 5),
     }
+    if cuda:
+        peak = torch.cuda.max_memory_allocated()
+        result["peak_mib"] = round(peak / 2**20, 1)
+        result["peak_step_mib"] = round((peak - before) / 2**20, 1)
+    return result
 
 
 def main() -> None:
@@ -105,7 +139,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--config", default="llama-tiny", help="a LitGPT config name, e.g. Llama-2-7b-hf")
+    parser.add_argument("--json-out", metavar="PATH", help="also write the JSON object to PATH after every variant")
     parser.add_argument(
         "--warm-inductor-cache", action="store_true", help="reuse Inductor's on-disk cache (default: a fresh one)"
     )
@@ -120,43 +158,58 @@ def main() -> None:
     except ImportError as e:
         sys.exit(f"{os.path.basename(__file__)}: needs thunder-core and litgpt ({e})")
 
-    base = make_model(args.layers)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"{os.path.basename(__file__)}: --device cuda, but torch {torch.__version__} sees no CUDA device")
+    base = make_model(args.layers, args.config, args.seq, args.device, getattr(torch, args.dtype))
     g = torch.Generator().manual_seed(1)
     vocab = base.config.padded_vocab_size
     batches = [
         (
-            torch.randint(0, vocab, (args.batch, args.seq), generator=g),
-            torch.randint(0, vocab, (args.batch, args.seq), generator=g),
+            torch.randint(0, vocab, (args.batch, args.seq), generator=g).to(args.device),
+            torch.randint(0, vocab, (args.batch, args.seq), generator=g).to(args.device),
         )
         for _ in range(4)
     ]
-    results = {}
+    c = base.config
+    results: dict = {}
+    out = {
+        "model": {
+            "litgpt_config": args.config,
+            "litgpt_llama": {
+                "n_layer": c.n_layer,
+                "n_embd": c.n_embd,
+                "n_head": c.n_head,
+                "n_query_groups": c.n_query_groups,
+            },
+            "batch": [args.batch, args.seq],
+            "params": sum(p.numel() for p in base.parameters()),
+        },
+        "step": f"forward + cross_entropy + backward + AdamW step, {args.dtype}, {args.device}",
+        "results": results,
+        "torch": torch.__version__,
+        "thunder_core": importlib.metadata.version("thunder-core"),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()},
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "inductor_cache": "warm" if args.warm_inductor_cache else "cold",
+    }
     for variant in args.variants:
         print(f"{variant} ...", file=sys.stderr, flush=True)
         try:
             results[variant] = run_variant(variant, base, batches, args.steps)
         except Exception as e:  # report and go on with the other variants
             results[variant] = {"error": f"{type(e).__name__}: {e}"}
+        if args.device == "cuda":
+            torch.cuda.empty_cache()  # the variant's model and optimizer state are gone with run_variant
         print(f"  {results[variant]}", file=sys.stderr, flush=True)
-    if "median_step_s" in results.get("eager", {}):
-        eager = results["eager"]["median_step_s"]
-        for r in results.values():
-            if "median_step_s" in r:
-                r["median_vs_eager"] = round(r["median_step_s"] / eager, 3)
-    out = {
-        "model": {
-            "litgpt_llama": {"n_layer": args.layers, "n_embd": 256, "n_head": 4, "n_query_groups": 2},
-            "batch": [args.batch, args.seq],
-            "params": sum(p.numel() for p in base.parameters()),
-        },
-        "step": "forward + cross_entropy + backward + AdamW step, float32, CPU",
-        "results": results,
-        "torch": torch.__version__,
-        "thunder_core": importlib.metadata.version("thunder-core"),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()},
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "inductor_cache": "warm" if args.warm_inductor_cache else "cold",
-    }
+        if "median_step_s" in results.get("eager", {}):
+            eager = results["eager"]["median_step_s"]
+            for r in results.values():
+                if "median_step_s" in r:
+                    r["median_vs_eager"] = round(r["median_step_s"] / eager, 3)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                f.write(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
 
 

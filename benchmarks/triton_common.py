@@ -180,7 +180,20 @@ def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> No
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU through Triton's interpreter")
+    parser.add_argument(
+        "--json-out",
+        metavar="PATH",
+        help="also write the JSON object to PATH, rewritten after every case (a run cut short keeps what it measured)",
+    )
     args = parser.parse_args()
+
+    def emit(final: bool) -> None:
+        text = json.dumps(out, indent=1)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                f.write(text + "\n")
+        if final:
+            print(text)
 
     out = {
         "benchmark": name,
@@ -194,7 +207,7 @@ def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> No
     smoke = args.smoke
     if not smoke and not torch.cuda.is_available():
         out["skipped"] = "no CUDA GPU is available: this benchmark measures GPU kernels (--smoke runs tiny CPU shapes)"
-        print(json.dumps(out, indent=1))
+        emit(final=True)
         return
     device = "cpu" if smoke else "cuda"
     variants = args.variants or (["eager", "thunder_triton"] if smoke else list(VARIANTS))
@@ -204,7 +217,8 @@ def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> No
     else:
         out["gpu"] = torch.cuda.get_device_name()
     dtype = getattr(torch, args.dtype)
-    results = {}
+    results = out["results"] = {}
+    out["timing"] = f"forward+backward, median of {args.iters} steps after {args.warmup} warm-up steps"
     for case in cases(smoke):
         row = {}
         reference = None
@@ -228,6 +242,5 @@ def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> No
                     if r["peak_mib"] is not None and eager["peak_mib"]:
                         r["peak_vs_eager"] = round(r["peak_mib"] / eager["peak_mib"], 3)
         results[case.label] = {"params": case.params, **row}
-    out["results"] = results
-    out["timing"] = f"forward+backward, median of {args.iters} steps after {args.warmup} warm-up steps"
-    print(json.dumps(out, indent=1))
+        emit(final=False)
+    emit(final=True)
