@@ -5,13 +5,18 @@ One training step is forward, cross-entropy loss, backward and an AdamW step. Va
 - ``eager``: the model as it is;
 - ``thunder_default``: ``thunder.jit(model)`` (the default executors: sdpa, torch, python);
 - ``thunder_torch_compile``: ``thunder.jit(model, executors=["torch_compile", *defaults])``:
-  regions of the forward and backward traces compiled by Inductor (C++ on the CPU);
+  regions of the forward and backward traces compiled by Inductor (C++ on the CPU) in the background
+  while the first steps run the unfused program (tiered compilation, ``fusion="background"``);
+- ``thunder_torch_compile_wait``: the same with ``fusion="wait"``: the first step compiles the regions;
 - ``torch_compile``: ``torch.compile(model)``.
 
 Per variant: ``first_step_s`` (the first step of a fresh model: tracing and compiling included),
-``median_step_s`` (median of the following ``--steps`` steps), ``loss_first`` and ``loss_last``
-(the loss of the first and last step: every variant starts from the same weights and sees the
-same batches, so these should agree with eager's up to rounding).
+``wall_s`` (the first step and the ``--steps`` steps after it, as a user's loop runs them: under
+``fusion="background"`` the steps that run while Inductor compiles are unfused), ``fused_after_steps``
+(for the background variant: the step from which the fused program ran), ``median_step_s`` (the median of
+``--steps`` more steps, once every program is fused), ``loss_first`` and ``loss_last`` (the loss of the
+first and last step: every variant starts from the same weights and sees the same batches, so these should
+agree with eager's up to rounding).
 
     OMP_NUM_THREADS=1 python benchmarks/executors_training.py
     python benchmarks/executors_training.py --layers 2 --steps 10 --variants eager thunder_default
@@ -40,7 +45,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile")
+VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "thunder_torch_compile_wait", "torch_compile")
 
 
 def make_model(n_layer: int):
@@ -62,8 +67,9 @@ def wrap(variant: str, model):
 
     if variant == "thunder_default":
         return thunder.jit(model)
-    if variant == "thunder_torch_compile":
-        return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()])
+    if variant in ("thunder_torch_compile", "thunder_torch_compile_wait"):
+        fusion = "wait" if variant.endswith("_wait") else "background"
+        return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()], fusion=fusion)
     raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
 
@@ -82,21 +88,42 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    t0 = time.perf_counter()
+    tiered = hasattr(fn, "_lc_cd")  # a thunder.jit'd model: its programs may be fused in the background
+    start = t0 = time.perf_counter()
     first_loss = step(*batches[0])
     first = time.perf_counter() - t0
-    times, loss = [], first_loss
+    loss, fused_after = first_loss, None
+    for i in range(steps):
+        loss = step(*batches[(i + 1) % len(batches)])
+        if tiered and fused_after is None and "unfused" not in _fusion_states(fn):
+            fused_after = i + 2
+    wall = time.perf_counter() - start
+    if tiered:
+        import thunder
+
+        thunder.wait_for_fusion(fn)
+    times = []
     for i in range(steps):
         t0 = time.perf_counter()
         loss = step(*batches[(i + 1) % len(batches)])
         times.append(time.perf_counter() - t0)
-    return {
+    out = {
         "first_step_s": round(first, 4),
+        "wall_s": round(wall, 3),
         "median_step_s": round(statistics.median(times), 5),
         "step_runs_s": [round(t, 5) for t in times],
         "loss_first": round(first_loss, 5),
         "loss_last": round(loss, 5),
     }
+    if tiered and "not tiered" not in _fusion_states(fn):
+        out["fused_after_steps"] = fused_after
+    return out
+
+
+def _fusion_states(fn) -> list[str]:
+    import thunder
+
+    return thunder.fusion_states(fn)
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ class TorchCompileExecutor(FusionExecutor):
     """
 
     region_name = "torchCompile"
+    compiles_slowly = True
 
     def __init__(self, name: str = "torch_compile", **compile_options):
         super().__init__(name, version=torch.__version__)
@@ -74,8 +75,22 @@ class TorchCompileExecutor(FusionExecutor):
         trace = region_trace(region, [torchex.ex, pythonex.ex])
         fn = trace.python_callable()
         compiled = torch.compile(fn, **self.compile_options)
-        compiled.__thunder_trace__ = trace
-        return compiled
+
+        # A region runs inside the program's forward or backward, where autograd records nothing, but its
+        # inputs may say requires_grad (a training forward's arguments, saved values) or have any strides (a
+        # cotangent expanded from a sum's gradient), and Dynamo guards on both. Detached contiguous inputs
+        # let the code compiled from example inputs (thunder.jit's background compile) serve every call.
+        def run_region(*args):
+            return compiled(*[_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
+
+        run_region.__thunder_trace__ = trace
+        run_region.__wrapped__ = compiled
+        return run_region
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _has_excluded_tag(bsym: BoundSymbol) -> bool:
