@@ -18,6 +18,8 @@ import weakref
 
 import pytest
 import torch
+from differential.programs import FEATURES, programs
+from hypothesis import HealthCheck, given, settings
 
 import thunder
 from thunder.executors import pythonex, torchex
@@ -27,7 +29,8 @@ from thunder.extend import FusionExecutor
 
 
 class SlowFusion(FusionExecutor):
-    """Fuses elementwise torch ops; a region's first call "compiles" (waits for ``release`` to be set)."""
+    """Fuses elementwise torch ops; a region's first call "compiles" (waits for ``release`` to be set).
+    With ``fail``, building a region fails."""
 
     region_name = "slowFusion"
     compiles_slowly = True
@@ -44,14 +47,14 @@ class SlowFusion(FusionExecutor):
         return bsym.sym.name in self.fusible and bsym.sym.id.startswith("torch.")
 
     def fuse_region(self, region):
+        if self.fail:
+            raise RuntimeError("simulated compiler crash")
         fn = region_trace(region, [torchex.ex, pythonex.ex]).python_callable()
         compiled = []
 
         def run(*args):
             if not compiled:
                 self.release.wait(60)
-                if self.fail:
-                    raise RuntimeError("simulated compiler crash")
                 self.compiled_on.append(threading.current_thread().name)
                 compiled.append(True)
                 return fn(*args)
@@ -144,7 +147,7 @@ def test_an_unknown_fusion_mode_is_a_clear_error():
         jf(torch.randn(2, 3), torch.randn(2, 3))
 
 
-def test_a_failed_background_compile_warns_once_and_keeps_the_unfused_program():
+def test_a_failed_background_build_warns_once_and_keeps_the_unfused_program():
     ex = SlowFusion(fail=True)
     ex.release.set()
     jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
@@ -269,3 +272,72 @@ def test_torch_compile_regions_compile_in_the_background_and_do_not_recompile_af
     assert counters["stats"]["unique_graphs"] == graphs  # the background compile's graphs serve the real calls
     text = str(thunder.last_traces(jf)[-1])
     assert "= torchCompile0(a, b)" in text
+
+
+class FuseWhatInductorWould(SlowFusion):
+    """Claims what the torch_compile executor would; regions run through the torch executor."""
+
+    def can_fuse(self, bsym) -> bool:
+        return torch_compile_ex.can_fuse(bsym)
+
+
+def _outputs_and_grads(fn, inputs):
+    """``fn``'s outputs, the inputs after the call and the inputs' gradients of the float outputs' sum."""
+    outs = list(fn(*inputs))
+    leaves = [t for t in inputs if t.requires_grad and t.is_leaf]
+    total = sum(o.double().sum() for o in outs if o.requires_grad and o.dtype.is_floating_point)
+    grads = torch.autograd.grad(total, leaves, allow_unused=True) if leaves and torch.is_tensor(total) else ()
+    return [o.detach() for o in outs], [t.detach() for t in inputs], [g for g in grads if g is not None]
+
+
+@settings(max_examples=15, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(frozenset(FEATURES)))
+def test_both_tiers_give_eager_answers_on_random_programs(program):
+    fn = program.make_function()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = _outputs_and_grads(fn, program.make_inputs())
+        except Exception:  # eager rejects the program: nothing to compare
+            return
+        ex = FuseWhatInductorWould()
+        jf = thunder.jit(fn, executors=[ex, *thunder.get_default_executors()])
+        tiers_seen = []
+        for release in (False, True):
+            if release:
+                ex.release.set()
+                assert thunder.wait_for_fusion(jf, timeout=60)
+            actual = _outputs_and_grads(jf, program.make_inputs())
+            tiers_seen.append(thunder.fusion_states(jf)[0])
+            for got, want in zip(actual, expected):
+                assert len(got) == len(want), program.repro()
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype, program.repro()
+                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")
+    # (a program with no region that waits to compile may be swapped before its first call runs)
+    assert tiers_seen == ["unfused", "fused"] or (not ex.compiled_on and tiers_seen[1] == "fused")
+
+
+def test_a_region_whose_example_call_raises_compiles_at_its_first_real_call():
+    """Zeros are not valid for every input (a saved RNG state): the region is left to its first real call."""
+
+    class PickyFusion(SlowFusion):
+        def fuse_region(self, region):
+            run = super().fuse_region(region)
+
+            def picky(*args):
+                if all(not a.any() for a in args if isinstance(a, torch.Tensor)):
+                    raise RuntimeError("these values make no sense")
+                return run(*args)
+
+            return picky
+
+    ex = PickyFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    _check_against_eager(jf, _fn, a, b)
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    assert thunder.fusion_states(jf) == ["fused"] and not ex.compiled_on
+    _check_against_eager(jf, _fn, a, b)
+    assert ex.compiled_on and set(ex.compiled_on) == {threading.current_thread().name}

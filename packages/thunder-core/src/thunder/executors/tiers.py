@@ -6,10 +6,12 @@ Triton on a GPU) would make a program's first call wait seconds for its regions.
 entry first runs its *unfused* program (the same trace, claimed without the slow executors) while a
 :class:`FusionJob` builds the *fused* program and compiles its regions on one background thread the
 process shares. Each slow region is called once with example inputs made from its metadata: zeros of the
-region's shapes and dtypes (compiling needs metadata, not values). When every region has compiled, the entry's program is replaced by the fused one in a single
-assignment, so a caller on another thread runs one program or the other, never a mixture; a call already
-running (and its backward) keeps the program it started with. A compile that fails leaves the unfused
-program in place and warns once per jitted function.
+region's shapes and dtypes (compiling needs metadata, not values). When every region has compiled, the
+entry's program is replaced by the fused one in a single assignment, so a caller on another thread runs
+one program or the other, never a mixture; a call already running (and its backward) keeps the program it
+started with. If building the fused program fails, the unfused program stays and thunder warns once per
+jitted function. A region whose example call raises (the example values may be what failed: zeros where
+a region reads a saved RNG state) compiles at its first real call instead, as under ``fusion="off"``.
 
 Compiling a region holds the compile lock that tracing holds (Dynamo and Thunder's tracer both set
 process-wide state, such as ``torch.compiler.is_compiling()``): a new program traced meanwhile waits for
@@ -67,6 +69,7 @@ class FusionJob:
         self._build, self._regions, self._install, self._fail, self._lock = build, regions, install, fail, lock
         self.done = threading.Event()
         self.seconds: float | None = None
+        self.uncompiled_regions = 0  # regions whose example call raised: they compile when they first run
 
     def run(self) -> None:
         """Builds, compiles and installs the fused program (or reports the failure); sets ``done``."""
@@ -78,7 +81,12 @@ class FusionJob:
                 if _shutting_down:
                     return
                 with self._lock, torch.no_grad():
-                    fn(*args)
+                    try:
+                        fn(*args)
+                    except Exception:  # noqa: BLE001 - see below
+                        # the example values may be what failed (zeros where the region reads an RNG state, say):
+                        # the region then compiles at its first real call, as under fusion="off"
+                        self.uncompiled_regions += 1
             self._install(program)
         except Exception as e:  # noqa: BLE001 - reported to the user by ``fail`` (a warning), the unfused program stays
             self._fail(e)
