@@ -30,7 +30,6 @@ from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
-from thunder.executors.tiers import FUSION_MODES
 from thunder.executors.torchex import no_autocast
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
@@ -78,7 +77,6 @@ class CacheEntry:
     builder: Any = None  # the PrologueBuilder, for describing a failed check
     run_unchecked: Callable | None = None  # the prologue without checks (for the call that traced)
     fusion: str = tiers.NOT_TIERED  # whether the fused program of a tiered compile runs (thunder.executors.tiers)
-    fusion_job: Any = None
 
 
 @dataclass
@@ -271,8 +269,8 @@ def _fusion_mode(cd: CompileData) -> str:
         "compiles the fused program before it returns), 'off' (no tiers: regions compile when they first run)",
         "background",
     )
-    if mode not in FUSION_MODES:
-        choices = ", ".join(map(repr, FUSION_MODES))
+    if mode not in tiers.FUSION_MODES:
+        choices = ", ".join(map(repr, tiers.FUSION_MODES))
         raise ValueError(f"thunder.jit(fusion={mode!r}): unknown fusion mode; choose one of {choices}")
     return mode
 
@@ -321,7 +319,6 @@ def _start_fusion_tier(
             )
 
     job = tiers.FusionJob(build, regions, install, fail, _compile_lock)
-    entry.fusion_job = job
     cd.fusion_jobs.append(job)
     if _fusion_mode(cd) == "wait":
         job.run()
