@@ -5,15 +5,20 @@ One training step is forward, cross-entropy loss, backward and an AdamW step. Va
 - ``eager``: the model as it is;
 - ``thunder_default``: ``thunder.jit(model)`` (the default executors: sdpa, torch, python);
 - ``thunder_torch_compile``: ``thunder.jit(model, executors=["torch_compile", *defaults])``:
-  regions of the forward and backward traces compiled by Inductor (C++ on the CPU);
+  regions of the forward and backward traces compiled by Inductor (C++ on the CPU) in the background
+  while the first steps run the unfused program (tiered compilation, ``fusion="background"``);
+- ``thunder_torch_compile_wait``: the same with ``fusion="wait"``: the first step compiles the regions;
 - ``torch_compile``: ``torch.compile(model)``;
 - ``thunder_discover``: ``thunder.jit(model, executors=thunder.discover())``: the executors of
   the installed plugins that can run here (on a GPU: Triton kernels, nvFuser, ...).
 
 Per variant: ``first_step_s`` (the first step of a fresh model: tracing and compiling included),
-``median_step_s`` (median of the following ``--steps`` steps), ``loss_first`` and ``loss_last``
-(the loss of the first and last step: every variant starts from the same weights and sees the
-same batches, so these should agree with eager's up to rounding). On CUDA also ``peak_mib``:
+``wall_s`` (the first step and the ``--steps`` steps after it, as a user's loop runs them: under
+``fusion="background"`` the steps that run while Inductor compiles are unfused), ``fused_after_steps``
+(for the background variant: the step from which the fused program ran), ``median_step_s`` (the median of
+``--steps`` more steps, once every program is fused), ``loss_first`` and ``loss_last`` (the loss of the
+first and last step: every variant starts from the same weights and sees the same batches, so these should
+agree with eager's up to rounding). On CUDA also ``peak_mib``:
 ``torch.cuda.max_memory_allocated`` over the timed steps (model, gradients and optimizer state
 included) and ``peak_step_mib``, the part above what was allocated before the steps.
 
@@ -51,8 +56,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile", "thunder_discover")
-DEFAULT_VARIANTS = VARIANTS[:4]
+VARIANTS = (
+    "eager",
+    "thunder_default",
+    "thunder_torch_compile",
+    "thunder_torch_compile_wait",
+    "torch_compile",
+    "thunder_discover",
+)
+DEFAULT_VARIANTS = ("eager", "thunder_default", "thunder_torch_compile", "torch_compile")
 
 
 def make_model(n_layer: int, config_name: str = "llama-tiny", seq: int = 128, device: str = "cpu", dtype=torch.float32):
@@ -78,8 +90,9 @@ def wrap(variant: str, model):
 
     if variant == "thunder_default":
         return thunder.jit(model)
-    if variant == "thunder_torch_compile":
-        return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()])
+    if variant in ("thunder_torch_compile", "thunder_torch_compile_wait"):
+        fusion = "wait" if variant.endswith("_wait") else "background"
+        return thunder.jit(model, executors=["torch_compile", *thunder.get_default_executors()], fusion=fusion)
     if variant == "thunder_discover":
         return thunder.jit(model, executors=thunder.discover())
     raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
@@ -106,14 +119,25 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
+    tiered = hasattr(fn, "_lc_cd")  # a thunder.jit'd model: its programs may be fused in the background
     _sync()
-    t0 = time.perf_counter()
+    start = t0 = time.perf_counter()
     first_loss = step(*batches[0])  # .item() waits for the GPU
     first = time.perf_counter() - t0
+    loss, fused_after = first_loss, None
+    for i in range(steps):
+        loss = step(*batches[(i + 1) % len(batches)])
+        if tiered and fused_after is None and "unfused" not in _fusion_states(fn):
+            fused_after = i + 2
+    wall = time.perf_counter() - start
+    if tiered:
+        import thunder
+
+        thunder.wait_for_fusion(fn)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    times, loss = [], first_loss
+    times = []
     for i in range(steps):
         _sync()
         t0 = time.perf_counter()
@@ -121,6 +145,7 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
     result = {
         "first_step_s": round(first, 4),
+        "wall_s": round(wall, 3),
         "median_step_s": round(statistics.median(times), 5),
         "step_runs_s": [round(t, 5) for t in times],
         "loss_first": round(first_loss, 5),
@@ -130,7 +155,15 @@ def run_variant(variant: str, base, batches, steps: int) -> dict:
         peak = torch.cuda.max_memory_allocated()
         result["peak_mib"] = round(peak / 2**20, 1)
         result["peak_step_mib"] = round((peak - before) / 2**20, 1)
+    if tiered and "not tiered" not in _fusion_states(fn):
+        result["fused_after_steps"] = fused_after
     return result
+
+
+def _fusion_states(fn) -> list[str]:
+    import thunder
+
+    return thunder.fusion_states(fn)
 
 
 def main() -> None:

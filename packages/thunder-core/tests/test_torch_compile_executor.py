@@ -20,7 +20,8 @@ def test_results_and_grads_equal_eager():
         c = a * b + 1
         return torch.tanh(c).sum(-1), torch.relu(c) * 2
 
-    jf = thunder.jit(f, executors=["torch_compile", *thunder.get_default_executors()])
+    # (fusion="wait": the first call runs the fused program, rather than the unfused one while it compiles)
+    jf = thunder.jit(f, executors=["torch_compile", *thunder.get_default_executors()], fusion="wait")
     a = torch.randn(4, 8, requires_grad=True)
     b = torch.randn(4, 8)
     out = jf(a, b)
@@ -72,3 +73,43 @@ def test_unavailable_without_a_cxx_compiler(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler")
     reason = TorchCompileExecutor().unavailable_reason()
     assert reason is not None and "C++ compiler" in reason and "no-such-compiler" in reason
+
+
+def _regions(fn, *args) -> list[list[str]]:
+    """The torch_compile regions of ``fn``'s trace: for each, the names of its top-level operations.
+    (The fusion pass wraps each region in torch.compile, which compiles nothing until it is called.)"""
+    from thunder.executors.passes import claim_executors
+
+    jf = thunder.jit(fn)
+    jf(*args)
+    trace = thunder.last_traces(jf)[0]
+    claimed = claim_executors(trace, [torch_compile_ex, *thunder.get_default_executors()])
+    fused = torch_compile_ex.fusion_pass(claimed)
+    return [[s.sym.name for s in b.subsymbols] for b in fused.bound_symbols if "fusion" in b.sym.tags]
+
+
+def test_region_rule_a_lone_matmul_stays_with_pytorch():
+    assert _regions(lambda a, b: a @ b, torch.randn(8, 8), torch.randn(8, 8)) == []
+    assert _regions(torch.nn.functional.linear, torch.randn(4, 8), torch.randn(3, 8)) == []
+
+
+def test_region_rule_the_chain_after_a_matmul_is_fused_without_it():
+    def f(x, w, b):
+        return torch.tanh(torch.nn.functional.linear(x, w) + b).sum(-1) * 2
+
+    regions = _regions(f, torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
+    assert regions == [["add", "tanh", "sum", "mul"]]
+
+
+def test_region_rule_a_single_operation_is_not_compiled():
+    assert _regions(lambda a: torch.tanh(a), torch.randn(4)) == []
+    assert _regions(lambda a, b: torch.tanh(a @ b), torch.randn(4, 4), torch.randn(4, 4)) == []
+
+
+def test_region_rule_elementwise_and_reduction_chains_are_one_region():
+    def f(a, b):
+        c = a * b + 1
+        return torch.softmax(c, -1), c.mean()
+
+    (region,) = _regions(f, torch.randn(4, 8), torch.randn(4, 8))
+    assert {"mul", "add", "softmax", "mean"} <= set(region)

@@ -40,6 +40,8 @@ __all__ = [
     "last_interpreted_instructions",
     "last_interpreter_log",
     "last_compile_options",
+    "wait_for_fusion",
+    "fusion_states",
     "ThunderModule",
     "TensorProxy",
     "get_default_executors",
@@ -199,3 +201,22 @@ def last_compile_options(fn, /) -> None:
 
 
 from thunder.examine import examine  # noqa: E402, F401
+
+
+def wait_for_fusion(fn, timeout: float | None = None) -> bool:
+    """Waits until the fused programs that ``fn`` compiles in the background are in place.
+
+    With a fusion executor that compiles slowly in the executor list (``torch_compile``), a new program first
+    runs unfused while its fused version compiles on a background thread (``thunder.jit(..., fusion=...)``).
+    Call this before timing steady-state calls. Returns ``False`` if ``timeout`` seconds passed first.
+    """
+    from thunder.compiler import wait_for_fusion as wait
+
+    return wait(compile_data(fn), timeout)
+
+
+def fusion_states(fn) -> list[str]:
+    """For each cached program of ``fn``, most recently used first: ``"fused"`` (its fused version runs),
+    ``"unfused"`` (it runs unfused while the fused version compiles), ``"failed"`` (compiling the fused
+    version failed; the unfused one stays) or ``"not tiered"`` (no background fusion: one program)."""
+    return [entry.fusion for entry in compile_data(fn).cache]

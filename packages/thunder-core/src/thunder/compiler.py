@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from thunder.core.trace import TraceCtx, TraceProvenance
+from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
@@ -75,6 +76,7 @@ class CacheEntry:
     interpreter_log: list = field(default_factory=list)
     builder: Any = None  # the PrologueBuilder, for describing a failed check
     run_unchecked: Callable | None = None  # the prologue without checks (for the call that traced)
+    fusion: str = tiers.NOT_TIERED  # whether the fused program of a tiered compile runs (thunder.executors.tiers)
 
 
 @dataclass
@@ -92,6 +94,9 @@ class CompileStats:
     # per-stage times of the last compile, in nanoseconds
     last_stage_times_ns: dict[str, int] = field(default_factory=dict)
     last_compile_time_ns: int = 0
+    # tiered compilation (thunder.executors.tiers): fused programs swapped in, and background compiles that failed
+    background_fusions: int = 0
+    background_fusion_failures: int = 0
 
 
 @dataclass
@@ -113,6 +118,8 @@ class CompileData:
     size_history: dict[str, tuple] = field(default_factory=dict)
     dynamic_dims: dict[str, frozenset] = field(default_factory=dict)
     symbolic_failed: bool = False  # tracing with symbolic sizes failed once: trace with numbers only
+    fusion_jobs: list = field(default_factory=list)  # background fusion not known to be finished
+    fusion_warned: bool = False
 
     @property
     def executors_list(self) -> tuple:
@@ -167,30 +174,15 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         _stamp(trace, f"{getattr(transform, '__name__', type(transform).__name__)}", t0)
         traces.append(trace)
 
-    t0 = time.perf_counter_ns()
-    backward_traces: list[TraceCtx] = []
-    if program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd:
-        requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad}
-        fb = split_forward_backward(trace, requires_grad, cd.executors)
-        for ex in cd.executors:  # rematerialisation hooks see both traces before claiming
-            if isinstance(ex, FusionExecutor):
-                fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
-        traces.append(fb.forward)
-        traces.extend(_executable_traces(fb.forward, cd.executors))
-        backward_traces = [fb.backward, *_executable_traces(fb.backward, cd.executors)]
-        times["executors"] = time.perf_counter_ns() - t0
-        t0 = time.perf_counter_ns()
-        computation = make_autograd_callable(traces[-1].python_callable(), backward_traces[-1].python_callable(), fb)
-    else:
-        traces.extend(_executable_traces(trace, cd.executors))
-        if cd.disable_torch_autograd:
-            traces[-1].decorators.append("@torch.no_grad()")
-        times["executors"] = time.perf_counter_ns() - t0
-        t0 = time.perf_counter_ns()
-        computation = traces[-1].python_callable()
-    if program.autocast:
-        # autocast's casts are in the trace: running under autocast again would cast twice
-        computation = no_autocast(computation)
+    slow = _slow_fusion_executors(cd)
+    first_tier = tuple(ex for ex in cd.executors if ex not in slow) if slow else cd.executors
+    trains = program.requires_grad and program.grad_enabled and not cd.disable_torch_autograd
+    requires_grad = {ti.proxy.name for ti in program.tensor_inputs if ti.proxy.requires_grad} if trains else None
+    prefix = list(traces)
+    executable = _executable_program(cd, trace, requires_grad, program.autocast, first_tier)
+    times["executors"], t0 = executable.claim_ns, executable.codegen_start_ns
+    traces.extend(executable.traces)
+    computation = executable.computation
     call_args = [ti.expr for ti in program.tensor_inputs] + [size_local(p) for p in program.size_inputs]
     call = f"computation({', '.join(call_args)})"
     if program.rebuild_output is not None:
@@ -209,16 +201,140 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     stats.last_compile_time_ns = time.perf_counter_ns() - start
     stats.last_trace_host_start, stats.last_trace_host_stop = start, time.perf_counter_ns()
     run_unchecked = program.prologue.build_unchecked() if program.side_effects else None
-    return CacheEntry(
+    entry = CacheEntry(
         prologue,
         prologue_trace,
         computation,
         traces,
-        backward_traces,
+        executable.backward_traces,
         program.log or [],
         program.prologue,
         run_unchecked,
     )
+    if slow:
+        build = functools.partial(_executable_program, cd, trace, requires_grad, program.autocast, cd.executors)
+        _start_fusion_tier(cd, entry, build, prefix, set(slow))
+    return entry
+
+
+@dataclass
+class _Executable:
+    """A program's runnable form for one executor list: the callable and the traces that made it."""
+
+    computation: Callable
+    traces: list[TraceCtx]  # claiming, fusion, dce, delete-last-used (after the forward trace when training)
+    backward_traces: list[TraceCtx]
+    claim_ns: int = 0
+    codegen_start_ns: int = 0
+
+
+def _executable_program(
+    cd: CompileData, trace: TraceCtx, requires_grad: set[str] | None, autocast: bool, executors
+) -> _Executable:
+    """Splits ``trace`` into forward and backward when it trains (``requires_grad``: the names of the inputs
+    that require grad), claims it with ``executors`` and compiles the result to the computation callable
+    the prologue calls."""
+    t0 = time.perf_counter_ns()
+    traces: list[TraceCtx] = []
+    backward_traces: list[TraceCtx] = []
+    if requires_grad is not None:
+        fb = split_forward_backward(trace, requires_grad, executors)
+        for ex in executors:  # rematerialisation hooks see both traces before claiming
+            if isinstance(ex, FusionExecutor):
+                fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
+        traces.append(fb.forward)
+        traces.extend(_executable_traces(fb.forward, executors))
+        backward_traces = [fb.backward, *_executable_traces(fb.backward, executors)]
+        claim_ns = time.perf_counter_ns() - t0
+        t0 = time.perf_counter_ns()
+        computation = make_autograd_callable(traces[-1].python_callable(), backward_traces[-1].python_callable(), fb)
+    else:
+        traces.extend(_executable_traces(trace, executors))
+        if cd.disable_torch_autograd:
+            traces[-1].decorators.append("@torch.no_grad()")
+        claim_ns = time.perf_counter_ns() - t0
+        t0 = time.perf_counter_ns()
+        computation = traces[-1].python_callable()
+    if autocast:
+        # autocast's casts are in the trace: running under autocast again would cast twice
+        computation = no_autocast(computation)
+    return _Executable(computation, traces, backward_traces, claim_ns, t0)
+
+
+def _fusion_mode(cd: CompileData) -> str:
+    mode = cd.get_compile_option(
+        "fusion",
+        "when fusion executors that compile slowly (torch_compile) compile: 'background' (the default: the first "
+        "calls run the unfused program while the fused one compiles on a background thread), 'wait' (the first call "
+        "compiles the fused program before it returns), 'off' (no tiers: regions compile when they first run)",
+        "background",
+    )
+    if mode not in tiers.FUSION_MODES:
+        choices = ", ".join(map(repr, tiers.FUSION_MODES))
+        raise ValueError(f"thunder.jit(fusion={mode!r}): unknown fusion mode; choose one of {choices}")
+    return mode
+
+
+def _slow_fusion_executors(cd: CompileData) -> tuple:
+    """The fusion executors whose regions compile in the background (``fusion="background"`` or ``"wait"``)."""
+    if _fusion_mode(cd) == "off":
+        return ()
+    return tuple(ex for ex in cd.executors if isinstance(ex, FusionExecutor) and ex.compiles_slowly)
+
+
+def _start_fusion_tier(
+    cd: CompileData,
+    entry: CacheEntry,
+    build: Callable[[], _Executable],
+    prefix: list[TraceCtx],
+    slow: set,
+) -> None:
+    """Compiles ``entry``'s fused program (``build()``) in the background, or now under ``fusion="wait"``, and
+    swaps it in. ``prefix``: the entry's traces before claiming; ``slow``: the executors whose regions to
+    compile."""
+    entry.fusion = tiers.UNFUSED
+
+    def regions(executable: _Executable) -> list:
+        final = [executable.traces[-1], *executable.backward_traces[-1:]]
+        return [call for t in final for call in tiers.region_calls(t, slow.__contains__)]
+
+    def install(executable: _Executable) -> None:
+        entry.computation_traces = [*prefix, *executable.traces]
+        entry.backward_traces = executable.backward_traces
+        entry.computation = executable.computation
+        entry.prologue.__globals__["computation"] = executable.computation  # the swap: one assignment
+        entry.fusion = tiers.FUSED
+        cd.stats.background_fusions += 1
+
+    def fail(error: BaseException) -> None:
+        entry.fusion = tiers.FAILED
+        cd.stats.background_fusion_failures += 1
+        if not cd.fusion_warned:
+            cd.fusion_warned = True
+            name = getattr(cd.fn, "__qualname__", None) or type(cd.fn).__name__
+            warnings.warn(
+                f"thunder.jit: compiling the fused program of {name} failed ({type(error).__name__}: {error}); "
+                "it keeps running its unfused program",
+                stacklevel=2,
+            )
+
+    job = tiers.FusionJob(build, regions, install, fail, _compile_lock)
+    cd.fusion_jobs.append(job)
+    if _fusion_mode(cd) == "wait":
+        job.run()
+    else:
+        tiers.submit(job)
+
+
+def wait_for_fusion(cd: CompileData, timeout: float | None = None) -> bool:
+    """Waits until the background fusion of ``cd``'s programs has finished; ``False`` if ``timeout`` ran out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for job in list(cd.fusion_jobs):
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not job.done.wait(remaining):
+            return False
+    cd.fusion_jobs[:] = [job for job in cd.fusion_jobs if not job.done.is_set()]
+    return True
 
 
 def _dynamic_policy(cd: CompileData):

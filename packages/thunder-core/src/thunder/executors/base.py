@@ -167,11 +167,17 @@ class FusionExecutor(Executor):
     Subclasses implement ``fuse_region`` and, optionally, ``can_fuse`` (by default: a symbol this
     executor has an implementation for, or a composite whose whole decomposition it can fuse).
     Regions with fewer than ``min_region_size`` bound symbols are handed back to the other
-    executors.
+    executors. An executor whose regions take seconds to compile sets ``compiles_slowly``; its callables
+    should compile on their first call, which thunder.jit then makes from a background thread with
+    example inputs of the region's metadata.
     """
 
     region_name: str = "fusion"
     min_region_size: int = 1
+    # Compiling a region takes long (seconds, as Inductor's or nvFuser's first compile does): thunder.jit
+    # then runs a new program unfused at once and swaps in its fused version when a background thread has
+    # compiled the regions (``thunder.jit(..., fusion="background")``, see thunder.executors.tiers).
+    compiles_slowly: bool = False
 
     def can_fuse(self, bsym) -> bool:
         """Whether ``bsym`` can be part of one of this executor's regions."""

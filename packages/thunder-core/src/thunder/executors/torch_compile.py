@@ -6,9 +6,19 @@ it runs. On CPU, Inductor generates C++/OpenMP kernels and builds them with the 
 compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
 executor.
 
-It is not in the default executor list: compiling costs seconds per region on first call (see
-``docs/extending.md`` for measured figures), which only pays off for long-running programs. Use
-it with ``thunder.jit(fn, executors=["torch_compile", *thunder.get_default_executors()])``.
+It is not in the default executor list: compiling costs seconds per region (see ``docs/extending.md``
+for measured figures), which only pays off for long-running programs. Use it with
+``thunder.jit(fn, executors=["torch_compile", *thunder.get_default_executors()])``; thunder.jit then
+compiles its regions in the background while the first calls run unfused (``thunder.executors.tiers``).
+
+Which regions it compiles (the ones that can pay off):
+
+- matrix products and convolutions (symbols whose decomposition holds a ``matmul``, ``linear`` or
+  ``convolution`` prim) stay with the torch executor: on the CPU Inductor calls the same GEMM and
+  convolution kernels PyTorch does, so compiling them buys nothing;
+- a region of a single operation is handed back to the torch executor: one operation compiled is one
+  kernel, as in eager;
+- side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
 """
@@ -43,6 +53,8 @@ class TorchCompileExecutor(FusionExecutor):
     """
 
     region_name = "torchCompile"
+    compiles_slowly = True
+    min_region_size = 2
 
     def __init__(self, name: str = "torch_compile", **compile_options):
         super().__init__(name, version=torch.__version__)
@@ -59,13 +71,16 @@ class TorchCompileExecutor(FusionExecutor):
         return None
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
-        """Torch-language symbols and prims the torch executor runs, without side effects or randomness."""
+        """Torch-language symbols and prims the torch executor runs, without side effects, randomness or
+        matrix products."""
         sym = bsym.sym
         if sym.python_printer is not None or any(tag in sym.tags for tag in _EXCLUDED_TAGS):
             return False
+        if _has_tag(bsym, (OpTags.MATMUL,)):
+            return False
         impl = torchex.ex.implmap.get(sym.id)
         if (impl is not None and impl.symbol is not None) or sym.executor is torchex.ex:
-            return not any(_has_excluded_tag(s) for s in bsym.subsymbols)
+            return not any(_has_tag(s, _EXCLUDED_TAGS) for s in bsym.subsymbols)
         subs = bsym.subsymbols
         return bool(subs) and all(self.can_fuse(s) for s in subs)
 
@@ -74,14 +89,27 @@ class TorchCompileExecutor(FusionExecutor):
         trace = region_trace(region, [torchex.ex, pythonex.ex])
         fn = trace.python_callable()
         compiled = torch.compile(fn, **self.compile_options)
-        compiled.__thunder_trace__ = trace
-        return compiled
+
+        # A region runs inside the program's forward or backward, where autograd records nothing, but its
+        # inputs may say requires_grad (a training forward's arguments, saved values) or have any strides (a
+        # cotangent expanded from a sum's gradient), and Dynamo guards on both. Detached contiguous inputs
+        # let the code compiled from example inputs (thunder.jit's background compile) serve every call.
+        def run_region(*args):
+            return compiled(*[_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
+
+        run_region.__thunder_trace__ = trace
+        run_region.__wrapped__ = compiled
+        return run_region
 
 
-def _has_excluded_tag(bsym: BoundSymbol) -> bool:
-    if any(tag in bsym.sym.tags for tag in _EXCLUDED_TAGS):
-        return True
-    return any(_has_excluded_tag(s) for s in bsym.subsymbols)
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _has_tag(bsym: BoundSymbol, tags: tuple) -> bool:
+    """Whether ``bsym`` or any symbol of its decomposition carries one of ``tags``."""
+    return any(tag in bsym.sym.tags for tag in tags) or any(_has_tag(s, tags) for s in bsym.subsymbols)
 
 
 torch_compile_ex = TorchCompileExecutor()

@@ -1,0 +1,161 @@
+"""Tiered compilation: a new program runs unfused at once, its fusion compiles in the background.
+
+A fusion executor that compiles slowly (``FusionExecutor.compiles_slowly``: Inductor on CPU; nvFuser or
+Triton on a GPU) would make a program's first call wait seconds for its regions. With
+``thunder.jit(..., fusion="background")`` (the default when such an executor is in the list) a new cache
+entry first runs its *unfused* program (the same trace, claimed without the slow executors) while a
+:class:`FusionJob` builds the *fused* program and compiles its regions on one background thread the
+process shares. Each slow region is called once with example inputs made from its metadata: zeros of the
+region's shapes and dtypes (compiling needs metadata, not values). When every region has compiled, the
+entry's program is replaced by the fused one in a single assignment, so a caller on another thread runs
+one program or the other, never a mixture; a call already running (and its backward) keeps the program it
+started with. If building the fused program fails, the unfused program stays and thunder warns once per
+jitted function. A region whose example call raises (the example values may be what failed: zeros where
+a region reads a saved RNG state) compiles at its first real call instead, as under ``fusion="off"``.
+
+Compiling a region holds the compile lock that tracing holds (Dynamo and Thunder's tracer both set
+process-wide state, such as ``torch.compiler.is_compiling()``): a new program traced meanwhile waits for
+the region being compiled, not for the whole job.
+
+The worker thread starts when a job is queued and ends when the queue is empty, so no thread outlives the
+work. It is a daemon thread: a process that exits with jobs pending does not wait for them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from thunder.core import devices, dtypes
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.symbolic import SizeProxy, hints
+
+__all__ = ["FusionJob", "FUSION_MODES", "submit", "region_calls", "example_inputs"]
+
+FUSION_MODES = ("background", "wait", "off")
+
+# what a cache entry's ``fusion`` says
+NOT_TIERED = "not tiered"  # no slow fusion executor, or fusion="off": one program from the start
+UNFUSED = "unfused"  # the unfused program runs; its fused version is being compiled
+FUSED = "fused"  # the fused program has been swapped in
+FAILED = "failed"  # compiling the fused program failed: the unfused program stays
+
+
+class FusionJob:
+    """Builds a program's fused tier, compiles its slow regions and installs it.
+
+    Args:
+        build: makes the fused program (called on the worker thread); returns what ``install`` takes.
+        regions: given that program, the ``(fn, args)`` calls that compile its slow regions.
+        install: swaps the fused program in.
+        fail: called with the exception when building or compiling failed.
+        lock: held while building and while each region compiles (the lock tracing holds).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[], Any],
+        regions: Callable[[Any], list[tuple[Callable, list]]],
+        install: Callable[[Any], None],
+        fail: Callable[[BaseException], None],
+        lock,
+    ):
+        self._build, self._regions, self._install, self._fail, self._lock = build, regions, install, fail, lock
+        self.done = threading.Event()
+        self.seconds: float | None = None
+        self.uncompiled_regions = 0  # regions whose example call raised: they compile when they first run
+
+    def run(self) -> None:
+        """Builds, compiles and installs the fused program (or reports the failure); sets ``done``."""
+        start = time.perf_counter()
+        try:
+            with self._lock:
+                program = self._build()
+            for fn, args in self._regions(program):
+                if _shutting_down:
+                    return
+                with self._lock, torch.no_grad():
+                    try:
+                        fn(*args)
+                    except Exception:  # noqa: BLE001 - see below
+                        # the example values may be what failed (zeros where the region reads an RNG state, say):
+                        # the region then compiles at its first real call, as under fusion="off"
+                        self.uncompiled_regions += 1
+            self._install(program)
+        except Exception as e:  # noqa: BLE001 - reported to the user by ``fail`` (a warning), the unfused program stays
+            self._fail(e)
+        finally:
+            self.seconds = time.perf_counter() - start
+            self.done.set()
+
+
+_queue: collections.deque[FusionJob] = collections.deque()
+_queue_lock = threading.Lock()
+_worker: threading.Thread | None = None
+_shutting_down = False
+
+
+def submit(job: FusionJob) -> None:
+    """Queues ``job`` for the background worker (started if it is not running)."""
+    global _worker
+    with _queue_lock:
+        _queue.append(job)
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="thunder-background-fusion", daemon=True)
+            _worker.start()
+
+
+def _work() -> None:
+    global _worker
+    while True:
+        with _queue_lock:
+            if not _queue or _shutting_down:
+                _worker = None
+                for job in _queue:  # (exiting: pending jobs are dropped, their waiters released)
+                    job.done.set()
+                _queue.clear()
+                return
+            job = _queue.popleft()
+        job.run()
+
+
+def _shut_down() -> None:
+    global _shutting_down
+    _shutting_down = True
+
+
+atexit.register(_shut_down)
+
+
+def region_calls(trace, is_slow: Callable[[Any], bool]) -> list[tuple[Callable, list]]:
+    """``(fn, example args)`` for each region of ``trace`` that a slow executor fused (``is_slow(executor)``)."""
+    calls = []
+    for bsym in trace.bound_symbols:
+        ex = bsym.sym.executor
+        if ex is not None and "fusion" in bsym.sym.tags and is_slow(ex):
+            calls.append((bsym.sym.call_ctx[bsym.sym.name], example_inputs(bsym.args)))
+    return calls
+
+
+def example_inputs(proxies) -> list:
+    """Contiguous zeros with the proxies' sizes (symbolic ones as they were in the traced call) and dtypes, that
+    require no grad; numbers as they are. (A slow fusion executor's region compiled from these serves calls
+    with other strides and grad flags: ``torch_compile``'s regions make their inputs contiguous and detached.)"""
+    out = []
+    for p in proxies:
+        if isinstance(p, TensorProxy):
+            dtype = dtypes.to_torch_dtype(p.dtype)
+            out.append(torch.zeros(hints(p.shape), dtype=dtype, device=devices.to_torch_device(p.device)))
+        elif isinstance(p, (NumberProxy, SizeProxy)):
+            out.append(p.value)
+        elif isinstance(p, Proxy):
+            raise TypeError(f"no example value for the region input {p.name} ({type(p).__name__})")
+        else:
+            out.append(p)
+    return out

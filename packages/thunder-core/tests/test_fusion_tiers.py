@@ -1,0 +1,343 @@
+"""Tiered compilation (thunder.executors.tiers): a new program runs unfused while a fusion executor that
+compiles slowly compiles its regions in the background; the fused program is swapped in when ready.
+
+Most tests use ``SlowFusion``, a fusion executor whose regions run through the torch executor after a
+simulated compile (a wait on the first call), so the tiers are checked without Inductor's seconds; one
+test runs the real torch_compile executor.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+import weakref
+
+import pytest
+import torch
+from differential.programs import FEATURES, programs
+from hypothesis import HealthCheck, given, settings
+
+import thunder
+from thunder.executors import pythonex, torchex
+from thunder.executors.fusion import region_trace
+from thunder.executors.torch_compile import torch_compile_ex
+from thunder.extend import FusionExecutor
+
+
+class SlowFusion(FusionExecutor):
+    """Fuses elementwise torch ops; a region's first call "compiles" (waits for ``release`` to be set).
+    With ``fail``, building a region fails."""
+
+    region_name = "slowFusion"
+    compiles_slowly = True
+    fusible = {"add", "mul", "sub", "tanh", "relu", "exp", "sum", "neg"}
+
+    def __init__(self, *, fail: bool = False):
+        super().__init__("slow_fusion")
+        self.release = threading.Event()
+        self.fail = fail
+        self.compiled_on: list[str] = []  # the thread that compiled each region
+        self.fused_calls = 0
+
+    def can_fuse(self, bsym) -> bool:
+        return bsym.sym.name in self.fusible and bsym.sym.id.startswith("torch.")
+
+    def fuse_region(self, region):
+        if self.fail:
+            raise RuntimeError("simulated compiler crash")
+        fn = region_trace(region, [torchex.ex, pythonex.ex]).python_callable()
+        compiled = []
+
+        def run(*args):
+            if not compiled:
+                self.release.wait(60)
+                self.compiled_on.append(threading.current_thread().name)
+                compiled.append(True)
+                return fn(*args)
+            self.fused_calls += 1
+            return fn(*args)
+
+        return run
+
+
+def _fn(a, b):
+    c = a * b + 1
+    return torch.tanh(c).sum(-1), torch.relu(c) * 2
+
+
+def _region_calls(trace) -> int:
+    return sum("= slowFusion" in line and not line.strip().startswith("#") for line in str(trace).splitlines())
+
+
+def _check_against_eager(jf, fn, *args):
+    """Outputs and gradients of ``jf`` equal ``fn``'s in eager on fresh copies of ``args``."""
+    mine = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    ref = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out, expected = jf(*mine), fn(*ref)
+    for x, y in zip(out, expected):
+        torch.testing.assert_close(x, y)
+    sum(o.sum() for o in out).backward()
+    sum(o.sum() for o in expected).backward()
+    for x, y in zip(mine, ref):
+        if x.requires_grad:
+            torch.testing.assert_close(x.grad, y.grad)
+
+
+def test_first_call_runs_unfused_then_the_fused_program_is_swapped_in():
+    ex = SlowFusion()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+
+    _check_against_eager(jf, _fn, a, b)  # returns while the regions are still "compiling"
+    assert thunder.fusion_states(jf) == ["unfused"]
+    assert _region_calls(thunder.last_traces(jf)[-1]) == 0
+    _check_against_eager(jf, _fn, a, b)  # still the unfused program, still eager's answer
+    assert thunder.cache_misses(jf) == 1
+
+    ex.release.set()
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    assert thunder.fusion_states(jf) == ["fused"]
+    # the regions compiled on the background thread, from example inputs, not on a user call
+    assert ex.compiled_on and set(ex.compiled_on) == {"thunder-background-fusion"}
+    assert ex.fused_calls == 0
+
+    _check_against_eager(jf, _fn, a, b)
+    forward_regions = _region_calls(thunder.last_traces(jf)[-1])
+    backward_regions = _region_calls(thunder.last_backward_traces(jf)[-1])
+    assert forward_regions >= 1 and backward_regions >= 1
+    assert ex.fused_calls == forward_regions + backward_regions  # every region of the fused program ran
+    assert len(ex.compiled_on) == forward_regions + backward_regions
+    assert thunder.cache_misses(jf) == 1  # the swap is not a recompilation
+    assert thunder.compile_stats(jf).background_fusions == 1
+
+
+def test_wait_compiles_the_fused_program_before_the_first_call_returns():
+    ex = SlowFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()], fusion="wait")
+    _check_against_eager(jf, _fn, torch.randn(3, 5, requires_grad=True), torch.randn(3, 5))
+    assert thunder.fusion_states(jf) == ["fused"]
+    assert _region_calls(thunder.last_traces(jf)[-1]) >= 1
+    assert ex.compiled_on and set(ex.compiled_on) == {threading.current_thread().name}
+
+
+def test_off_has_one_program_whose_regions_compile_when_they_first_run():
+    ex = SlowFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()], fusion="off")
+    _check_against_eager(jf, _fn, torch.randn(3, 5, requires_grad=True), torch.randn(3, 5))
+    assert thunder.fusion_states(jf) == ["not tiered"]
+    assert _region_calls(thunder.last_traces(jf)[-1]) >= 1
+
+
+def test_no_slow_executor_means_no_tiers():
+    jf = thunder.jit(_fn)
+    jf(torch.randn(2, 3), torch.randn(2, 3))
+    assert thunder.fusion_states(jf) == ["not tiered"]
+    assert thunder.wait_for_fusion(jf, timeout=0)
+
+
+def test_an_unknown_fusion_mode_is_a_clear_error():
+    jf = thunder.jit(_fn, executors=[SlowFusion(), *thunder.get_default_executors()], fusion="later")
+    with pytest.raises(ValueError, match=r"fusion='later'.*'background', 'wait', 'off'"):
+        jf(torch.randn(2, 3), torch.randn(2, 3))
+
+
+def test_a_failed_background_build_warns_once_and_keeps_the_unfused_program():
+    ex = SlowFusion(fail=True)
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _check_against_eager(jf, _fn, a, b)
+        assert thunder.wait_for_fusion(jf, timeout=60)
+        # a second program (its first dimension now symbolic), also failing
+        _check_against_eager(jf, _fn, a[:2].detach().requires_grad_(), b[:2])
+        assert thunder.wait_for_fusion(jf, timeout=60)
+    messages = [str(w.message) for w in caught if "fused program" in str(w.message)]
+    assert len(messages) == 1 and "simulated compiler crash" in messages[0] and "_fn" in messages[0]
+    assert thunder.fusion_states(jf) == ["failed", "failed"]
+    assert thunder.compile_stats(jf).background_fusion_failures == 2
+    _check_against_eager(jf, _fn, a, b)
+
+
+def test_in_place_effects_are_the_same_in_both_tiers():
+    def f(x, y):
+        x.mul_(2)
+        z = x * y + 1
+        y.add_(z.tanh())
+        return z.exp()
+
+    ex = SlowFusion()
+    jf = thunder.jit(f, executors=[ex, *thunder.get_default_executors()])
+    x0, y0 = torch.randn(5, 3), torch.randn(5, 3)
+    results = []
+    for release in (False, True):
+        if release:
+            ex.release.set()
+            assert thunder.wait_for_fusion(jf, timeout=60)
+        x, y, xr, yr = x0.clone(), y0.clone(), x0.clone(), y0.clone()
+        out = jf(x, y)
+        expected = f(xr, yr)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close((x, y), (xr, yr))
+        results.append(thunder.fusion_states(jf)[0])
+    assert results == ["unfused", "fused"]
+    assert ex.fused_calls >= 1
+
+
+def test_user_threads_calling_during_the_swap_get_eager_answers():
+    ex = SlowFusion()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    jm = thunder.jit(model, executors=[ex, *thunder.get_default_executors()])
+    x = torch.randn(16, 8)
+    expected = model(x)
+    torch.testing.assert_close(jm(x), expected)
+    errors: list[BaseException] = []
+
+    def caller():
+        try:
+            for _ in range(200):
+                torch.testing.assert_close(jm(x), expected)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller) for _ in range(3)]
+    for t in threads:
+        t.start()
+    ex.release.set()  # the swap happens while the threads call
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]
+    assert thunder.wait_for_fusion(jm, timeout=60)
+    torch.testing.assert_close(jm(x), expected)
+    assert thunder.fusion_states(jm) == ["fused"] and thunder.cache_misses(jm) == 1
+
+
+def test_no_background_thread_or_program_outlives_the_work():
+    ex = SlowFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    jf(torch.randn(2, 3), torch.randn(2, 3))
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    for t in threading.enumerate():
+        if t.name == "thunder-background-fusion":
+            t.join(10)
+    assert not [t for t in threading.enumerate() if t.name == "thunder-background-fusion" and t.is_alive()]
+    cd = weakref.ref(thunder.compile_data(jf))
+    del jf
+    gc.collect()
+    assert cd() is None
+
+
+def test_a_process_with_pending_compiles_exits_promptly(tmp_path):
+    script = tmp_path / "pending.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, torch, thunder
+            sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+            from test_fusion_tiers import SlowFusion, _fn
+            ex = SlowFusion()  # never released: its compile would take an hour
+            ex.release.wait = lambda timeout=None: __import__("time").sleep(3600)
+            jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+            out = jf(torch.ones(2, 3), torch.ones(2, 3))
+            assert thunder.fusion_states(jf) == ["unfused"]
+            print("ran", float(out[0].sum()))
+            """
+        )
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ran"), proc.stdout
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_torch_compile_regions_compile_in_the_background_and_do_not_recompile_after_the_swap():
+    from torch._dynamo.utils import counters
+
+    jf = thunder.jit(_fn, executors=["torch_compile", *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    _check_against_eager(jf, _fn, a, b)
+    assert thunder.fusion_states(jf) in (["unfused"], ["fused"])
+    assert thunder.wait_for_fusion(jf, timeout=600)
+    assert thunder.fusion_states(jf) == ["fused"]
+    graphs = counters["stats"]["unique_graphs"]
+    _check_against_eager(jf, _fn, a, b)
+    assert counters["stats"]["unique_graphs"] == graphs  # the background compile's graphs serve the real calls
+    text = str(thunder.last_traces(jf)[-1])
+    assert "= torchCompile0(a, b)" in text
+
+
+class FuseWhatInductorWould(SlowFusion):
+    """Claims what the torch_compile executor would; regions run through the torch executor."""
+
+    def can_fuse(self, bsym) -> bool:
+        return torch_compile_ex.can_fuse(bsym)
+
+
+def _outputs_and_grads(fn, inputs):
+    """``fn``'s outputs, the inputs after the call and the inputs' gradients of the float outputs' sum."""
+    outs = list(fn(*inputs))
+    leaves = [t for t in inputs if t.requires_grad and t.is_leaf]
+    total = sum(o.double().sum() for o in outs if o.requires_grad and o.dtype.is_floating_point)
+    grads = torch.autograd.grad(total, leaves, allow_unused=True) if leaves and torch.is_tensor(total) else ()
+    return [o.detach() for o in outs], [t.detach() for t in inputs], [g for g in grads if g is not None]
+
+
+@settings(max_examples=15, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(frozenset(FEATURES)))
+def test_both_tiers_give_eager_answers_on_random_programs(program):
+    fn = program.make_function()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = _outputs_and_grads(fn, program.make_inputs())
+        except Exception:  # eager rejects the program: nothing to compare
+            return
+        ex = FuseWhatInductorWould()
+        jf = thunder.jit(fn, executors=[ex, *thunder.get_default_executors()])
+        tiers_seen = []
+        for release in (False, True):
+            if release:
+                ex.release.set()
+                assert thunder.wait_for_fusion(jf, timeout=60)
+            actual = _outputs_and_grads(jf, program.make_inputs())
+            tiers_seen.append(thunder.fusion_states(jf)[0])
+            for got, want in zip(actual, expected):
+                assert len(got) == len(want), program.repro()
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype, program.repro()
+                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")
+    # (a program with no region that waits to compile may be swapped before its first call runs)
+    assert tiers_seen == ["unfused", "fused"] or (not ex.compiled_on and tiers_seen[1] == "fused")
+
+
+def test_a_region_whose_example_call_raises_compiles_at_its_first_real_call():
+    """Zeros are not valid for every input (a saved RNG state): the region is left to its first real call."""
+
+    class PickyFusion(SlowFusion):
+        def fuse_region(self, region):
+            run = super().fuse_region(region)
+
+            def picky(*args):
+                if all(not a.any() for a in args if isinstance(a, torch.Tensor)):
+                    raise RuntimeError("these values make no sense")
+                return run(*args)
+
+            return picky
+
+    ex = PickyFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    _check_against_eager(jf, _fn, a, b)
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    assert thunder.fusion_states(jf) == ["fused"] and not ex.compiled_on
+    _check_against_eager(jf, _fn, a, b)
+    assert ex.compiled_on and set(ex.compiled_on) == {threading.current_thread().name}
