@@ -291,3 +291,48 @@ def test_bad_options_are_named():
         thunderfx(lambda x: x, executors=["no_such_executor"])
     with pytest.raises(TypeError, match="thunderfx expects a function or an nn.Module"):
         thunderfx(3)
+
+
+def test_steady_state_training_compiles_nothing(monkeypatch):
+    # Dynamo inlined thunder's global module-registration hook (HF slices ``self.layers[:n]``) and
+    # guarded on the size of thunder's tracked-module set, which each compile grows: every call
+    # recompiled every graph. Compiles must equal the Thunder regions of the graphs Dynamo handed over.
+    transformers = pytest.importorskip("transformers")
+    compiles = []
+    real_compile_entry = thunder.compiler.compile_entry
+
+    def counting_compile_entry(cd, args, kwargs):
+        compiles.append(cd)
+        return real_compile_entry(cd, args, kwargs)
+
+    monkeypatch.setattr(thunder.compiler, "compile_entry", counting_compile_entry)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    backend = ThunderCompiler()
+    compiled = torch.compile(model, backend=backend)
+    counts = []
+    for step in range(4):
+        tokens = torch.randint(0, config.vocab_size, (2, 12))  # new values, same shapes
+        model.zero_grad()
+        loss = compiled(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        actual_grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(input_ids=tokens, labels=tokens).loss
+        expected.backward()
+        torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-4)
+        for a, p in zip(actual_grads, model.parameters()):
+            torch.testing.assert_close(a, p.grad, atol=1e-4, rtol=1e-4)
+        counts.append(len(compiles))
+    regions = [r for info in backend.subgraph_infos for r in info.regions if r.kind == "thunder"]
+    assert regions and counts == [len(regions)] * 4, (counts, backend.report())
+    assert len({id(cd) for cd in compiles}) == len(compiles)  # one compile per region, none repeated

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["structure_version", "track_module", "is_plain", "guard_value", "code_dependencies"]
+__all__ = ["structure_version", "track_module", "install_structure_hooks", "is_plain", "guard_value", "code_dependencies"]
 
 # bumped whenever a parameter, buffer or submodule of a traced module is registered or replaced
 _structure_version = [0]
@@ -35,11 +35,23 @@ _hooks_installed = [False]
 
 
 def _on_registration(module, name, value):
+    # Dynamo inlines global module hooks into the graphs it captures (``self.layers[:n]`` builds a
+    # ModuleList): reading ``_tracked`` there makes it guard on the set's size, which every
+    # thunder.jit changes, so each call would recompile. A module built while Dynamo traces is
+    # new, never tracked; Dynamo folds this test to a constant and guards on nothing.
+    if torch.compiler.is_compiling():
+        return
     if module in _tracked:
         _structure_version[0] += 1
 
 
-def _install_hooks() -> None:
+def install_structure_hooks() -> None:
+    """Installs PyTorch's global registration hooks that bump ``structure_version`` (idempotent).
+
+    ``track_module`` installs them; a ``torch.compile`` backend installs them before Dynamo first
+    traces, because Dynamo guards on how many global hooks there are (installing them later would
+    make its first graphs recompile once).
+    """
     if _hooks_installed[0]:
         return
     from torch.nn.modules import module as mm
@@ -57,7 +69,7 @@ def _install_hooks() -> None:
 
 def track_module(module: torch.nn.Module) -> None:
     """Registrations on ``module`` from now on invalidate the cache entries that read it."""
-    _install_hooks()
+    install_structure_hooks()
     _tracked.add(module)
 
 
