@@ -205,9 +205,11 @@ def _code_objects(code: types.CodeType, acc: list) -> None:
 _MISSING = object()
 
 
-def code_dependencies(functions, trace_only: list | None = None):
+def code_dependencies(functions, trace_only: list | None = None, visited: list | None = None):
     """The globals ``(namespace, name, value)`` and closure cells ``(cell, name, value)`` the
     functions read, following the user's own functions they call through globals.
+
+    The Python functions followed are appended to ``visited`` (see ``function_state``).
 
     Python modules (``torch``, ``F``) are not guarded: their attributes are looked up at call time.
     Calls that only run while tracing (``print``, the ``random`` module) are appended to
@@ -223,6 +225,8 @@ def code_dependencies(functions, trace_only: list | None = None):
         if not isinstance(fn, types.FunctionType) or id(fn) in seen:
             continue
         seen.add(id(fn))
+        if visited is not None:
+            visited.append(fn)
         g = fn.__globals__
         codes: list = []
         _code_objects(fn.__code__, codes)
@@ -251,6 +255,32 @@ def code_dependencies(functions, trace_only: list | None = None):
                 if isinstance(value, types.FunctionType) and _own_code(value):
                     todo.append(value)
     return list(globals_read.values()), list(cells.values())
+
+
+def function_state(functions) -> list[tuple[Any, str, Any]]:
+    """``(function, attribute, value)`` for the state of the functions that their code can read.
+
+    Their ``__defaults__`` and ``__kwdefaults__`` (when set), and each attribute of a function's
+    ``__dict__`` whose name some of the functions' code reads as an attribute (``fn.flag``): the
+    program specialises on them as on globals.
+    """
+    names: set[str] = set()
+    for fn in functions:
+        codes: list = []
+        _code_objects(fn.__code__, codes)
+        for code in codes:
+            names.update(code.co_names)
+    out = []
+    for fn in functions:
+        if fn.__defaults__ is not None:
+            out.append((fn, "__defaults__", fn.__defaults__))
+        if fn.__kwdefaults__ is not None:
+            out.append((fn, "__kwdefaults__", fn.__kwdefaults__))
+        d = fn.__dict__
+        if d:
+            for name in names.intersection(d):
+                out.append((fn, name, d[name]))
+    return out
 
 
 _TRACE_ONLY_MODULES = ("random", "numpy.random")

@@ -38,6 +38,7 @@ from thunder.tracing.errors import (
     innermost_frame,
     user_frame,
 )
+from thunder.tracing.rng import patched_rng
 from thunder.tracing.vmap import batched_call, has_batched, patched_vmap, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -105,6 +106,12 @@ class TracingTensor(torch.Tensor):
     def _thunder_proxy(self, value: TensorProxy) -> None:
         self._tt_value = value
 
+    @property
+    def __class__(self):
+        # user code sees the class of the tensor it stands for (x.__class__.__name__ == "Tensor"); Python's
+        # own type() and isinstance(x, TracingTensor) still see the stand-in
+        return torch.nn.Parameter if getattr(self, "_is_param", False) else torch.Tensor
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         tracer = _current_tracer[-1]
@@ -128,6 +135,18 @@ class TracingTensor(torch.Tensor):
         return f'TracingTensor({p.name}: "{p.type_string()}")'
 
 
+# type(x).__name__ in user code reads "Tensor", as for the tensor it stands for
+TracingTensor.__name__ = "Tensor"
+
+
+def _type_string(t: torch.Tensor) -> str:
+    """What ``t.type()`` returns in eager for a tensor of ``t``'s dtype and device ("torch.cuda.FloatTensor")."""
+    with torch._C.DisableTorchFunction():
+        name = torch.empty((), dtype=t.dtype, device="meta").type()  # "torch.meta.FloatTensor"
+    device = t.device.type
+    return name.replace("torch.meta.", "torch." if device == "cpu" else f"torch.{device}.", 1)
+
+
 class _TracingMode(TorchFunctionMode):
     def __init__(self, tracer):
         super().__init__()
@@ -144,6 +163,7 @@ class _TracingMode(TorchFunctionMode):
         self._patches = contextlib.ExitStack()
         self._patches.enter_context(self._function_apply)
         self._patches.enter_context(self._vmap)
+        self._patches.enter_context(patched_rng())
         try:
             return super().__enter__()
         except BaseException:
@@ -282,6 +302,8 @@ class Tracer:
             return TracingTensor.__repr__(args[0])
         if func is T.requires_grad_:
             return args[0]
+        if func is T.type and len(args) == 1 and kwargs.get("dtype") is None and isinstance(args[0], TracingTensor):
+            return _type_string(args[0])  # the string for the real tensor, not the stand-in's meta storage
         if func in _GRAD_MODE_SWITCHES:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():
