@@ -5,6 +5,8 @@ Each test runs the same function eagerly and jitted and compares what Python see
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -166,3 +168,46 @@ def test_random_state_changes_inside_apply_on_every_call(fn):
         assert torch.equal(torch.get_rng_state(), after_eager)
         torch.testing.assert_close(torch.autograd.grad(actual.sum(), x), torch.autograd.grad(expected.sum(), x))
     assert thunder.cache_misses(jf) == 1
+
+
+class _Outputs(collections.OrderedDict):
+    def total(self):
+        return sum(v.sum() for v in self.values())
+
+
+def test_returned_dict_subclass_holds_real_tensors():
+    def f(x):
+        out = _Outputs(double=x * 2)
+        out["square"] = x * x
+        out.note = "kept"
+        return out
+
+    x = torch.randn(3, requires_grad=True)
+    expected, actual = f(x), thunder.jit(f)(x)
+    assert type(actual) is _Outputs and list(actual) == list(expected) and actual.note == "kept"
+    for k in expected:
+        assert type(actual[k]) is torch.Tensor
+        torch.testing.assert_close(actual[k], expected[k])
+    torch.testing.assert_close(torch.autograd.grad(actual.total(), x), torch.autograd.grad(expected.total(), x))
+
+
+def test_returned_closure_captures_real_tensors():
+    def f(x):
+        y = x.exp()
+        pair = [x * 3, 1.5]
+
+        def scale(z):
+            return z * y + pair[0] * pair[1]
+
+        return scale, y.sum()
+
+    jf = thunder.jit(f)
+    x = torch.randn(3, requires_grad=True)
+    (escale, esum), (ascale, asum) = f(x), jf(x)
+    z = torch.randn(3)
+    torch.testing.assert_close(asum, esum)
+    torch.testing.assert_close(ascale(z), escale(z))
+    assert ascale.__name__ == "scale"
+    torch.testing.assert_close(torch.autograd.grad(ascale(z).sum(), x), torch.autograd.grad(escale(z).sum(), x))
+    x2 = torch.randn(3)  # a cached call returns a closure over this call's values
+    torch.testing.assert_close(jf(x2)[0](z), f(x2)[0](z))

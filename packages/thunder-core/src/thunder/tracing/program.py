@@ -21,6 +21,7 @@ from thunder.tracing import guards
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
+from thunder.tracing.returned_functions import with_returned_closures
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
     Tracer,
@@ -620,6 +621,9 @@ def _collect_output(result, objects: list[_ObjectArgument]):
     extra: list = []
     updates = _plan_object_updates(objects, extra)
     copies = {id(o.copy) for o in objects}
+    result = with_returned_closures(
+        result, lambda x: isinstance(x, TracingTensor), lambda x: id(x) in copies or isinstance(x, torch.Tensor)
+    )
     needed = updates + [o for o in objects if o not in updates and _contains(result, o.copy)]
     if _printable(result) and not needed:
         return unwrap(result), None, []
