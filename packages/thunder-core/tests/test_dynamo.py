@@ -320,7 +320,7 @@ def test_steady_state_training_compiles_nothing(monkeypatch):
     backend = ThunderCompiler()
     compiled = torch.compile(model, backend=backend)
     counts = []
-    for step in range(4):
+    for _ in range(4):
         tokens = torch.randint(0, config.vocab_size, (2, 12))  # new values, same shapes
         model.zero_grad()
         loss = compiled(input_ids=tokens, labels=tokens).loss

@@ -433,9 +433,11 @@ def _scaled(name: str, t, value):
     if isinstance(value, TensorProxy):
         check(
             value.ndim == 0 and not value.requires_grad,
-            lambda: f"{name}(): argument 'value' must be a Number or a 0-d tensor that does not require grad "
-            "(PyTorch reads it as a number), not a tensor of shape "
-            f"{tuple(value.shape)}{' that requires grad' if value.requires_grad else ''}",
+            lambda: (
+                f"{name}(): argument 'value' must be a Number or a 0-d tensor that does not require grad "
+                "(PyTorch reads it as a number), not a tensor of shape "
+                f"{tuple(value.shape)}{' that requires grad' if value.requires_grad else ''}"
+            ),
             exception_type=TypeError,
         )
         from thunder.torch.shape import detach

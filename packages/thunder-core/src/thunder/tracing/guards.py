@@ -26,7 +26,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["structure_version", "track_module", "install_structure_hooks", "is_plain", "guard_value", "code_dependencies"]
+__all__ = [
+    "structure_version",
+    "track_module",
+    "install_structure_hooks",
+    "is_plain",
+    "guard_value",
+    "code_dependencies",
+]
 
 # bumped whenever a parameter, buffer or submodule of a traced module is registered or replaced
 _structure_version = [0]

@@ -28,9 +28,7 @@ class _ReturnedFunction:
 
 
 def _rebuild(fn: types.FunctionType, contents) -> types.FunctionType:
-    cells = tuple(
-        old if value is _EMPTY else types.CellType(value) for old, value in zip(fn.__closure__, contents)
-    )
+    cells = tuple(old if value is _EMPTY else types.CellType(value) for old, value in zip(fn.__closure__, contents))
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
@@ -80,6 +78,4 @@ def with_returned_closures(result, is_stand_in, keep=lambda x: False):
     leaves = pytree.tree_leaves(result, is_leaf=keep)
     if not any(_captures(leaf, is_stand_in) for leaf in leaves):
         return result
-    return pytree.tree_map(
-        lambda x: _as_node(x, is_stand_in) if _captures(x, is_stand_in) else x, result, is_leaf=keep
-    )
+    return pytree.tree_map(lambda x: _as_node(x, is_stand_in) if _captures(x, is_stand_in) else x, result, is_leaf=keep)
