@@ -213,6 +213,9 @@ def run_models(args) -> int:
                 inductor=not (args.smoke or args.no_inductor),
                 log=log,
             )
+        except ModuleNotFoundError as e:  # an optional model package (litgpt) that is not installed
+            results[name] = {"skipped": f"{e.name} is not installed"}
+            log(f"{name}: skipped ({e.name} is not installed)")
         except Exception as e:
             results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
             log(f"{name}: {results[name]['error']}")

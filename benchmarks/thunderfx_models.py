@@ -242,6 +242,8 @@ def smoke_failures(results: dict, tolerance: float = 1e-4) -> list[str]:
     """What ``--smoke`` fails on: a model that did not run, differs from eager, or recompiled when steady."""
     failed = []
     for name, r in results.items():
+        if "skipped" in r:
+            continue
         if "error" in r:
             failed.append(f"{name}: {r['error']}")
         elif r["compiles_steady"] != 0:
