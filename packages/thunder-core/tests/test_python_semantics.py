@@ -41,12 +41,22 @@ def test_tensor_class_and_type_string_are_the_real_ones():
 
 def test_type_conversion_with_a_tensor_type():
     def f(x):
-        return x.type(torch.DoubleTensor) + 1, x.type(torch.float16)
+        return x.type(torch.DoubleTensor) + 1, x.type(torch.float16), x.type("torch.HalfTensor"), x.type(x.type())
 
     x = torch.randn(3)
     for a, e in zip(thunder.jit(f)(x), f(x)):
         assert a.dtype == e.dtype
         torch.testing.assert_close(a, e)
+
+
+def test_type_conversion_with_an_unknown_type_name_is_refused():
+    def f(x):
+        return x.type("torch.NoSuchTensor")
+
+    with pytest.raises(ValueError, match="NoSuchTensor"):
+        f(torch.randn(2))
+    with pytest.raises(ValueError, match="NoSuchTensor"):
+        thunder.jit(f)(torch.randn(2))
 
 
 def flagged(x):
