@@ -221,3 +221,21 @@ def test_returned_closure_captures_real_tensors():
     torch.testing.assert_close(torch.autograd.grad(ascale(z).sum(), x), torch.autograd.grad(escale(z).sum(), x))
     x2 = torch.randn(3)  # a cached call returns a closure over this call's values
     torch.testing.assert_close(jf(x2)[0](z), f(x2)[0](z))
+
+
+def test_numpy_constants_trace_and_numpy_on_a_tensor_is_refused_naming_the_line():
+    np = pytest.importorskip("numpy")
+
+    def constant(x):
+        return x + torch.from_numpy(np.arange(3, dtype=np.float32))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(thunder.jit(constant)(x), constant(x))
+
+    def on_tensor(x):
+        return torch.from_numpy(np.exp(x.numpy()))  # values needed while tracing
+
+    with pytest.raises(Exception, match="NumPy") as info:
+        thunder.jit(on_tensor)(x)
+    message = str(info.value)
+    assert "np.exp(x.numpy())" in message and "x.sum() for np.sum" in message

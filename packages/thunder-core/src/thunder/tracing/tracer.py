@@ -217,6 +217,10 @@ _METADATA = {getattr(T, n).__get__ for n in _METADATA_NAMES if hasattr(T, n)} | 
 }
 _NONE_ATTRIBUTES = {T.grad_fn.__get__, T.grad.__get__, T._base.__get__}
 
+_NUMPY = (
+    "convert a tensor to NumPy (NumPy computes on values; the torch function of the same name, such as "
+    "x.sum() for np.sum(x.numpy()), traces)"
+)
 _DATA_DEPENDENT = {
     T.__bool__: "convert a tensor to a Python bool (an `if`, `while`, `and`/`or` or `assert` on a tensor)",
     T.item: "read a tensor's value with .item()",
@@ -225,8 +229,8 @@ _DATA_DEPENDENT = {
     T.__float__: "convert a tensor to a Python float",
     T.__index__: "use a tensor as a Python index",
     T.__complex__: "convert a tensor to a Python complex",
-    T.numpy: "convert a tensor to NumPy",
-    T.__array__: "convert a tensor to NumPy",
+    T.numpy: _NUMPY,
+    T.__array__: _NUMPY,
     T.__contains__: "test membership in a tensor (`x in t`)",
     T.data_ptr: "read a tensor's data pointer",
     T.untyped_storage: "access a tensor's storage",
