@@ -427,7 +427,7 @@ def is_number(x) -> bool:
     return isinstance(x, (Number, torch.SymInt, torch.SymFloat))
 
 
-def _scaled(name: str, t, value):
+def _times_value(name: str, t, value):
     """``t * value`` for addcmul/addcdiv's ``value``: a number, or a 0-d tensor that PyTorch reads as a number
     (no gradient reaches it; it is cast to the result's dtype, as eager casts the number)."""
     if isinstance(value, TensorProxy):
@@ -448,12 +448,12 @@ def _scaled(name: str, t, value):
 
 @torchsymbol(torch.addcmul, T.addcmul, method_name="addcmul")
 def addcmul(a, tensor1, tensor2, *, value=1):
-    return add(a, _scaled("addcmul", mul(tensor1, tensor2), value))
+    return add(a, _times_value("addcmul", mul(tensor1, tensor2), value))
 
 
 @torchsymbol(torch.addcdiv, T.addcdiv, method_name="addcdiv")
 def addcdiv(a, tensor1, tensor2, *, value=1):
-    return add(a, _scaled("addcdiv", true_divide(tensor1, tensor2), value))
+    return add(a, _times_value("addcdiv", true_divide(tensor1, tensor2), value))
 
 
 _inplace(T.addcmul_, addcmul)
