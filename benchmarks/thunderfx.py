@@ -16,6 +16,11 @@ model WITHOUT the hook (``thunder.jit`` cannot run the hook; its error is report
     python benchmarks/thunderfx.py                      # 4 layers, batch 2 x 128 tokens
     python benchmarks/thunderfx.py --layers 2 --steps 5
     python benchmarks/thunderfx.py --no-inductor        # skip torch.compile's (slow) first call
+    python benchmarks/thunderfx.py --models all         # HF Llama, Mixtral, Qwen2-MoE, Longformer, ELECTRA
+                                                        # and LitGPT Mixtral through backend="thunder"
+                                                        # (see thunderfx_models.py)
+    python benchmarks/thunderfx.py --models all --smoke # tiny sizes, no Inductor; status 1 on a
+                                                        # failure, a mismatch or a steady-state compile (CI)
 
 Prints exactly one JSON object on stdout; progress goes to stderr.
 """
@@ -105,7 +110,11 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile with Inductor")
+    parser.add_argument("--models", nargs="+", help="run the model sweep instead: names or 'all' (thunderfx_models.py)")
+    parser.add_argument("--smoke", action="store_true", help="with --models: tiny sizes, 2 steps, no Inductor")
     args = parser.parse_args()
+    if args.models:
+        sys.exit(run_models(args))
 
     thunder, thunderfx, GPT, Config = import_or_exit()
     torch.manual_seed(0)
@@ -183,6 +192,45 @@ def main() -> None:
         "threads": torch.get_num_threads(),
     }
     print(json.dumps(results, indent=2))
+
+
+def run_models(args) -> int:
+    """The ``--models`` sweep (thunderfx_models.py): prints its JSON, returns the exit status."""
+    import thunderfx_models
+
+    names = list(thunderfx_models.MODELS) if "all" in args.models else args.models
+    unknown = [n for n in names if n not in thunderfx_models.MODELS]
+    if unknown:
+        sys.exit(f"--models: unknown {unknown}; choose from {list(thunderfx_models.MODELS)} or 'all'")
+    results: dict = {}
+    for name in names:
+        try:
+            results[name] = thunderfx_models.run_model(
+                name,
+                smoke=args.smoke,
+                steps=2 if args.smoke else args.steps,
+                warmup=1 if args.smoke else 2,
+                inductor=not (args.smoke or args.no_inductor),
+                log=log,
+            )
+        except ModuleNotFoundError as e:  # an optional model package (litgpt) that is not installed
+            results[name] = {"skipped": f"{e.name} is not installed"}
+            log(f"{name}: skipped ({e.name} is not installed)")
+        except Exception as e:
+            results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            log(f"{name}: {results[name]['error']}")
+    failures = thunderfx_models.smoke_failures(results)
+    out = {
+        "models": results,
+        "smoke": args.smoke,
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "thunder_core": _version("thunder-core"),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()},
+        "failures": failures,
+    }
+    print(json.dumps(out, indent=2))
+    return 1 if (args.smoke and failures) else 0
 
 
 def _version(dist: str) -> str | None:

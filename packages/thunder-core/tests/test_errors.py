@@ -139,3 +139,18 @@ def test_matmul_mismatch_raises_eagers_exception_type():
 def test_jit_of_non_callable_raises_type_error():
     with pytest.raises(TypeError):
         thunder.jit(3)
+
+
+def test_data_dependent_errors_show_the_thunderfx_one_line_change():
+    def branch(x):
+        return x * 2 if x.sum() > 0 else x
+
+    def loop_over_nonzero(x):
+        return x[: len(x.nonzero())] if len(x.nonzero()) > 1 else x
+
+    x = torch.randn(4)
+    for fn in (branch, loop_over_nonzero):
+        with pytest.raises(Exception, match=r'torch\.compile\(model, backend="thunder"\)') as info:
+            thunder.jit(fn)(x)
+        assert "docs/dynamo.md" in str(info.value)
+        torch.testing.assert_close(torch.compile(fn, backend="thunder")(x), fn(x))  # and the change runs it

@@ -509,6 +509,37 @@ make_prim(
 )
 
 
+# the global random number generators, changed by the program (torch.manual_seed, set_rng_state inside it):
+# run at their place in the program on every call; `device` is "cpu" or "cuda:<i>"
+def _rng_seed_meta(seed: int) -> None:
+    check(isinstance(seed, int), lambda: f"rng_seed: expected a Python int seed, got {type(seed).__name__}")
+    return None
+
+
+def _rng_get_state_meta(device: str) -> TensorProxy:
+    import torch
+
+    # (through the generators: torch.get_rng_state is replaced while tracing)
+    if device == "cpu":
+        size = torch.default_generator.get_state().numel()
+    else:
+        size = torch.cuda.default_generators[torch.device(device).index].get_state().numel()
+    return TensorProxy(shape=(size,), device=devices.to_device("cpu"), dtype=dtypes.uint8)
+
+
+def _rng_set_state_meta(state: TensorProxy, device: str) -> None:
+    check(
+        state.dtype is dtypes.uint8 and state.ndim == 1,
+        lambda: f"set_rng_state: expected a 1-d uint8 state tensor, got {state.dtype} of shape {tuple(state.shape)}",
+    )
+    return None
+
+
+make_prim("rng_seed", _rng_seed_meta, tags=(OpTags.DONT_DCE, OpTags.RANDOM))
+make_prim("rng_get_state", _rng_get_state_meta, tags=(OpTags.DONT_DCE, OpTags.RANDOM))
+make_prim("rng_set_state", _rng_set_state_meta, tags=(OpTags.DONT_DCE, OpTags.RANDOM))
+
+
 def _device_put_meta(a, device):
     return TensorProxy(like=a, device=devices.to_device(device))
 

@@ -16,6 +16,7 @@ optree's own nodes (tuples, lists, dicts, named tuples, ``torch.return_types`` s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import types
@@ -168,6 +169,30 @@ def _dataclass_node(cls: type) -> None:
     register_node(cls, flatten, unflatten)
 
 
+_KNOWN_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
+
+
+def _dict_subclass_node(cls: type) -> None:
+    """A user's dict subclass (``class Outputs(OrderedDict)``): its items are children, rebuilt into a new
+    instance of ``cls`` (``__init__`` not called) with the same instance attributes."""
+
+    def flatten(x):
+        return list(x.values()), (tuple(x.keys()), tuple(getattr(x, "__dict__", {}).items()))
+
+    def unflatten(meta, children):
+        keys, attributes = meta
+        obj = cls.__new__(cls)
+        # (the base class's item setter: the user's __setitem__ may have effects; OrderedDict keeps its order list)
+        setitem = collections.OrderedDict.__setitem__ if isinstance(obj, collections.OrderedDict) else dict.__setitem__
+        for key, child in zip(keys, children):
+            setitem(obj, key, child)
+        for name, value in attributes:
+            object.__setattr__(obj, name, value)
+        return obj
+
+    register_node(cls, flatten, unflatten)
+
+
 def register_object_type(cls: type) -> None:
     """Registers a plain class as a node whose children are its instance ``__dict__`` (in order).
 
@@ -233,6 +258,8 @@ def _discover(x, depth: int) -> None:
             _discover(y, depth + 1)
         return
     if t is dict or (isinstance(x, dict) and not dataclasses.is_dataclass(x)):
+        if t not in _KNOWN_DICTS and t not in _registered:
+            _dict_subclass_node(t)
         for y in x.values():
             _discover(y, depth + 1)
         return

@@ -208,6 +208,10 @@ class ThunderCompiler:
         self.thunder_options = thunder_options
         self.subgraph_infos: list[SubgraphInfo] = []
         import thunder
+        from thunder.tracing.guards import install_structure_hooks
+
+        # before Dynamo traces: it guards on the number of global module hooks
+        install_structure_hooks()
 
         # fail now, not on the first call, for bad executors= or cache= values
         thunder.compiler.build_compile_data(

@@ -166,6 +166,29 @@ def node_support(node: torch.fx.Node, *, opaque_ops: str = "fallback") -> NodeSu
     return no("Thunder has no torch-language symbol for this operation")
 
 
+_FUNCTORCH_MODULES = ("torch._functorch.predispatch", "torch._C._functorch", "torch._functorch.vmap")
+
+
+def _transform_nesting(node: torch.fx.Node) -> int:
+    """+1 for a node entering a functorch transform level (``_vmap_increment_nesting``), -1 for one leaving
+    it, 0 for every other node."""
+    if node.op != "call_function":
+        return 0
+    target = node.target
+    if getattr(target, "__module__", None) not in _FUNCTORCH_MODULES:
+        return 0
+    name = getattr(target, "__name__", "")
+    if name.endswith("_increment_nesting"):
+        return 1
+    if name.endswith("_decrement_nesting"):
+        return -1
+    return 0
+
+
+def _is_functorch_call(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "__module__", None) in _FUNCTORCH_MODULES
+
+
 @dataclass
 class _Partition:
     supported: bool
@@ -188,10 +211,32 @@ def split_graph(
     current = -1
     previous_supported = None
     previous_state = False
+    transform_depth = 0  # inside torch.vmap / torch.func transforms Dynamo captured (HF 4.x masks)
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr", "output"):
             continue
-        support = node_support(node, opaque_ops=opaque_ops)
+        nesting = _transform_nesting(node)
+        if _is_functorch_call(node) or transform_depth:
+            # the transform's own calls and everything under it run in the fallback, in order: Thunder's
+            # programs (an autograd.Function) cannot run on functorch's batched tensors
+            what = (
+                "a torch.func transform's own operation"
+                if _is_functorch_call(node)
+                else "inside a torch.func transform"
+            )
+            support = NodeSupport(
+                False,
+                SplitReason(
+                    node.name,
+                    op_name(node),
+                    f"{what} (functorch): runs as is in the fallback",
+                    location_from_stack_trace(node.meta.get("stack_trace")),
+                ),
+                computes=True,
+            )
+            transform_depth += nesting
+        else:
+            support = node_support(node, opaque_ops=opaque_ops)
         is_state = node.op == "call_function" and node.target in GLOBAL_STATE_FUNCTIONS
         # Python-level nodes (metadata, arithmetic on sizes, getitem on tuples) join whatever region
         # they follow; a grad-mode or autocast change is a region of its own

@@ -313,6 +313,21 @@ def uniform(shape, minval, maxval, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval)
 
 
+def rng_seed(seed):
+    torch.manual_seed(seed)
+
+
+def rng_get_state(device):
+    return torch.get_rng_state() if device == "cpu" else torch.cuda.get_rng_state(device)
+
+
+def rng_set_state(state, device):
+    if device == "cpu":
+        torch.set_rng_state(state)
+    else:
+        torch.cuda.set_rng_state(state, device)
+
+
 def device_put(a, device):
     return a.to(devices.to_torch_device(device))
 
@@ -348,6 +363,9 @@ for _prim, _impl in (
     (prims.sort, sort),
     (prims.iota, iota),
     (prims.uniform, uniform),
+    (prims.rng_seed, rng_seed),
+    (prims.rng_get_state, rng_get_state),
+    (prims.rng_set_state, rng_set_state),
     (prims.device_put, device_put),
     (prims.copy_, copy_),
 ):

@@ -8,6 +8,7 @@ import torch
 
 from thunder import clang
 from thunder.core import devices, dtypes, prims
+from thunder.core.checks import check
 from thunder.core.proxies import TensorProxy
 from thunder.torch.registry import register_torch_alias, torchsymbol
 
@@ -76,6 +77,24 @@ char = _cast("char", dtypes.int8)
 def type(a, dtype=None, non_blocking=False):
     if dtype is None:
         raise NotImplementedError("Tensor.type() without a dtype returns a string")
+    if isinstance(dtype, str) or getattr(dtype, "is_cuda", None) is not None:
+        # a legacy tensor type, by name ("torch.cuda.HalfTensor") or class (torch.DoubleTensor): its dtype and device
+        cls = dtype
+        if isinstance(dtype, str):
+            cls = torch
+            for part in dtype.split(".")[1:] if dtype.startswith("torch.") else ():
+                cls = getattr(cls, part, None)
+            check(
+                builtins.isinstance(cls, builtins.type)
+                and builtins.isinstance(getattr(cls, "dtype", None), torch.dtype),
+                lambda: f"invalid type: {dtype!r}",
+                exception_type=ValueError,
+            )
+        out = clang.maybe_convert_to_dtype(a, cls.dtype)
+        wants_cuda = builtins.bool(cls.is_cuda)
+        if wants_cuda != (a.device.devicetype is devices.DeviceType.CUDA):
+            out = to(out, torch.device("cuda" if wants_cuda else "cpu"))
+        return out
     return clang.maybe_convert_to_dtype(a, dtype)
 
 

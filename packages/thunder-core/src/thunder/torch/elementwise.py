@@ -427,15 +427,33 @@ def is_number(x) -> bool:
     return isinstance(x, (Number, torch.SymInt, torch.SymFloat))
 
 
+def _times_value(name: str, t, value):
+    """``t * value`` for addcmul/addcdiv's ``value``: a number, or a 0-d tensor that PyTorch reads as a number
+    (no gradient reaches it; it is cast to the result's dtype, as eager casts the number)."""
+    if isinstance(value, TensorProxy):
+        check(
+            value.ndim == 0 and not value.requires_grad,
+            lambda: (
+                f"{name}(): argument 'value' must be a Number or a 0-d tensor that does not require grad "
+                "(PyTorch reads it as a number), not a tensor of shape "
+                f"{tuple(value.shape)}{' that requires grad' if value.requires_grad else ''}"
+            ),
+            exception_type=TypeError,
+        )
+        from thunder.torch.shape import detach
+
+        return mul(t, clang.maybe_convert_to_dtype(detach(value), t.dtype))
+    return mul(t, value) if value != 1 else t
+
+
 @torchsymbol(torch.addcmul, T.addcmul, method_name="addcmul")
 def addcmul(a, tensor1, tensor2, *, value=1):
-    return add(a, mul(mul(tensor1, tensor2), value) if value != 1 else mul(tensor1, tensor2))
+    return add(a, _times_value("addcmul", mul(tensor1, tensor2), value))
 
 
 @torchsymbol(torch.addcdiv, T.addcdiv, method_name="addcdiv")
 def addcdiv(a, tensor1, tensor2, *, value=1):
-    q = true_divide(tensor1, tensor2)
-    return add(a, mul(q, value) if value != 1 else q)
+    return add(a, _times_value("addcdiv", true_divide(tensor1, tensor2), value))
 
 
 _inplace(T.addcmul_, addcmul)

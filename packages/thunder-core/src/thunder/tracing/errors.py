@@ -57,6 +57,14 @@ def describe_location(frame, lineno: int | None = None) -> str:
     return f"{where}\n    {text}" if text else where
 
 
+# the one-line change that runs such a program: Dynamo breaks the graph where Python needs a value
+THUNDERFX_HINT = (
+    "Or run it through ThunderFX, which splits the program where Python needs a tensor's value and compiles the "
+    'rest with thunder: replace `thunder.jit(model)` with `torch.compile(model, backend="thunder")` (see '
+    "docs/dynamo.md)."
+)
+
+
 def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError:
     """A decision on a size that depends on tensor values (how many elements a mask selects), which is only known
     when the program runs; ``tb`` (the error's traceback) or ``frame`` locate the user's line."""
@@ -76,8 +84,8 @@ def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError
     return TracingError(
         f"thunder.jit needs {what}, but that size depends on tensor values (the output of nonzero, a boolean mask, "
         "torch.where(cond)) and is only known when the program runs (a Python loop over such a tensor, an `if` on "
-        "its size); compute without branching on that size, move that code out of the jitted function, or use "
-        f"thunder.dynamo.thunderfx, which splits the program there\n  {location}"
+        "its size); compute without branching on that size, or move that code out of the jitted function.\n"
+        f"  {location}\n{THUNDERFX_HINT}"
     )
 
 
@@ -87,6 +95,5 @@ def data_dependent_error(what: str, frame) -> DataDependentControlFlowError:
         f"program once with stand-in tensors and specialises on everything Python sees.\n"
         f"  {describe_location(frame)}\n"
         "Compute the result with tensor operations instead (for example torch.where instead of an if on a tensor), "
-        "move this code out of the jitted function, or compile with thunder.dynamo.thunderfx, which splits the "
-        "program at such points."
+        f"or move this code out of the jitted function.\n{THUNDERFX_HINT}"
     )

@@ -26,7 +26,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["structure_version", "track_module", "is_plain", "guard_value", "code_dependencies"]
+__all__ = [
+    "structure_version",
+    "track_module",
+    "install_structure_hooks",
+    "is_plain",
+    "guard_value",
+    "code_dependencies",
+]
 
 # bumped whenever a parameter, buffer or submodule of a traced module is registered or replaced
 _structure_version = [0]
@@ -35,11 +42,23 @@ _hooks_installed = [False]
 
 
 def _on_registration(module, name, value):
+    # Dynamo inlines global module hooks into the graphs it captures (``self.layers[:n]`` builds a
+    # ModuleList): reading ``_tracked`` there makes it guard on the set's size, which every
+    # thunder.jit changes, so each call would recompile. A module built while Dynamo traces is
+    # new, never tracked; Dynamo folds this test to a constant and guards on nothing.
+    if torch.compiler.is_compiling():
+        return
     if module in _tracked:
         _structure_version[0] += 1
 
 
-def _install_hooks() -> None:
+def install_structure_hooks() -> None:
+    """Installs PyTorch's global registration hooks that bump ``structure_version`` (idempotent).
+
+    ``track_module`` installs them; a ``torch.compile`` backend installs them before Dynamo first
+    traces, because Dynamo guards on how many global hooks there are (installing them later would
+    make its first graphs recompile once).
+    """
     if _hooks_installed[0]:
         return
     from torch.nn.modules import module as mm
@@ -57,7 +76,7 @@ def _install_hooks() -> None:
 
 def track_module(module: torch.nn.Module) -> None:
     """Registrations on ``module`` from now on invalidate the cache entries that read it."""
-    _install_hooks()
+    install_structure_hooks()
     _tracked.add(module)
 
 
@@ -193,9 +212,11 @@ def _code_objects(code: types.CodeType, acc: list) -> None:
 _MISSING = object()
 
 
-def code_dependencies(functions, trace_only: list | None = None):
+def code_dependencies(functions, trace_only: list | None = None, visited: list | None = None):
     """The globals ``(namespace, name, value)`` and closure cells ``(cell, name, value)`` the
     functions read, following the user's own functions they call through globals.
+
+    The Python functions followed are appended to ``visited`` (see ``function_state``).
 
     Python modules (``torch``, ``F``) are not guarded: their attributes are looked up at call time.
     Calls that only run while tracing (``print``, the ``random`` module) are appended to
@@ -211,6 +232,8 @@ def code_dependencies(functions, trace_only: list | None = None):
         if not isinstance(fn, types.FunctionType) or id(fn) in seen:
             continue
         seen.add(id(fn))
+        if visited is not None:
+            visited.append(fn)
         g = fn.__globals__
         codes: list = []
         _code_objects(fn.__code__, codes)
@@ -239,6 +262,32 @@ def code_dependencies(functions, trace_only: list | None = None):
                 if isinstance(value, types.FunctionType) and _own_code(value):
                     todo.append(value)
     return list(globals_read.values()), list(cells.values())
+
+
+def function_state(functions) -> list[tuple[Any, str, Any]]:
+    """``(function, attribute, value)`` for the state of the functions that their code can read.
+
+    Their ``__defaults__`` and ``__kwdefaults__`` (when set), and each attribute of a function's
+    ``__dict__`` whose name some of the functions' code reads as an attribute (``fn.flag``): the
+    program specialises on them as on globals.
+    """
+    names: set[str] = set()
+    for fn in functions:
+        codes: list = []
+        _code_objects(fn.__code__, codes)
+        for code in codes:
+            names.update(code.co_names)
+    out = []
+    for fn in functions:
+        if fn.__defaults__ is not None:
+            out.append((fn, "__defaults__", fn.__defaults__))
+        if fn.__kwdefaults__ is not None:
+            out.append((fn, "__kwdefaults__", fn.__kwdefaults__))
+        d = fn.__dict__
+        if d:
+            for name in names.intersection(d):
+                out.append((fn, name, d[name]))
+    return out
 
 
 _TRACE_ONLY_MODULES = ("random", "numpy.random")

@@ -21,6 +21,7 @@ from thunder.tracing import guards
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
+from thunder.tracing.returned_functions import with_returned_closures
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
     Tracer,
@@ -620,6 +621,9 @@ def _collect_output(result, objects: list[_ObjectArgument]):
     extra: list = []
     updates = _plan_object_updates(objects, extra)
     copies = {id(o.copy) for o in objects}
+    result = with_returned_closures(
+        result, lambda x: isinstance(x, TracingTensor), lambda x: id(x) in copies or isinstance(x, torch.Tensor)
+    )
     needed = updates + [o for o in objects if o not in updates and _contains(result, o.copy)]
     if _printable(result) and not needed:
         return unwrap(result), None, []
@@ -887,6 +891,9 @@ def trace_program(
     )
 
 
+_IMMUTABLE_DEFAULTS = frozenset((type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device))
+
+
 def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilder):
     """Checks for the globals and closure variables read by ``fn``, the modules' forwards and their hooks."""
     functions = [fn]
@@ -897,10 +904,22 @@ def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilde
         for hooks in _HOOK_DICTS:
             functions.extend(d.get(hooks, {}).values())
     trace_only: list = []
-    globals_read, cells = guards.code_dependencies(functions, trace_only)
+    visited: list = []
+    globals_read, cells = guards.code_dependencies(functions, trace_only, visited)
     guards.warn_trace_only(trace_only)
     if not prologue.checks:
         return globals_read, cells
+    for f, attr, value in guards.function_state(visited):
+        # a function's attributes (fn.flag) and defaults, read by the code, as globals are
+        what = f"{f.__qualname__}.{attr}"
+        f_expr = prologue.constant(f, "_fn")
+        if attr == "__defaults__" and all(type(v) in _IMMUTABLE_DEFAULTS for v in value):
+            # (a tuple of immutable values changes only by assigning a new one: an identity check suffices)
+            prologue.fail_if(f"{f_expr}.{attr} is not {prologue.constant(value, '_defaults')}", what)
+        elif attr in ("__defaults__", "__kwdefaults__"):
+            guards.guard_value(prologue, f"{f_expr}.{attr}", value, what)
+        else:
+            guards.guard_value(prologue, f"{f_expr}.__dict__.get({attr!r})", value, what)
     for g, name, value in globals_read:
         ns = prologue.constant(g, "_globals")
         guards.guard_value(prologue, f"{ns}.get({name!r})", value, f"the global {name}")

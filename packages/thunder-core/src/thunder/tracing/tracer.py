@@ -38,6 +38,7 @@ from thunder.tracing.errors import (
     innermost_frame,
     user_frame,
 )
+from thunder.tracing.rng import patched_rng
 from thunder.tracing.vmap import batched_call, has_batched, patched_vmap, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -128,6 +129,20 @@ class TracingTensor(torch.Tensor):
         return f'TracingTensor({p.name}: "{p.type_string()}")'
 
 
+# type(x).__name__ and x.__class__.__name__ in user code read "Tensor", as for the tensor it stands for.
+# (type(x) itself stays the stand-in's class: a __class__ property answering torch.Tensor would run on every
+# isinstance(x, C) that fails, about 0.7 us each, all over tracing)
+TracingTensor.__name__ = "Tensor"
+
+
+def _type_string(t: torch.Tensor) -> str:
+    """What ``t.type()`` returns in eager for a tensor of ``t``'s dtype and device ("torch.cuda.FloatTensor")."""
+    with torch._C.DisableTorchFunction():
+        name = torch.empty((), dtype=t.dtype, device="meta").type()  # "torch.meta.FloatTensor"
+    device = t.device.type
+    return name.replace("torch.meta.", "torch." if device == "cpu" else f"torch.{device}.", 1)
+
+
 class _TracingMode(TorchFunctionMode):
     def __init__(self, tracer):
         super().__init__()
@@ -144,6 +159,7 @@ class _TracingMode(TorchFunctionMode):
         self._patches = contextlib.ExitStack()
         self._patches.enter_context(self._function_apply)
         self._patches.enter_context(self._vmap)
+        self._patches.enter_context(patched_rng())
         try:
             return super().__enter__()
         except BaseException:
@@ -197,6 +213,10 @@ _METADATA = {getattr(T, n).__get__ for n in _METADATA_NAMES if hasattr(T, n)} | 
 }
 _NONE_ATTRIBUTES = {T.grad_fn.__get__, T.grad.__get__, T._base.__get__}
 
+_NUMPY = (
+    "convert a tensor to NumPy (NumPy computes on values; the torch function of the same name, such as "
+    "x.sum() for np.sum(x.numpy()), traces)"
+)
 _DATA_DEPENDENT = {
     T.__bool__: "convert a tensor to a Python bool (an `if`, `while`, `and`/`or` or `assert` on a tensor)",
     T.item: "read a tensor's value with .item()",
@@ -205,8 +225,8 @@ _DATA_DEPENDENT = {
     T.__float__: "convert a tensor to a Python float",
     T.__index__: "use a tensor as a Python index",
     T.__complex__: "convert a tensor to a Python complex",
-    T.numpy: "convert a tensor to NumPy",
-    T.__array__: "convert a tensor to NumPy",
+    T.numpy: _NUMPY,
+    T.__array__: _NUMPY,
     T.__contains__: "test membership in a tensor (`x in t`)",
     T.data_ptr: "read a tensor's data pointer",
     T.untyped_storage: "access a tensor's storage",
@@ -282,6 +302,8 @@ class Tracer:
             return TracingTensor.__repr__(args[0])
         if func is T.requires_grad_:
             return args[0]
+        if func is T.type and len(args) == 1 and kwargs.get("dtype") is None and isinstance(args[0], TracingTensor):
+            return _type_string(args[0])  # the string for the real tensor, not the stand-in's meta storage
         if func in _GRAD_MODE_SWITCHES:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():

@@ -1,0 +1,239 @@
+"""Python that user code runs inside ``thunder.jit`` answers as in eager (issue 27, part 2).
+
+Each test runs the same function eagerly and jitted and compares what Python sees and returns.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+import thunder
+
+
+def _what_python_sees(x, p):
+    return (
+        x * 2,
+        type(x).__name__,
+        x.__class__.__name__,
+        x.type(),
+        x.is_cuda,
+        x.device.type,
+        isinstance(x, torch.Tensor),
+        isinstance(p, torch.nn.Parameter),
+        "half" if x.type() == "torch.FloatTensor" else "other",
+    )
+
+
+def test_tensor_class_and_type_string_are_the_real_ones():
+    x = torch.randn(3)
+    p = torch.nn.Parameter(torch.randn(2))
+    expected = _what_python_sees(x, p)
+    actual = thunder.jit(_what_python_sees)(x, p)
+    torch.testing.assert_close(actual[0], expected[0])
+    assert actual[1:] == expected[1:]
+    assert expected[1:3] == ("Tensor", "Tensor") and expected[3] == "torch.FloatTensor"
+
+
+def test_type_conversion_with_a_tensor_type():
+    def f(x):
+        return x.type(torch.DoubleTensor) + 1, x.type(torch.float16), x.type("torch.HalfTensor"), x.type(x.type())
+
+    x = torch.randn(3)
+    for a, e in zip(thunder.jit(f)(x), f(x)):
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a, e)
+
+
+def test_type_conversion_with_an_unknown_type_name_is_refused():
+    def f(x):
+        return x.type("torch.NoSuchTensor")
+
+    with pytest.raises(ValueError, match="NoSuchTensor"):
+        f(torch.randn(2))
+    with pytest.raises(ValueError, match="NoSuchTensor"):
+        thunder.jit(f)(torch.randn(2))
+
+
+def flagged(x):
+    return x + 1 if flagged.add else x - 1
+
+
+def test_function_attribute_change_recompiles():
+    jf = thunder.jit(flagged)
+    x = torch.randn(3)
+    for value in (True, False, True):
+        flagged.add = value
+        torch.testing.assert_close(jf(x), flagged(x))
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_changed_defaults_are_used():
+    def scaled(x, k=1.0, *, shift=0.0):
+        return x * k + shift
+
+    jf = thunder.jit(scaled)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), scaled(x))
+    scaled.__defaults__ = (2.0,)
+    torch.testing.assert_close(jf(x), scaled(x))
+    scaled.__kwdefaults__ = {"shift": 3.0}
+    torch.testing.assert_close(jf(x), scaled(x))
+    assert thunder.cache_misses(jf) == 3
+
+
+def test_defaults_of_a_called_helper_are_guarded():
+    def helper(x, k=1.0):
+        return x * k
+
+    def f(x):
+        return helper(x) + 1
+
+    jf = thunder.jit(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), f(x))
+    helper.__defaults__ = (5.0,)
+    torch.testing.assert_close(jf(x), f(x))
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_addcmul_and_addcdiv_with_a_zero_dim_tensor_value(inplace):
+    def f(x, a, b, t):
+        y = x.clone()
+        y = y.addcmul_(a, b, value=t) if inplace else torch.addcmul(y, a, b, value=t)
+        return y * 2, torch.addcdiv(x, a, b.abs() + 1, value=t)
+
+    x, a, b = (torch.randn(4, requires_grad=True) for _ in range(3))
+    t = torch.tensor(0.25, dtype=torch.float64)  # read as a number: the result stays float32
+    expected, actual = f(x, a, b, t), thunder.jit(f)(x, a, b, t)
+    for e, r in zip(expected, actual):
+        assert r.dtype == e.dtype
+        torch.testing.assert_close(r, e)
+    ge = torch.autograd.grad(sum(o.sum() for o in expected), (x, a, b))
+    gr = torch.autograd.grad(sum(o.sum() for o in actual), (x, a, b))
+    for e, r in zip(ge, gr):
+        torch.testing.assert_close(r, e)
+
+
+def test_addcmul_casts_a_tensor_value_to_an_integer_input_as_eager():
+    def f(x, t):
+        return torch.addcmul(x, x, x, value=t)
+
+    xi, t = torch.arange(4), torch.tensor(2.5)
+    expected = f(xi, t)
+    actual = thunder.jit(f)(xi, t)
+    assert actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected)
+
+
+def test_addcmul_value_that_requires_grad_is_refused_as_in_eager():
+    def f(x, t):
+        return torch.addcmul(x, x, x, value=t)
+
+    x, t = torch.randn(3), torch.tensor(0.5, requires_grad=True)
+    with pytest.raises(TypeError) as eager:
+        f(x, t)
+    with pytest.raises(TypeError, match="value"):
+        thunder.jit(f)(x, t)
+    assert "value" in str(eager.value)
+
+
+def _seeded(x):
+    torch.manual_seed(3)
+    return x * torch.rand(3)
+
+
+def _state_replayed(x):
+    state = torch.get_rng_state()
+    a = torch.rand(3)
+    torch.set_rng_state(state)
+    return x + a - torch.rand(3)
+
+
+def _forked(x):
+    with torch.random.fork_rng():
+        torch.random.manual_seed(1)
+        a = torch.rand(3)
+    return x * a + torch.rand(3)
+
+
+@pytest.mark.parametrize("fn", [_seeded, _state_replayed, _forked], ids=lambda f: f.__name__)
+def test_random_state_changes_inside_apply_on_every_call(fn):
+    jf = thunder.jit(fn)
+    for call in range(3):
+        torch.manual_seed(100 + call)  # the caller's state differs per call
+        torch.rand(call + 1)
+        x = torch.randn(3, requires_grad=True)
+        before = torch.get_rng_state()
+        expected = fn(x)
+        after_eager = torch.get_rng_state()
+        torch.set_rng_state(before)
+        actual = jf(x)
+        torch.testing.assert_close(actual, expected)
+        # the caller's generator is left where eager leaves it
+        assert torch.equal(torch.get_rng_state(), after_eager)
+        torch.testing.assert_close(torch.autograd.grad(actual.sum(), x), torch.autograd.grad(expected.sum(), x))
+    assert thunder.cache_misses(jf) == 1
+
+
+class _Outputs(collections.OrderedDict):
+    def total(self):
+        return sum(v.sum() for v in self.values())
+
+
+def test_returned_dict_subclass_holds_real_tensors():
+    def f(x):
+        out = _Outputs(double=x * 2)
+        out["square"] = x * x
+        out.note = "kept"
+        return out
+
+    x = torch.randn(3, requires_grad=True)
+    expected, actual = f(x), thunder.jit(f)(x)
+    assert type(actual) is _Outputs and list(actual) == list(expected) and actual.note == "kept"
+    for k in expected:
+        assert type(actual[k]) is torch.Tensor
+        torch.testing.assert_close(actual[k], expected[k])
+    torch.testing.assert_close(torch.autograd.grad(actual.total(), x), torch.autograd.grad(expected.total(), x))
+
+
+def test_returned_closure_captures_real_tensors():
+    def f(x):
+        y = x.exp()
+        pair = [x * 3, 1.5]
+
+        def scale(z):
+            return z * y + pair[0] * pair[1]
+
+        return scale, y.sum()
+
+    jf = thunder.jit(f)
+    x = torch.randn(3, requires_grad=True)
+    (escale, esum), (ascale, asum) = f(x), jf(x)
+    z = torch.randn(3)
+    torch.testing.assert_close(asum, esum)
+    torch.testing.assert_close(ascale(z), escale(z))
+    assert ascale.__name__ == "scale"
+    torch.testing.assert_close(torch.autograd.grad(ascale(z).sum(), x), torch.autograd.grad(escale(z).sum(), x))
+    x2 = torch.randn(3)  # a cached call returns a closure over this call's values
+    torch.testing.assert_close(jf(x2)[0](z), f(x2)[0](z))
+
+
+def test_numpy_constants_trace_and_numpy_on_a_tensor_is_refused_naming_the_line():
+    np = pytest.importorskip("numpy")
+
+    def constant(x):
+        return x + torch.from_numpy(np.arange(3, dtype=np.float32))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(thunder.jit(constant)(x), constant(x))
+
+    def on_tensor(x):
+        return torch.from_numpy(np.exp(x.numpy()))  # values needed while tracing
+
+    with pytest.raises(Exception, match="NumPy") as info:
+        thunder.jit(on_tensor)(x)
+    message = str(info.value)
+    assert "np.exp(x.numpy())" in message and "x.sum() for np.sum" in message
