@@ -247,3 +247,73 @@ def test_conv_bn_relu_pool_backward_uses_native_kernels():
         "adaptive_avg_pool_backward",
     ):
         assert kernel in src, kernel
+
+
+# ---------------------------------------------------------------- the norms' decompositions (what fusion executors fuse)
+
+
+class _DecomposingFusion(thunder.extend.FusionExecutor):
+    """Fuses the native norm symbols and runs their decompositions (prims), as a fusion executor would."""
+
+    region_name = "decomposed"
+
+    def __init__(self):
+        super().__init__("decomposing_fusion")
+        self.fused: list[str] = []
+
+    def can_fuse(self, bsym) -> bool:
+        return bsym.sym.name.startswith(("native_batch_norm", "native_layer_norm", "native_group_norm"))
+
+    def fuse_region(self, region):
+        from thunder.executors import pythonex, torchex
+        from thunder.executors.fusion import Region, region_trace
+
+        def leaves(bsym):
+            if bsym.subsymbols and not bsym.sym.is_prim:
+                for sub in bsym.subsymbols:
+                    yield from leaves(sub)
+            else:
+                yield bsym
+
+        self.fused += [b.sym.name for b in region.bound_symbols]
+        flat = [leaf for b in region.bound_symbols for leaf in leaves(b)]
+        assert all(leaf.sym.is_prim for leaf in flat)
+        decomposed = Region(flat, list(region.inputs), list(region.outputs), region.name)
+        return region_trace(decomposed, [torchex.ex, pythonex.ex]).python_callable()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("train", [True, False])
+def test_norm_decompositions_match_eager(dtype, train):
+    # four norms chained: bfloat16's rounding of each layer's gradient adds up (a looser tolerance)
+    tol = {"atol": 0.1, "rtol": 0.05} if dtype is torch.bfloat16 else _tol(dtype)
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(
+        torch.nn.BatchNorm2d(6), torch.nn.GroupNorm(3, 6), torch.nn.LayerNorm([5, 4]), torch.nn.BatchNorm2d(6, affine=False)
+    ).to(dtype)
+    eager.train(train)
+    with torch.no_grad():
+        for m in eager.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 1.5)
+    mine = torch.nn.Sequential(
+        torch.nn.BatchNorm2d(6), torch.nn.GroupNorm(3, 6), torch.nn.LayerNorm([5, 4]), torch.nn.BatchNorm2d(6, affine=False)
+    ).to(dtype)
+    mine.load_state_dict(eager.state_dict())
+    mine.train(train)
+    fusion = _DecomposingFusion()
+    jm = thunder.jit(mine, executors=[fusion, *thunder.get_default_executors()])
+    x = torch.randn(3, 6, 5, 4, dtype=dtype)
+    xe, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_e, out_m = eager(xe), jm(xm)
+    torch.testing.assert_close(out_m, out_e, **tol)
+    weights = torch.randn_like(out_e)
+    ge = torch.autograd.grad((out_e * weights).sum(), [xe, *eager.parameters()])
+    gm = torch.autograd.grad((out_m * weights).sum(), [xm, *mine.parameters()])
+    for a, b in zip(gm, ge):
+        torch.testing.assert_close(a, b, **tol)
+    for a, b in zip(mine.buffers(), eager.buffers()):
+        torch.testing.assert_close(a, b, **tol)
+    assert any(name.endswith("_backward") for name in fusion.fused)
+    assert any(name.startswith("native_group_norm") for name in fusion.fused)
