@@ -53,9 +53,9 @@ def _batch_norm_grad(a, running_mean, running_var, weight, bias, training: bool,
         )
         mean = rstd = None
     mask = [_wants(a), _wants(weight), _wants(bias)]
-    grads = ltorch.native_batch_norm_backward(
-        get_grad(out), a, weight, running_mean, running_var, mean, rstd, training, eps, mask
-    )
+    # training mode reads the batch statistics only (the running ones, updated in place, are not saved)
+    stats = (None, None) if training else (running_mean, running_var)
+    grads = ltorch.native_batch_norm_backward(get_grad(out), a, weight, *stats, mean, rstd, training, eps, mask)
     _put(zip((a, weight, bias), grads))
     return out, new_mean, new_var
 
