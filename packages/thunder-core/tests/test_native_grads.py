@@ -317,3 +317,14 @@ def test_norm_decompositions_match_eager(dtype, train):
         torch.testing.assert_close(a, b, **tol)
     assert any(name.endswith("_backward") for name in fusion.fused)
     assert any(name.startswith("native_group_norm") for name in fusion.fused)
+
+
+def test_examine_reports_native_backward_kernels(capsys):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    report = thunder.examine(model, x)
+    assert report.matches is True
+    assert report.backward_kernels["native_batch_norm_backward"] == 1
+    assert report.backward_kernels["convolution_backward"] == 1
+    assert report.backward_kernels["threshold_backward"] == 1
+    assert "native_batch_norm_backward (1)" in capsys.readouterr().out
