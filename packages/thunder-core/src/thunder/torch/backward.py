@@ -105,7 +105,9 @@ def threshold_backward(grad_output, a, threshold):
 def hardtanh_backward(grad_output, a, min_val, max_val):
     """The gradient of ``hardtanh``: the cotangent strictly inside ``(min_val, max_val)``, zero elsewhere."""
     inside = clang.elementwise_binary(
-        clang.elementwise_binary(a, min_val, prims.gt), clang.elementwise_binary(a, max_val, prims.lt), prims.bitwise_and
+        clang.elementwise_binary(a, min_val, prims.gt),
+        clang.elementwise_binary(a, max_val, prims.lt),
+        prims.bitwise_and,
     )
     return clang.where(inside, grad_output, clang.maybe_convert_to_dtype(0, grad_output.dtype))
 

@@ -291,7 +291,8 @@ def _max_pool_meta(n, a, kernel, stride, padding, dilation, ceil_mode):
     """Max pooling over the last ``n`` dims, with the indices of the maxima: ``(out, indices)``."""
     spatial = a.shape[a.ndim - n :]
     outs = tuple(
-        pool_output_size(s, k, st, p, d, ceil_mode) for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
+        pool_output_size(s, k, st, p, d, ceil_mode)
+        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
     )
     shape = a.shape[: a.ndim - n] + outs
     out = _like(a, shape)

@@ -44,7 +44,11 @@ def _batch_norm_grad(a, running_mean, running_var, weight, bias, training: bool,
             a, weight, bias, running_mean, running_var, True, momentum, eps
         )
     elif training:
-        (out, mean, rstd), new_mean, new_var = ltorch.native_batch_norm_no_stats(a, weight, bias, True, momentum, eps), None, None
+        (out, mean, rstd), new_mean, new_var = (
+            ltorch.native_batch_norm_no_stats(a, weight, bias, True, momentum, eps),
+            None,
+            None,
+        )
     else:
         if running_mean is None or running_var is None:
             return NotImplemented
@@ -115,7 +119,13 @@ def _max_pool_rule(sym, n: int):
 
 def _avg_pool_rule(sym, n: int):
     def rule(
-        a, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True, divisor_override=None
+        a,
+        kernel_size,
+        stride=None,
+        padding=0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override=None,
     ):
         if a.ndim not in (n + 1, n + 2) or not dtypes.is_float_dtype(a.dtype):
             return NotImplemented
