@@ -30,8 +30,13 @@ def test_vision_model_matches_eager(name, train):
     jm = thunder.jit(mine)
     for step in range(2):  # the second call reads what the first wrote (running statistics, module caches)
         x = example_input(name, seed=step)
-        out_e, out_m = eager(x), jm(x)
+        # in eval mode LeViT/EfficientFormer cache a tensor computed from a parameter: the second call's
+        # backward would go through the first call's graph again (an error in eager too), so it runs without grad
+        with torch.set_grad_enabled(train or step == 0):
+            out_e, out_m = eager(x), jm(x)
         _assert_close(out_m, out_e, f"{name} output (call {step})", atol=1e-4, rtol=1e-3)
+        if not out_e.requires_grad:
+            continue
         weights = torch.randn_like(out_e)
         (out_e * weights).sum().backward()
         (out_m * weights).sum().backward()

@@ -25,7 +25,7 @@ MODELS: dict[str, tuple[str, dict, int]] = {
     "vit": ("vit_tiny_patch16_224", {"img_size": 64}, 64),
     "maxvit": ("maxvit_nano_rw_256", {"img_size": 64}, 64),
     "levit": ("levit_128s", {"img_size": 64}, 64),
-    "efficientformer": ("efficientformer_l1", {"img_size": 64}, 64),
+    "efficientformer": ("efficientformer_l1", {}, 224),  # its attention's bias table is for 224 pixels only
 }
 
 # small and quick: the fast test suite and ``benchmarks/vision.py --smoke``
