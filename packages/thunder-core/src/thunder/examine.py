@@ -31,6 +31,9 @@ class ExamineReport:
     matches: bool | None = None
     mismatch: str | None = None
     error: BaseException | None = None
+    # PyTorch backward kernels the compiled backward calls (native_batch_norm_backward, convolution_backward...),
+    # by name: composite operations differentiated as eager's kernel pairs rather than through their decompositions
+    backward_kernels: Counter = field(default_factory=Counter)
 
     @property
     def fully_supported(self) -> bool:
@@ -49,6 +52,9 @@ class ExamineReport:
             lines.extend(f"  {name} ({n} call{'s' if n > 1 else ''})" for name, n in sorted(self.fallback.items()))
         else:
             lines.append("every torch operation has a native symbol")
+        if self.backward_kernels:
+            kernels = ", ".join(f"{name} ({n})" for name, n in sorted(self.backward_kernels.items()))
+            lines.append(f"the backward runs PyTorch's backward kernels: {kernels}")
         if self.matches is True:
             lines.append("thunder's result matches eager PyTorch")
         elif self.matches is False:
@@ -134,6 +140,7 @@ def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None
         name = _clean_name(record["fn"])
         (report.fallback if record["symbol"] == "fallback" else report.native)[name] += 1
     if report.error is None:
+        report.backward_kernels = _backward_kernels(jfn)
         tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
         try:
             torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
@@ -146,3 +153,21 @@ def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None
             report.mismatch = str(e)
     print(report)
     return report
+
+
+def _backward_kernels(jfn) -> Counter:
+    """The backward kernels (``*_backward`` calls) in the last compiled backward trace of ``jfn``, if any."""
+    import thunder
+
+    try:
+        traces = thunder.last_backward_traces(jfn)
+    except RuntimeError:
+        return Counter()
+    if not traces:
+        return Counter()
+    names = Counter()
+    for bsym in traces[-1].bound_symbols:
+        name = bsym.sym.print_name.rsplit(".", 1)[-1]
+        if name.endswith("_backward") or "_backward_data" in name:
+            names[name] += 1
+    return names

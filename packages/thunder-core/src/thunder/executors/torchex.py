@@ -104,6 +104,10 @@ def _register_all_ltorch():
     ex.register_implementation(ltorch.view, torch_op("view_values", _view))
     ex.register_implementation(ltorch.view_as, torch_op("view_as_values", _view_as))
     ex.register_implementation(ltorch.batch_norm_functional, torch_op("batch_norm_functional", _batch_norm_functional))
+    from thunder.torch.native_kernels import pool_kernels, run_by_rank
+
+    for name, (sym, kernels) in pool_kernels.items():
+        ex.register_implementation(sym, torch_op(name, run_by_rank(kernels)))
 
 
 def _normal_draws(mean, std, shape, *, device, dtype):

@@ -10,6 +10,7 @@ from thunder.torch.conversion import *  # noqa: F401,F403
 from thunder.torch.elementwise import *  # noqa: F401,F403
 from thunder.torch.factories import *  # noqa: F401,F403
 from thunder.torch.indexing import *  # noqa: F401,F403
+from thunder.torch.native_kernels import *  # noqa: F401,F403
 from thunder.torch.nn import *  # noqa: F401,F403
 from thunder.torch.reductions import *  # noqa: F401,F403
 from thunder.torch.registry import InplaceOp, symbols_by_name, torch_to_thunder, torchsymbol  # noqa: F401

@@ -86,3 +86,33 @@ def convolution_backward(
 def unfold_backward(grad_output, input_sizes, dim: int, size: int, step: int):
     """The gradient of ``Tensor.unfold`` w.r.t. its input; run by PyTorch's kernel (no decomposition)."""
     return _like(grad_output, tuple(input_sizes))
+
+
+# ---------------------------------------------------------------- activations (eager's one-kernel backwards)
+
+
+def _where_zero(mask, g):
+    return clang.where(mask, clang.maybe_convert_to_dtype(0, g.dtype), g)
+
+
+@torchsymbol(aten.threshold_backward, name="threshold_backward")
+def threshold_backward(grad_output, a, threshold):
+    """The gradient of ``relu``/``threshold`` (``a`` is relu's output): zero where ``a <= threshold``."""
+    return _where_zero(clang.elementwise_binary(a, threshold, prims.le), grad_output)
+
+
+@torchsymbol(aten.hardtanh_backward, name="hardtanh_backward")
+def hardtanh_backward(grad_output, a, min_val, max_val):
+    """The gradient of ``hardtanh``: the cotangent strictly inside ``(min_val, max_val)``, zero elsewhere."""
+    inside = clang.elementwise_binary(
+        clang.elementwise_binary(a, min_val, prims.gt),
+        clang.elementwise_binary(a, max_val, prims.lt),
+        prims.bitwise_and,
+    )
+    return clang.where(inside, grad_output, clang.maybe_convert_to_dtype(0, grad_output.dtype))
+
+
+@torchsymbol(aten.sigmoid_backward, name="sigmoid_backward")
+def sigmoid_backward(grad_output, out):
+    """The gradient of ``sigmoid`` from its output: ``g * out * (1 - out)``."""
+    return clang.mul(grad_output, clang.mul(out, clang.sub(1, out)))

@@ -146,17 +146,21 @@ class PostCall:
 
 
 def _may_alias_argument(bsym) -> bool:
-    """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call)."""
+    """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call,
+    or a composite one of whose outputs its decomposition computes as a view of an argument: ``flatten``, not
+    ``batch_norm``, whose decomposition reshapes only its statistics)."""
     from thunder.core.prims import OpTags
 
-    stack = [bsym]
-    while stack:
-        b = stack.pop()
-        tags = b.sym.tags
-        if "view" in tags or "alias" in tags or "opaque" in tags or OpTags.SHAPE_OP in tags:
-            return True
-        stack.extend(b.subsymbols)
-    return False
+    tags = bsym.sym.tags
+    if "view" in tags or "alias" in tags or "opaque" in tags or OpTags.SHAPE_OP in tags:
+        return True
+    if not bsym.subsymbols:
+        return False
+    may = {a.name for a in bsym.flat_args if isinstance(a, TensorProxy)}
+    for sub in bsym.subsymbols:
+        if any(isinstance(a, TensorProxy) and a.name in may for a in sub.flat_args) and _may_alias_argument(sub):
+            may.update(o.name for o in sub.flat_outs if isinstance(o, TensorProxy))
+    return any(isinstance(o, TensorProxy) and o.name in may for o in bsym.flat_outs)
 
 
 def _aliases_of(trace, names: set[str]) -> set[str]:

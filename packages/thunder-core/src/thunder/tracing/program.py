@@ -278,6 +278,13 @@ class _InputBuilder:
                         self.object_attributes.add((id(m), attr))
                     continue
                 guards.guard_value(pb, expr, value, f"{qual}.{attr}")
+                if type(value) in (dict, list) and guards.is_plain(value):
+                    # a container the forward may fill (timm's attention_bias_cache[str(device)] = ...): the traced
+                    # code fills a copy, and the values it stored are written into the user's after each call
+                    copy = guards._plain_copy(value)
+                    shadow.__dict__[attr] = copy
+                    self.object_attributes.add((id(m), attr))
+                    self._track_mutable(f"{m_expr}.__dict__[{attr!r}]", value, copy)
             for kind in ("_parameters", "_buffers"):
                 container = getattr(shadow, kind)
                 for key, t in list(getattr(m, kind).items()):

@@ -77,9 +77,8 @@ _signatures: dict[str, inspect.Signature] = {}
 
 
 def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
-    """hardtanh and relu6: PyTorch's hardtanh_backward, zero at and beyond the bounds. At a NaN eager's
-    CPU kernels disagree (the scalar loop passes the gradient, the vectorised one, which large tensors
-    take, gives zero): the rule follows the vectorised one."""
+    """hardtanh and relu6: PyTorch's hardtanh_backward kernel, zero at and beyond the bounds (its
+    decomposition, for fusion executors, gives zero at a NaN, as eager's vectorised CPU kernel)."""
 
     def rule(*args, **kwargs):
         bound = _bind(sym, args, kwargs)
@@ -87,8 +86,7 @@ def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
         lo = bound[low_name] if low_name else low
         hi = bound[high_name] if high_name else high
         out = sym(*args, **kwargs)
-        inside = ltorch.logical_and(ltorch.gt(a, lo), ltorch.lt(a, hi))
-        put_grad(a, ltorch.where(inside, get_grad(out), 0.0))
+        put_grad(a, ltorch.hardtanh_backward(get_grad(out), a, lo, hi))  # one kernel, as eager's
         return out
 
     register_grad(sym, rule)
@@ -118,8 +116,8 @@ def _first_arg_rule(sym, derivative):
 
 
 _where = ltorch.where
-_first_arg_rule(ltorch.relu, lambda a, out, g: _where(ltorch.le(out, 0), 0.0, g))  # threshold_backward
-_first_arg_rule(ltorch.sigmoid, lambda a, out, g: ltorch.mul(g, ltorch.mul(out, ltorch.sub(1, out))))
+_first_arg_rule(ltorch.relu, lambda a, out, g: ltorch.threshold_backward(g, out, 0))
+_first_arg_rule(ltorch.sigmoid, lambda a, out, g: ltorch.sigmoid_backward(g, out))
 _first_arg_rule(
     ltorch.hardsigmoid,
     lambda a, out, g: _where(ltorch.logical_and(ltorch.gt(a, -3.0), ltorch.lt(a, 3.0)), ltorch.true_divide(g, 6), 0.0),

@@ -1,0 +1,148 @@
+"""Vision models' training step on CPU: eager vs thunder (default executors) vs torch.compile.
+
+timm models built from configs with random weights (``thunder.tests.vision_models``; nothing is
+downloaded), batch 2, train mode. Per model: the first call's time (trace + compile + run, thunder
+and torch.compile), and the median fwd+bwd step time of each variant, with the ratios to eager.
+The variants' steps alternate (eager, thunder, torch.compile, eager, ...) so the machine's noise
+falls on all of them alike. Each model's outputs and gradients are checked against eager first.
+Prints one JSON object.
+
+    python benchmarks/vision.py                       # every model, with torch.compile (minutes)
+    python benchmarks/vision.py --smoke               # two small models, no torch.compile (CI)
+    python benchmarks/vision.py --models resnet18 maxvit --steps 20 --no-torch-compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def _step(model, x):
+    out = model(x)
+    out.square().mean().backward()
+    for p in model.parameters():
+        p.grad = None
+    return out
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _check(name, eager_model, model, x) -> None:
+    import torch
+
+    out_e, out = eager_model(x), model(x)
+    torch.testing.assert_close(out, out_e, atol=1e-3, rtol=1e-3, msg=lambda m: f"{name}: outputs differ: {m}")
+    out_e.square().mean().backward()
+    out.square().mean().backward()
+    for (pname, pe), p in zip(eager_model.named_parameters(), model.parameters()):
+        if pe.grad is not None:
+            torch.testing.assert_close(
+                p.grad, pe.grad, atol=1e-3, rtol=1e-2, msg=lambda m, pname=pname: f"{name}: grad of {pname}: {m}"
+            )
+        p.grad = pe.grad = None
+
+
+def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> dict:
+    import torch
+
+    import thunder
+    from thunder.tests.vision_models import create, example_input
+
+    x = example_input(name, batch)
+    eager = create(name)
+    variants = {"eager": eager}
+    first_call = {}
+    jmodel = thunder.jit(create(name))
+    first_call["thunder"] = _timed(lambda: _step(jmodel, x))
+    variants["thunder"] = jmodel
+    if use_torch_compile:
+        cmodel = torch.compile(create(name))
+        first_call["torch_compile"] = _timed(lambda: _step(cmodel, x))
+        variants["torch_compile"] = cmodel
+    # the check runs on a fresh eager model and the compiled one (both start from the same weights)
+    _check(name, create(name), jmodel, x)
+    for m in variants.values():  # warm-up
+        _step(m, x)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(steps):
+        for k, m in variants.items():
+            times[k].append(_timed(lambda m=m: _step(m, x)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "eager_step_ms": round(med["eager"] * 1e3, 2),
+        "thunder_step_ms": round(med["thunder"] * 1e3, 2),
+        "thunder_vs_eager": round(med["thunder"] / med["eager"], 3),
+        "thunder_first_call_s": round(first_call["thunder"], 3),
+    }
+    if use_torch_compile:
+        result.update(
+            torch_compile_step_ms=round(med["torch_compile"] * 1e3, 2),
+            torch_compile_vs_eager=round(med["torch_compile"] / med["eager"], 3),
+            thunder_vs_torch_compile=round(med["thunder"] / med["torch_compile"], 3),
+            torch_compile_first_call_s=round(first_call["torch_compile"], 3),
+        )
+    return result
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="*", help="names from thunder.tests.vision_models.MODELS (default: all)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per variant (median reported)")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--no-torch-compile", action="store_true", help="eager and thunder only")
+    parser.add_argument("--smoke", action="store_true", help="two small models, 3 steps, no torch.compile")
+    args = parser.parse_args(argv)
+    try:
+        import thunder  # noqa: F401
+        from thunder.tests.vision_models import MODELS, SMOKE_MODELS, import_timm
+
+        import_timm()
+    except ImportError as e:
+        sys.exit(f"benchmarks/vision.py needs thunder and timm installed: {e}")
+    names = list(SMOKE_MODELS) if args.smoke else (args.models or list(MODELS))
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        sys.exit(f"unknown model(s) {unknown}; known: {sorted(MODELS)}")
+    steps = 3 if args.smoke else args.steps
+    use_tc = not (args.no_torch_compile or args.smoke)
+    results = {}
+    for name in names:
+        print(f"{name}...", file=sys.stderr, flush=True)
+        results[name] = bench_model(name, steps, args.batch, use_tc)
+        print(f"  {results[name]}", file=sys.stderr, flush=True)
+    ratios = [r["thunder_vs_eager"] for r in results.values()]
+    summary = {
+        "median_thunder_vs_eager": round(statistics.median(ratios), 3),
+        "max_thunder_vs_eager": max(ratios),
+    }
+    if use_tc:
+        summary["median_torch_compile_vs_eager"] = round(
+            statistics.median(r["torch_compile_vs_eager"] for r in results.values()), 3
+        )
+    import torch
+
+    print(
+        json.dumps(
+            {
+                "benchmark": "vision",
+                "torch": torch.__version__,
+                "batch": args.batch,
+                "steps": steps,
+                "models": results,
+                **summary,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
