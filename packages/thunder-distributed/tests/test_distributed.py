@@ -99,6 +99,14 @@ def test_litgpt():
     )
 
 
+def test_ddp_without_thunder_jit_averages_gradients():
+    run_world(2, "unjitted_ddp:eager", "unjitted_ddp:compile", "unjitted_ddp:thunderfx")
+
+
+def test_buffers_stay_in_sync_like_torch_ddp():
+    run_world(2, "buffers:ddp", "buffers:ddp:eager", "buffers:zero2", "buffers:zero3")
+
+
 def test_no_sync_accumulation():
     run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2")
 

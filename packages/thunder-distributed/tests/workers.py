@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 import thunder
 import thunder.distributed as td
+import thunder.dynamo
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 # Adam turns float rounding in tiny gradients (different reduction order) into visible steps
@@ -227,6 +228,80 @@ def checkpoint(rank: int, world: int, kind: str, mode: str, path: str) -> None:
     torch.testing.assert_close(fresh_tm(local(x, rank, world)), reference(local(x, rank, world)), **TOL)
 
 
+def unjitted_ddp(rank: int, world: int, usage: str) -> None:
+    """``ddp(model)`` run without thunder.jit (eager, torch.compile, ThunderFX) averages gradients like eager on the full batch."""
+    model = make_model("mlp")
+    reference = copy.deepcopy(model)
+    module = td.ddp(model)
+    if usage == "eager":
+        run = module
+    elif usage == "compile":
+        run = torch.compile(module, backend="aot_eager")
+    else:
+        run = thunder.dynamo.thunderfx(module)
+    opt = make_optimizer("sgd", module.parameters())
+    ref_opt = make_optimizer("sgd", reference.parameters())
+    micro = list(batches("mlp", 4, batch=2 * world))
+    for x, y in micro[:2]:  # plain steps
+        loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+        loss_fn("mlp", reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    # gradient accumulation: the module's no_sync() keeps them local, the next backward averages the sum
+    with module.no_sync():
+        x, y = micro[2]
+        loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+    if world > 1:
+        g = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
+        others = [torch.empty_like(g) for _ in range(world)]
+        dist.all_gather(others, g)
+        assert not torch.allclose(others[0], others[1]), "no_sync still synchronised the gradients"
+    x, y = micro[3]
+    loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+    opt.step()
+    for x, y in micro[2:]:
+        loss_fn("mlp", reference(x), y).backward()
+    ref_opt.step()
+    check_close(dict(module.named_parameters()), reference, f"ddp without thunder.jit ({usage})", TOL)
+
+
+def bn_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def buffers(rank: int, world: int, mode: str, usage: str = "jit") -> None:
+    """BatchNorm running statistics stay equal across ranks, as under PyTorch's DDP (broadcast_buffers=True)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = bn_model()
+    reference = DistributedDataParallel(copy.deepcopy(model))
+    module = wrap(model, mode)
+    run = thunder.jit(module) if usage == "jit" else module
+    opt = make_optimizer("sgd", run.parameters())
+    ref_opt = make_optimizer("sgd", reference.parameters())
+    for x, y in batches("mlp", 3, batch=4 * world):
+        # each rank sees different data: without broadcasting, its running statistics would differ
+        xl, yl = local(x, rank, world), local(y, rank, world)
+        loss_fn("mlp", run(xl), yl).backward()
+        opt.step()
+        opt.zero_grad()
+        loss_fn("mlp", reference(xl), yl).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    with torch.no_grad():  # the statistics the next forward uses are rank 0's on every rank (and torch DDP's)
+        run(torch.zeros(2, 6))
+        reference(torch.zeros(2, 6))
+    for (name, b), (_, ref) in zip(model.named_buffers(), reference.module.named_buffers()):
+        torch.testing.assert_close(b, ref, **TOL, msg=lambda m, name=name: f"buffer {name}: {m}")
+        gathered = [torch.empty_like(b) for _ in range(world)]
+        dist.all_gather(gathered, b)
+        assert all(torch.equal(gathered[0], g) for g in gathered), f"buffer {name} differs across ranks"
+    check_close(full_params(run) if mode != "ddp" else dict(model.named_parameters()), reference.module, "bn", TOL)
+
+
 def misuse(rank: int, world: int) -> None:
     """Clear errors for parameters on different devices, unknown strategies and double preparation."""
     import pytest
@@ -244,7 +319,10 @@ def misuse(rank: int, world: int) -> None:
         td.ddp(torch.nn.parallel.DistributedDataParallel(mlp()))
 
 
-SCENARIOS = {"train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
+SCENARIOS = {
+    "unjitted_ddp": unjitted_ddp,
+    "buffers": buffers,
+    "train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import FusionExecutor
+from thunder_distributed.hooks import move_buffer_broadcast, remove_grad_hooks
 from thunder_distributed.ops import all_reduce, dist_ex, reduce_scatter, wait
 
 __all__ = ["DistState", "TAG"]
@@ -148,6 +149,12 @@ class DistState:
     world_size: int
     options: dict = field(default_factory=dict)
     thunder_module: Any = None
+    #: hooks installed on the module or its parameters (see hooks.py), by purpose
+    hook_handles: dict = field(default_factory=dict)
+    #: the forward pre-hook broadcasting buffers (moved to the ThunderModule when jitted)
+    buffer_hook: Any = None
+    #: inside the plain module's ``no_sync()`` (DDP used without thunder.jit)
+    eager_no_sync: bool = False
 
     def sync_enabled(self) -> bool:
         """False inside ``ThunderModule.no_sync()`` (read by ``all_reduce`` when the backward runs)."""
@@ -170,6 +177,8 @@ def attach(model, state: DistState, transform: Callable[[TraceCtx], TraceCtx]) -
         cd.executors = (dist_ex, *executors, pass_ex)
         cd.cache.clear()  # entries compiled before the transform are stale
         state.thunder_module = tm
+        remove_grad_hooks(state)  # the trace all-reduces now
+        move_buffer_broadcast(state, tm)
         if state.kind == "ddp":
             tm.no_sync = _ddp_no_sync(tm, state)
 

@@ -34,6 +34,7 @@ from thunder_distributed._common import (
     resolve_group,
     target_device,
 )
+from thunder_distributed.hooks import install_buffer_broadcast
 from thunder_distributed.ops import _all_gather_fn, _reduce_scatter_fn, all_gather, dist_ex, reduce_scatter, wait
 
 __all__ = ["fsdp", "FSDPType", "FSDPBucketingStrategy", "FSDPTransform", "ShardLayout"]
@@ -87,6 +88,7 @@ def fsdp(
     sharding_strategy: FSDPType | str = FSDPType.ZERO2,
     bucketing_strategy: FSDPBucketingStrategy | str = FSDPBucketingStrategy.NONE,
     broadcast_from: int | None = 0,
+    broadcast_buffers: bool = True,
     process_group=None,
     device: torch.device | str | None = None,
 ) -> torch.nn.Module:
@@ -104,6 +106,8 @@ def fsdp(
         sharding_strategy: ``FSDPType.ZERO2`` or ``FSDPType.ZERO3`` (or ``"zero2"``/``"zero3"``).
         bucketing_strategy: ``FSDPBucketingStrategy.NONE``, ``LAYER`` or ``BLOCK``.
         broadcast_from: the rank whose parameters every rank starts from (``None``: leave them).
+        broadcast_buffers: buffers are not sharded; as in PyTorch's DDP, each forward with gradients
+            enabled starts by copying rank ``broadcast_from``'s (rank 0 if ``None``) to every rank.
         process_group: the group to shard over (default: the world).
         device: where to compute (default: ``cuda:LOCAL_RANK`` with NCCL, else the CPU).
 
@@ -129,6 +133,8 @@ def fsdp(
         world,
         {"sharding_strategy": sharding, "bucketing_strategy": bucketing, "layouts": layouts},
     )
+    if broadcast_buffers:
+        install_buffer_broadcast(state, 0 if broadcast_from is None else broadcast_from)
     attach(model, state, FSDPTransform(state))
     return model
 
