@@ -108,7 +108,7 @@ def test_buffers_stay_in_sync_like_torch_ddp():
 
 
 def test_no_sync_accumulation():
-    run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2")
+    run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2", "no_sync:mlp:zero3", "no_sync:gpt:zero2")
 
 
 @pytest.mark.parametrize("strategy", ["zero2", "zero3"])

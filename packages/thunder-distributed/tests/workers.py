@@ -164,6 +164,13 @@ def no_sync(rank: int, world: int, kind: str, mode: str) -> None:
             others = [torch.empty_like(grads) for _ in range(world)]
             dist.all_gather(others, grads)
             assert not torch.allclose(others[0], others[1]), "no_sync still synchronised the gradients"
+        if mode != "ddp" and world > 1:
+            # no reduce-scatter ran: the shard gradients are still zero, the full gradients wait on this rank
+            assert all(p.grad is None or not p.grad.any() for p in tm.parameters()), "no_sync reduced the gradients"
+            held = tm._model._thunder_distributed.unreduced
+            assert held and sum(t.numel() for t in held.values()) >= sum(
+                p.numel() for p in reference.parameters()
+            ), "no_sync kept no unsharded gradients"
     x, y = micro[-1]
     loss_fn(kind, tm(local(x, rank, world)), local(y, rank, world)).backward()
     for x, y in micro:

@@ -245,7 +245,7 @@ def _sharded_class(cls: type) -> type:
 # --------------------------------------------------------------------------- the gather and its gradient
 
 
-def _unshard_impl(shards, layouts, group, world_size: int):
+def _unshard_impl(shards, layouts, group, world_size: int, sync_state=None, key=None):
     """Records the gather of a bucket of shards: ``all_gather``, ``wait``, then the full parameters."""
     if len(shards) == 1:
         parts = [wait(all_gather(shards[0], group, world_size))]
@@ -273,7 +273,7 @@ def _unshard_impl(shards, layouts, group, world_size: int):
 unshard = Symbol("unshard", _unshard_impl, id="thunder_distributed.unshard", print_name="unshard")
 
 
-def _unshard_grad(shards, layouts, group, world_size: int):
+def _unshard_grad(shards, layouts, group, world_size: int, sync_state=None, key=None):
     outs = _unshard_impl(shards, layouts, group, world_size)
     parts = []
     for o, s, layout in zip(outs, shards, layouts):
@@ -284,11 +284,11 @@ def _unshard_grad(shards, layouts, group, world_size: int):
             g = ltorch.pad(g, (0, 0) * (s.ndim - 1) + (0, pad))
         parts.append(g)
     if len(parts) == 1:
-        grads = [wait(reduce_scatter(parts[0], "avg", group, world_size))]
+        grads = [wait(reduce_scatter(parts[0], "avg", group, world_size, sync_state, key))]
     else:
         rows = [ltorch.reshape(p, (world_size, s.numel())) for p, s in zip(parts, shards)]
         flat = ltorch.reshape(ltorch.cat(rows, 1), (-1,))
-        reduced = wait(reduce_scatter(flat, "avg", group, world_size))
+        reduced = wait(reduce_scatter(flat, "avg", group, world_size, sync_state, key))
         pieces = ltorch.split(reduced, [s.numel() for s in shards])
         grads = [ltorch.reshape(piece, tuple(s.shape)) for piece, s in zip(pieces, shards)]
     put_grads(shards, grads)
@@ -346,6 +346,7 @@ class FSDPTransform:
 
         new = from_trace(trace)
         new.add_constant(state.group, "_process_group")
+        new.add_constant(state, "_fsdp_state")
         full_of: dict[str, TensorProxy] = {}  # shard name -> gathered parameter
         mapping: dict[str, TensorProxy] = {}
         info_buckets = []
@@ -357,7 +358,8 @@ class FSDPTransform:
                         members = buckets[key_of[shard.name]]
                         shards = tuple(s for s, _ in members)
                         layouts = tuple(layout for _, layout in members)
-                        outs = unshard(shards, layouts, state.group, state.world_size)
+                        key = tuple(params[s.name][1] if s.name in params else s.name for s in shards)
+                        outs = unshard(shards, layouts, state.group, state.world_size, state, key)
                         full_of.update((s.name, o) for s, o in zip(shards, outs))
                         info_buckets.append((list(shards), list(outs), layouts))
                     mapping[b.output.name] = full_of[shard.name]
