@@ -116,6 +116,13 @@ def test_fsdp_checkpoint(strategy, tmp_path):
     run_world(2, f"checkpoint:mlp:{strategy}:{tmp_path / 'full.pt'}")
 
 
+def test_dcp_checkpoint_reshards_to_other_world_sizes(tmp_path):
+    """Saved with torch.distributed.checkpoint at world size 2; resumed at 2, at 4 and into a plain module."""
+    path = str(tmp_path / "dcp")
+    run_world(2, f"dcp_save:zero2:{path}", f"dcp_load:zero3:{path}", f"dcp_load:plain:{path}")
+    run_world(4, f"dcp_load:zero2:{path}", f"dcp_load:plain:{path}")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse")
 

@@ -13,6 +13,9 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.tensor import DTensor
 
 import thunder
 import thunder.distributed as td
@@ -227,8 +230,12 @@ def checkpoint(rank: int, world: int, kind: str, mode: str, path: str) -> None:
 
     # the sharded state dict loads back into a sharded module
     td.load_model_state_dict(fresh_tm, sharded, full_state_dict=False)
-    for (n, p), v in zip(fresh_tm._model.named_parameters(), [sharded[n] for n, _ in tm._model.named_parameters()]):
-        torch.testing.assert_close(p.detach(), v, msg=n)
+    reloaded = td.get_model_state_dict(fresh_tm)
+    for n, v in sharded.items():
+        if isinstance(v, DTensor):  # fsdp: DTensor shards with the full shape
+            assert v.shape == reference.state_dict()[n].shape, (n, v.shape)
+            v = v.full_tensor()
+        torch.testing.assert_close(reloaded[n], v, msg=n)
     # a full state dict loads into a plain module and gives the thunder module's outputs
     reference.load_state_dict(td.get_model_state_dict(fresh_tm))
     x, _ = data[0]
@@ -309,6 +316,92 @@ def buffers(rank: int, world: int, mode: str, usage: str = "jit") -> None:
     check_close(full_params(run) if mode != "ddp" else dict(model.named_parameters()), reference.module, "bn", TOL)
 
 
+DCP_BATCH = 8  # divisible by every world size the checkpoint is resumed at
+
+
+def eager_losses(steps: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """Uninterrupted single-process training on the full batches: the model after ``steps`` and every step's loss."""
+    model = make_model("mlp")
+    opt = make_optimizer("sgd", model.parameters())
+    losses = []
+    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
+        if i == steps:
+            snapshot = copy.deepcopy(model)
+        loss = loss_fn("mlp", model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return snapshot, losses
+
+
+def distributed_steps(rank: int, world: int, module, first: int) -> list[torch.Tensor]:
+    """Steps ``first``.. of the training data on this rank's rows; the losses averaged over the ranks (= full-batch loss)."""
+    opt = make_optimizer("sgd", module.parameters())
+    losses = []
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
+        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean / world)
+    return losses
+
+
+def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
+    """Two steps, then torch.distributed.checkpoint saves ``module.state_dict()`` (DTensor shards); torch's state-dict API sees full shapes."""
+    tm = thunder.jit(wrap(make_model("mlp"), mode))
+    opt = make_optimizer("sgd", tm.parameters())
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
+        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+    expected, losses = eager_losses(2)
+    sd = tm.state_dict()
+    for name, p in expected.named_parameters():
+        assert isinstance(sd[name], DTensor) and sd[name].shape == p.shape, (name, type(sd[name]), sd[name].shape)
+    dcp.save(sd, checkpoint_id=path)
+    # torch's own state-dict API: full tensors with the full shapes and values
+    offloaded = get_model_state_dict(tm, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:  # with cpu_offload, torch gives the full state dict to rank 0 only
+        check_close(offloaded, expected, "get_model_state_dict(full_state_dict=True, cpu_offload=True)", TOL)
+    else:
+        assert offloaded == {}, list(offloaded)
+    full = get_model_state_dict(tm, options=StateDictOptions(full_state_dict=True))
+    check_close(full, expected, "get_model_state_dict(full_state_dict=True)", TOL)
+    sharded = get_model_state_dict(tm)
+    for name, p in expected.named_parameters():
+        assert isinstance(sharded[name], DTensor) and sharded[name].shape == p.shape, name
+    # set_model_state_dict with a full state dict shards it again
+    set_model_state_dict(tm, {k: v.clone() for k, v in full.items()}, options=StateDictOptions(full_state_dict=True))
+    check_close(td.get_model_state_dict(tm), expected, "set_model_state_dict(full)", TOL)
+    resumed = distributed_steps(rank, world, tm, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
+
+
+def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
+    """A fresh module (other weights) loads the checkpoint with DCP, at any world size; the next losses equal the uninterrupted run."""
+    torch.manual_seed(123)
+    if mode == "plain":
+        module = mlp()
+    else:
+        module = thunder.jit(wrap(mlp(), mode, "layer"))
+    sd = module.state_dict()
+    dcp.load(sd, checkpoint_id=path)
+    module.load_state_dict(sd)
+    expected, losses = eager_losses(2)
+    params = dict(module.named_parameters()) if mode == "plain" else full_params(module)
+    check_close(params, expected, f"loaded at world size {world}", TOL)
+    if mode == "plain":
+        return
+    resumed = distributed_steps(rank, world, module, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
+
+
 def misuse(rank: int, world: int) -> None:
     """Clear errors for parameters on different devices, unknown strategies and double preparation."""
     import pytest
@@ -329,6 +422,8 @@ def misuse(rank: int, world: int) -> None:
 SCENARIOS = {
     "unjitted_ddp": unjitted_ddp,
     "buffers": buffers,
+    "dcp_save": dcp_save,
+    "dcp_load": dcp_load,
     "train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
 
 

@@ -98,8 +98,10 @@ def fsdp(
     module is moved to this rank's device (``cuda:LOCAL_RANK`` with NCCL, else the CPU), every rank
     starts from ``broadcast_from``'s parameters, and then each parameter is replaced by this rank's
     shard of it (rows ``rank * n : (rank + 1) * n`` of dim 0, zero-padded at the end when dim 0 is
-    not divisible by the world size): create the optimizer afterwards. ``module.state_dict()``
-    gives the shards; :func:`thunder_distributed.get_model_state_dict` the full parameters.
+    not divisible by the world size): create the optimizer afterwards. In ``module.state_dict()``
+    each sharded parameter is a ``DTensor`` (``Shard(0)`` on a ``DeviceMesh`` over the group), so
+    ``torch.distributed.checkpoint`` saves and loads it, at this or another world size;
+    :func:`thunder_distributed.get_model_state_dict` gives the full parameters.
 
     Args:
         model: an ``nn.Module`` or a ``ThunderModule``; it is changed in place and returned.
@@ -135,6 +137,10 @@ def fsdp(
     )
     if broadcast_buffers:
         install_buffer_broadcast(state, 0 if broadcast_from is None else broadcast_from)
+    if layouts:
+        from thunder_distributed.checkpoint import install_dtensor_state_dict
+
+        install_dtensor_state_dict(state)  # sharded parameters are DTensors in every state dict
     attach(model, state, FSDPTransform(state))
     return model
 
