@@ -171,9 +171,9 @@ def no_sync(rank: int, world: int, kind: str, mode: str) -> None:
             # no reduce-scatter ran: the shard gradients are still zero, the full gradients wait on this rank
             assert all(p.grad is None or not p.grad.any() for p in tm.parameters()), "no_sync reduced the gradients"
             held = tm._model._thunder_distributed.unreduced
-            assert held and sum(t.numel() for t in held.values()) >= sum(
-                p.numel() for p in reference.parameters()
-            ), "no_sync kept no unsharded gradients"
+            assert held and sum(t.numel() for t in held.values()) >= sum(p.numel() for p in reference.parameters()), (
+                "no_sync kept no unsharded gradients"
+            )
     x, y = micro[-1]
     loss_fn(kind, tm(local(x, rank, world)), local(y, rank, world)).backward()
     for x, y in micro:
@@ -424,7 +424,11 @@ SCENARIOS = {
     "buffers": buffers,
     "dcp_save": dcp_save,
     "dcp_load": dcp_load,
-    "train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
+    "train": train,
+    "no_sync": no_sync,
+    "checkpoint": checkpoint,
+    "misuse": misuse,
+}
 
 
 def main() -> None:
