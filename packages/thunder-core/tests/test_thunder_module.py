@@ -120,6 +120,28 @@ def test_load_state_dict_assign_then_call_uses_new_tensors(net):
     torch.testing.assert_close(tm(x), other(x))
 
 
+def test_torch_distributed_state_dict_api_uses_the_modules_names(net):
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+    )
+
+    tm = thunder.jit(net)
+    got = get_model_state_dict(tm)
+    assert list(got) == list(net.state_dict())
+    torch.manual_seed(3)
+    other = Net()
+    set_model_state_dict(tm, other.state_dict())  # keys without "_model." load
+    torch.testing.assert_close(net.lin.weight, other.lin.weight, rtol=0, atol=0)
+    for p in net.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(tm.parameters())
+    tm(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    assert set(get_optimizer_state_dict(tm, opt)["state"]) == {n for n, _ in net.named_parameters()}
+
+
 def test_in_place_parameter_update_is_seen(net):
     tm = thunder.jit(net)
     x = torch.randn(3, 4)

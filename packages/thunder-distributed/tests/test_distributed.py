@@ -99,13 +99,28 @@ def test_litgpt():
     )
 
 
+def test_ddp_without_thunder_jit_averages_gradients():
+    run_world(2, "unjitted_ddp:eager", "unjitted_ddp:compile", "unjitted_ddp:thunderfx")
+
+
+def test_buffers_stay_in_sync_like_torch_ddp():
+    run_world(2, "buffers:ddp", "buffers:ddp:eager", "buffers:zero2", "buffers:zero3")
+
+
 def test_no_sync_accumulation():
-    run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2")
+    run_world(2, "no_sync:mlp:ddp", "no_sync:gpt:ddp", "no_sync:mlp:zero2", "no_sync:mlp:zero3", "no_sync:gpt:zero2")
 
 
 @pytest.mark.parametrize("strategy", ["zero2", "zero3"])
 def test_fsdp_checkpoint(strategy, tmp_path):
     run_world(2, f"checkpoint:mlp:{strategy}:{tmp_path / 'full.pt'}")
+
+
+def test_dcp_checkpoint_reshards_to_other_world_sizes(tmp_path):
+    """Saved with torch.distributed.checkpoint at world size 2; resumed at 2, at 4 and into a plain module."""
+    path = str(tmp_path / "dcp")
+    run_world(2, f"dcp_save:zero2:{path}", f"dcp_load:zero3:{path}", f"dcp_load:plain:{path}")
+    run_world(4, f"dcp_load:zero2:{path}", f"dcp_load:plain:{path}")
 
 
 def test_ddp_checkpoint_and_misuse(tmp_path):

@@ -13,9 +13,13 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.tensor import DTensor
 
 import thunder
 import thunder.distributed as td
+import thunder.dynamo
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 # Adam turns float rounding in tiny gradients (different reduction order) into visible steps
@@ -163,6 +167,13 @@ def no_sync(rank: int, world: int, kind: str, mode: str) -> None:
             others = [torch.empty_like(grads) for _ in range(world)]
             dist.all_gather(others, grads)
             assert not torch.allclose(others[0], others[1]), "no_sync still synchronised the gradients"
+        if mode != "ddp" and world > 1:
+            # no reduce-scatter ran: the shard gradients are still zero, the full gradients wait on this rank
+            assert all(p.grad is None or not p.grad.any() for p in tm.parameters()), "no_sync reduced the gradients"
+            held = tm._model._thunder_distributed.unreduced
+            assert held and sum(t.numel() for t in held.values()) >= sum(p.numel() for p in reference.parameters()), (
+                "no_sync kept no unsharded gradients"
+            )
     x, y = micro[-1]
     loss_fn(kind, tm(local(x, rank, world)), local(y, rank, world)).backward()
     for x, y in micro:
@@ -219,12 +230,176 @@ def checkpoint(rank: int, world: int, kind: str, mode: str, path: str) -> None:
 
     # the sharded state dict loads back into a sharded module
     td.load_model_state_dict(fresh_tm, sharded, full_state_dict=False)
-    for (n, p), v in zip(fresh_tm._model.named_parameters(), [sharded[n] for n, _ in tm._model.named_parameters()]):
-        torch.testing.assert_close(p.detach(), v, msg=n)
+    reloaded = td.get_model_state_dict(fresh_tm)
+    for n, v in sharded.items():
+        if isinstance(v, DTensor):  # fsdp: DTensor shards with the full shape
+            assert v.shape == reference.state_dict()[n].shape, (n, v.shape)
+            v = v.full_tensor()
+        torch.testing.assert_close(reloaded[n], v, msg=n)
     # a full state dict loads into a plain module and gives the thunder module's outputs
     reference.load_state_dict(td.get_model_state_dict(fresh_tm))
     x, _ = data[0]
     torch.testing.assert_close(fresh_tm(local(x, rank, world)), reference(local(x, rank, world)), **TOL)
+
+
+def unjitted_ddp(rank: int, world: int, usage: str) -> None:
+    """``ddp(model)`` run without thunder.jit (eager, torch.compile, ThunderFX) averages gradients like eager on the full batch."""
+    model = make_model("mlp")
+    reference = copy.deepcopy(model)
+    module = td.ddp(model)
+    if usage == "eager":
+        run = module
+    elif usage == "compile":
+        run = torch.compile(module, backend="aot_eager")
+    else:
+        run = thunder.dynamo.thunderfx(module)
+    opt = make_optimizer("sgd", module.parameters())
+    ref_opt = make_optimizer("sgd", reference.parameters())
+    micro = list(batches("mlp", 4, batch=2 * world))
+    for x, y in micro[:2]:  # plain steps
+        loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+        loss_fn("mlp", reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    # gradient accumulation: the module's no_sync() keeps them local, the next backward averages the sum
+    with module.no_sync():
+        x, y = micro[2]
+        loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+    if world > 1:
+        g = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
+        others = [torch.empty_like(g) for _ in range(world)]
+        dist.all_gather(others, g)
+        assert not torch.allclose(others[0], others[1]), "no_sync still synchronised the gradients"
+    x, y = micro[3]
+    loss_fn("mlp", run(local(x, rank, world)), local(y, rank, world)).backward()
+    opt.step()
+    for x, y in micro[2:]:
+        loss_fn("mlp", reference(x), y).backward()
+    ref_opt.step()
+    check_close(dict(module.named_parameters()), reference, f"ddp without thunder.jit ({usage})", TOL)
+
+
+def bn_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def buffers(rank: int, world: int, mode: str, usage: str = "jit") -> None:
+    """BatchNorm running statistics stay equal across ranks, as under PyTorch's DDP (broadcast_buffers=True)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = bn_model()
+    reference = DistributedDataParallel(copy.deepcopy(model))
+    module = wrap(model, mode)
+    run = thunder.jit(module) if usage == "jit" else module
+    opt = make_optimizer("sgd", run.parameters())
+    ref_opt = make_optimizer("sgd", reference.parameters())
+    for x, y in batches("mlp", 3, batch=4 * world):
+        # each rank sees different data: without broadcasting, its running statistics would differ
+        xl, yl = local(x, rank, world), local(y, rank, world)
+        loss_fn("mlp", run(xl), yl).backward()
+        opt.step()
+        opt.zero_grad()
+        loss_fn("mlp", reference(xl), yl).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    with torch.no_grad():  # the statistics the next forward uses are rank 0's on every rank (and torch DDP's)
+        run(torch.zeros(2, 6))
+        reference(torch.zeros(2, 6))
+    for (name, b), (_, ref) in zip(model.named_buffers(), reference.module.named_buffers()):
+        torch.testing.assert_close(b, ref, **TOL, msg=lambda m, name=name: f"buffer {name}: {m}")
+        gathered = [torch.empty_like(b) for _ in range(world)]
+        dist.all_gather(gathered, b)
+        assert all(torch.equal(gathered[0], g) for g in gathered), f"buffer {name} differs across ranks"
+    check_close(full_params(run) if mode != "ddp" else dict(model.named_parameters()), reference.module, "bn", TOL)
+
+
+DCP_BATCH = 8  # divisible by every world size the checkpoint is resumed at
+
+
+def eager_losses(steps: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """Uninterrupted single-process training on the full batches: the model after ``steps`` and every step's loss."""
+    model = make_model("mlp")
+    opt = make_optimizer("sgd", model.parameters())
+    losses = []
+    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
+        if i == steps:
+            snapshot = copy.deepcopy(model)
+        loss = loss_fn("mlp", model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return snapshot, losses
+
+
+def distributed_steps(rank: int, world: int, module, first: int) -> list[torch.Tensor]:
+    """Steps ``first``.. of the training data on this rank's rows; the losses averaged over the ranks (= full-batch loss)."""
+    opt = make_optimizer("sgd", module.parameters())
+    losses = []
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
+        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean / world)
+    return losses
+
+
+def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
+    """Two steps, then torch.distributed.checkpoint saves ``module.state_dict()`` (DTensor shards); torch's state-dict API sees full shapes."""
+    tm = thunder.jit(wrap(make_model("mlp"), mode))
+    opt = make_optimizer("sgd", tm.parameters())
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
+        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+    expected, losses = eager_losses(2)
+    sd = tm.state_dict()
+    for name, p in expected.named_parameters():
+        assert isinstance(sd[name], DTensor) and sd[name].shape == p.shape, (name, type(sd[name]), sd[name].shape)
+    dcp.save(sd, checkpoint_id=path)
+    # torch's own state-dict API: full tensors with the full shapes and values
+    offloaded = get_model_state_dict(tm, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:  # with cpu_offload, torch gives the full state dict to rank 0 only
+        check_close(offloaded, expected, "get_model_state_dict(full_state_dict=True, cpu_offload=True)", TOL)
+    else:
+        assert offloaded == {}, list(offloaded)
+    full = get_model_state_dict(tm, options=StateDictOptions(full_state_dict=True))
+    check_close(full, expected, "get_model_state_dict(full_state_dict=True)", TOL)
+    sharded = get_model_state_dict(tm)
+    for name, p in expected.named_parameters():
+        assert isinstance(sharded[name], DTensor) and sharded[name].shape == p.shape, name
+    # set_model_state_dict with a full state dict shards it again
+    set_model_state_dict(tm, {k: v.clone() for k, v in full.items()}, options=StateDictOptions(full_state_dict=True))
+    check_close(td.get_model_state_dict(tm), expected, "set_model_state_dict(full)", TOL)
+    resumed = distributed_steps(rank, world, tm, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
+
+
+def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
+    """A fresh module (other weights) loads the checkpoint with DCP, at any world size; the next losses equal the uninterrupted run."""
+    torch.manual_seed(123)
+    if mode == "plain":
+        module = mlp()
+    else:
+        module = thunder.jit(wrap(mlp(), mode, "layer"))
+    sd = module.state_dict()
+    dcp.load(sd, checkpoint_id=path)
+    module.load_state_dict(sd)
+    expected, losses = eager_losses(2)
+    params = dict(module.named_parameters()) if mode == "plain" else full_params(module)
+    check_close(params, expected, f"loaded at world size {world}", TOL)
+    if mode == "plain":
+        return
+    resumed = distributed_steps(rank, world, module, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
 
 
 def misuse(rank: int, world: int) -> None:
@@ -244,7 +419,16 @@ def misuse(rank: int, world: int) -> None:
         td.ddp(torch.nn.parallel.DistributedDataParallel(mlp()))
 
 
-SCENARIOS = {"train": train, "no_sync": no_sync, "checkpoint": checkpoint, "misuse": misuse}
+SCENARIOS = {
+    "unjitted_ddp": unjitted_ddp,
+    "buffers": buffers,
+    "dcp_save": dcp_save,
+    "dcp_load": dcp_load,
+    "train": train,
+    "no_sync": no_sync,
+    "checkpoint": checkpoint,
+    "misuse": misuse,
+}
 
 
 def main() -> None:

@@ -76,6 +76,12 @@ class ThunderModule(torch.nn.Module):
         """Loads into the original module; with ``assign=True`` the next call re-reads the new tensors."""
         return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
 
+    def _fqn_modifiers(self) -> dict[str, str]:
+        """The protocol of ``torch.distributed.checkpoint.state_dict`` for wrapper modules: the
+        ``_model`` level is not part of the state dict's keys (so ``get/set_model_state_dict`` and
+        ``get/set_optimizer_state_dict`` use the same names as ``state_dict``)."""
+        return {"_model": "_model"}
+
     @contextmanager
     def no_sync(self):
         """Context manager to disable gradient synchronization in data parallel mode.

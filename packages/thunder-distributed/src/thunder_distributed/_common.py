@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import FusionExecutor
+from thunder_distributed.hooks import move_buffer_broadcast, remove_grad_hooks
 from thunder_distributed.ops import all_reduce, dist_ex, reduce_scatter, wait
 
 __all__ = ["DistState", "TAG"]
@@ -137,17 +137,44 @@ def parameter_proxies(trace: TraceCtx, module: torch.nn.Module) -> dict[str, tup
 # --------------------------------------------------------------------------- state and attachment
 
 
-@dataclass
 class DistState:
-    """What ``ddp``/``fsdp`` set up for one module; stored as ``module._thunder_distributed``."""
+    """What ``ddp``/``fsdp`` set up for one module; stored as ``module._thunder_distributed``.
 
-    kind: str  # "ddp" or "fsdp"
-    module: torch.nn.Module
-    group: Any
-    rank: int
-    world_size: int
-    options: dict = field(default_factory=dict)
-    thunder_module: Any = None
+    Traces hold it as a constant (the collectives read and record in it), so it has ``__slots__``:
+    thunder's pytrees treat an object with a ``__dict__`` (or a dataclass) as a container and would
+    rebuild a copy of it wherever a trace is transformed.
+    """
+
+    __slots__ = (
+        "kind",
+        "module",
+        "group",
+        "rank",
+        "world_size",
+        "options",
+        "thunder_module",
+        "hook_handles",
+        "buffer_hook",
+        "eager_no_sync",
+        "unreduced",
+    )
+
+    def __init__(self, kind: str, module: torch.nn.Module, group, rank: int, world_size: int, options: dict):
+        self.kind = kind  # "ddp" or "fsdp"
+        self.module = module
+        self.group = group
+        self.rank = rank
+        self.world_size = world_size
+        self.options = options
+        self.thunder_module: Any = None
+        #: hooks installed on the module or its parameters (see hooks.py), by purpose
+        self.hook_handles: dict[str, list] = {}
+        #: the forward hooks keeping buffers in sync (moved to the ThunderModule when jitted)
+        self.buffer_hook: Any = None
+        #: inside the plain module's ``no_sync()`` (DDP used without thunder.jit)
+        self.eager_no_sync = False
+        #: FSDP inside ``no_sync()``: each bucket's full gradients, summed, waiting for the next reduce-scatter
+        self.unreduced: dict[tuple, torch.Tensor] = {}
 
     def sync_enabled(self) -> bool:
         """False inside ``ThunderModule.no_sync()`` (read by ``all_reduce`` when the backward runs)."""
@@ -170,6 +197,8 @@ def attach(model, state: DistState, transform: Callable[[TraceCtx], TraceCtx]) -
         cd.executors = (dist_ex, *executors, pass_ex)
         cd.cache.clear()  # entries compiled before the transform are stale
         state.thunder_module = tm
+        remove_grad_hooks(state)  # the trace all-reduces now
+        move_buffer_broadcast(state, tm)
         if state.kind == "ddp":
             tm.no_sync = _ddp_no_sync(tm, state)
 

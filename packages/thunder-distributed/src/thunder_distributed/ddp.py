@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+import thunder
 from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx
@@ -19,6 +20,7 @@ from thunder_distributed._common import (
     resolve_group,
     target_device,
 )
+from thunder_distributed.hooks import install_buffer_broadcast, install_grad_hooks
 from thunder_distributed.ops import synchronize
 
 __all__ = ["ddp", "DDPTransform"]
@@ -29,6 +31,7 @@ def ddp(
     *,
     bucket_size_in_mb: float = 25.0,
     broadcast_from: int | None = 0,
+    broadcast_buffers: bool = True,
     process_group=None,
     device: torch.device | str | None = None,
 ) -> torch.nn.Module:
@@ -45,11 +48,18 @@ def ddp(
     all-reduces are skipped (gradients accumulate locally) and the accumulated gradients are
     all-reduced when the context manager exits.
 
+    Used without ``thunder.jit`` (eager, ``torch.compile(model)``, ThunderFX), each parameter's
+    gradient is averaged by a hook once the backward has accumulated it, and the module gets a
+    ``no_sync()`` context manager with PyTorch DDP's meaning. With ``broadcast_buffers`` (as in
+    PyTorch's DDP) every forward with gradients enabled starts by copying the buffers (BatchNorm
+    running statistics...) of rank ``broadcast_from`` (rank 0 if that is ``None``) to every rank.
+
     Args:
         model: an ``nn.Module`` or a ``ThunderModule``; it is changed in place and returned.
         bucket_size_in_mb: parameters (in order of first use) are packed into buckets of about this
             size; ``0`` gives one bucket per parameter.
         broadcast_from: the rank whose parameters every rank starts from (``None``: leave them).
+        broadcast_buffers: keep the buffers equal across ranks by broadcasting them before each forward.
         process_group: the group to average over (default: the world).
         device: where to compute (default: ``cuda:LOCAL_RANK`` with NCCL, else the CPU).
 
@@ -67,6 +77,10 @@ def ddp(
     state = DistState("ddp", module, group, rank, world, {"bucket_size_in_mb": bucket_size_in_mb})
     if world > 1 and broadcast_from is not None:
         broadcast_module(module, group, broadcast_from)
+    if not isinstance(model, thunder.ThunderModule):
+        install_grad_hooks(state)  # used without thunder.jit (eager, torch.compile, ThunderFX)
+    if broadcast_buffers:
+        install_buffer_broadcast(state, 0 if broadcast_from is None else broadcast_from)
     attach(model, state, DDPTransform(state))
     return model
 

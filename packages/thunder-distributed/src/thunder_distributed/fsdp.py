@@ -34,6 +34,7 @@ from thunder_distributed._common import (
     resolve_group,
     target_device,
 )
+from thunder_distributed.hooks import install_buffer_broadcast
 from thunder_distributed.ops import _all_gather_fn, _reduce_scatter_fn, all_gather, dist_ex, reduce_scatter, wait
 
 __all__ = ["fsdp", "FSDPType", "FSDPBucketingStrategy", "FSDPTransform", "ShardLayout"]
@@ -87,6 +88,7 @@ def fsdp(
     sharding_strategy: FSDPType | str = FSDPType.ZERO2,
     bucketing_strategy: FSDPBucketingStrategy | str = FSDPBucketingStrategy.NONE,
     broadcast_from: int | None = 0,
+    broadcast_buffers: bool = True,
     process_group=None,
     device: torch.device | str | None = None,
 ) -> torch.nn.Module:
@@ -96,14 +98,18 @@ def fsdp(
     module is moved to this rank's device (``cuda:LOCAL_RANK`` with NCCL, else the CPU), every rank
     starts from ``broadcast_from``'s parameters, and then each parameter is replaced by this rank's
     shard of it (rows ``rank * n : (rank + 1) * n`` of dim 0, zero-padded at the end when dim 0 is
-    not divisible by the world size): create the optimizer afterwards. ``module.state_dict()``
-    gives the shards; :func:`thunder_distributed.get_model_state_dict` the full parameters.
+    not divisible by the world size): create the optimizer afterwards. In ``module.state_dict()``
+    each sharded parameter is a ``DTensor`` (``Shard(0)`` on a ``DeviceMesh`` over the group), so
+    ``torch.distributed.checkpoint`` saves and loads it, at this or another world size;
+    :func:`thunder_distributed.get_model_state_dict` gives the full parameters.
 
     Args:
         model: an ``nn.Module`` or a ``ThunderModule``; it is changed in place and returned.
         sharding_strategy: ``FSDPType.ZERO2`` or ``FSDPType.ZERO3`` (or ``"zero2"``/``"zero3"``).
         bucketing_strategy: ``FSDPBucketingStrategy.NONE``, ``LAYER`` or ``BLOCK``.
         broadcast_from: the rank whose parameters every rank starts from (``None``: leave them).
+        broadcast_buffers: buffers are not sharded; as in PyTorch's DDP, each forward with gradients
+            enabled starts by copying rank ``broadcast_from``'s (rank 0 if ``None``) to every rank.
         process_group: the group to shard over (default: the world).
         device: where to compute (default: ``cuda:LOCAL_RANK`` with NCCL, else the CPU).
 
@@ -129,6 +135,12 @@ def fsdp(
         world,
         {"sharding_strategy": sharding, "bucketing_strategy": bucketing, "layouts": layouts},
     )
+    if broadcast_buffers:
+        install_buffer_broadcast(state, 0 if broadcast_from is None else broadcast_from)
+    if layouts:
+        from thunder_distributed.checkpoint import install_dtensor_state_dict
+
+        install_dtensor_state_dict(state)  # sharded parameters are DTensors in every state dict
     attach(model, state, FSDPTransform(state))
     return model
 
@@ -239,7 +251,7 @@ def _sharded_class(cls: type) -> type:
 # --------------------------------------------------------------------------- the gather and its gradient
 
 
-def _unshard_impl(shards, layouts, group, world_size: int):
+def _unshard_impl(shards, layouts, group, world_size: int, sync_state=None, key=None):
     """Records the gather of a bucket of shards: ``all_gather``, ``wait``, then the full parameters."""
     if len(shards) == 1:
         parts = [wait(all_gather(shards[0], group, world_size))]
@@ -267,7 +279,7 @@ def _unshard_impl(shards, layouts, group, world_size: int):
 unshard = Symbol("unshard", _unshard_impl, id="thunder_distributed.unshard", print_name="unshard")
 
 
-def _unshard_grad(shards, layouts, group, world_size: int):
+def _unshard_grad(shards, layouts, group, world_size: int, sync_state=None, key=None):
     outs = _unshard_impl(shards, layouts, group, world_size)
     parts = []
     for o, s, layout in zip(outs, shards, layouts):
@@ -278,11 +290,11 @@ def _unshard_grad(shards, layouts, group, world_size: int):
             g = ltorch.pad(g, (0, 0) * (s.ndim - 1) + (0, pad))
         parts.append(g)
     if len(parts) == 1:
-        grads = [wait(reduce_scatter(parts[0], "avg", group, world_size))]
+        grads = [wait(reduce_scatter(parts[0], "avg", group, world_size, sync_state, key))]
     else:
         rows = [ltorch.reshape(p, (world_size, s.numel())) for p, s in zip(parts, shards)]
         flat = ltorch.reshape(ltorch.cat(rows, 1), (-1,))
-        reduced = wait(reduce_scatter(flat, "avg", group, world_size))
+        reduced = wait(reduce_scatter(flat, "avg", group, world_size, sync_state, key))
         pieces = ltorch.split(reduced, [s.numel() for s in shards])
         grads = [ltorch.reshape(piece, tuple(s.shape)) for piece, s in zip(pieces, shards)]
     put_grads(shards, grads)
@@ -340,6 +352,7 @@ class FSDPTransform:
 
         new = from_trace(trace)
         new.add_constant(state.group, "_process_group")
+        new.add_constant(state, "_fsdp_state")
         full_of: dict[str, TensorProxy] = {}  # shard name -> gathered parameter
         mapping: dict[str, TensorProxy] = {}
         info_buckets = []
@@ -351,7 +364,8 @@ class FSDPTransform:
                         members = buckets[key_of[shard.name]]
                         shards = tuple(s for s, _ in members)
                         layouts = tuple(layout for _, layout in members)
-                        outs = unshard(shards, layouts, state.group, state.world_size)
+                        key = tuple(params[s.name][1] if s.name in params else s.name for s in shards)
+                        outs = unshard(shards, layouts, state.group, state.world_size, state, key)
                         full_of.update((s.name, o) for s, o in zip(shards, outs))
                         info_buckets.append((list(shards), list(outs), layouts))
                     mapping[b.output.name] = full_of[shard.name]

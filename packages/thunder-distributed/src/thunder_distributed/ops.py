@@ -88,7 +88,7 @@ all_gather = dist_ex.register_operator("all_gather", meta=_all_gather_meta, fn=_
 # --------------------------------------------------------------------------- reduce_scatter
 
 
-def _reduce_scatter_meta(a: TensorProxy, op: str, group, world_size: int) -> TensorProxy:
+def _reduce_scatter_meta(a: TensorProxy, op: str, group, world_size: int, sync_state=None, key=None) -> TensorProxy:
     if op not in ("sum", "avg"):
         raise ValueError(f"reduce_scatter: op must be 'sum' or 'avg', got {op!r}")
     if a.shape[0] % world_size:
@@ -99,8 +99,22 @@ def _reduce_scatter_meta(a: TensorProxy, op: str, group, world_size: int) -> Ten
 _reduce_scatter_fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def _reduce_scatter_impl(a: torch.Tensor, op: str, group, world_size: int) -> Pending:
-    out = torch.empty((a.shape[0] // world_size, *a.shape[1:]), dtype=a.dtype, device=a.device)
+def _reduce_scatter_impl(a: torch.Tensor, op: str, group, world_size: int, sync_state=None, key=None) -> Pending:
+    shape = (a.shape[0] // world_size, *a.shape[1:])
+    if sync_state is not None:
+        # FSDP under no_sync(): keep the full (unreduced) gradient of bucket ``key``, add it to the next reduction
+        unreduced = sync_state.unreduced
+        if _skip(sync_state):
+            held = unreduced.get(key)
+            if held is None:
+                unreduced[key] = a.detach().clone()
+            else:
+                held.add_(a)
+            return Pending(torch.zeros(shape, dtype=a.dtype, device=a.device), None)
+        held = unreduced.pop(key, None)
+        if held is not None:
+            a = held.add_(a)
+    out = torch.empty(shape, dtype=a.dtype, device=a.device)
     work = _reduce_scatter_fn(out, a.contiguous(), op=dist.ReduceOp.SUM, group=group, async_op=True)
     return Pending(out, work, world_size if op == "avg" else 1)
 
