@@ -158,7 +158,16 @@ _ROUNDING_INPLACE = [
 _INPUT_VIEWS = {
     0: ["{b}"],
     1: ["{b}", "{b}[1:]", "{b}[::2]", "{b}.unsqueeze(0).expand(2, -1)", "{b}.flip(0)[1:]"],
-    2: ["{b}", "{b}[1:]", "{b}.t()", "{b}[::2]", "{b}[:, 1:]", "{b}.diagonal()", "{b}[0:1].expand(3, -1)", "{b}.mT[1:]"],
+    2: [
+        "{b}",
+        "{b}[1:]",
+        "{b}.t()",
+        "{b}[::2]",
+        "{b}[:, 1:]",
+        "{b}.diagonal()",
+        "{b}[0:1].expand(3, -1)",
+        "{b}.mT[1:]",
+    ],
     3: ["{b}", "{b}[1:]", "{b}.transpose(0, 2)", "{b}[..., ::2]", "{b}.diagonal(0, 1, 2)", "{b}[0]"],
 }
 _SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 0.5, -0.5, 2.5]
@@ -391,7 +400,14 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
     raise ValueError(f"unknown feature {feature!r}")
 
 
-_MODIFIERS = {"singular_values", "zero_dim_views", "aliased_inputs", "view_inputs", "special_values", "low_precision"}  # features that change other features' draws
+_MODIFIERS = {
+    "singular_values",
+    "zero_dim_views",
+    "aliased_inputs",
+    "view_inputs",
+    "special_values",
+    "low_precision",
+}  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
 
