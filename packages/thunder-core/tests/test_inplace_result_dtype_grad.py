@@ -59,3 +59,22 @@ def test_no_grad_update_keeps_requires_grad_false():
         actual = thunder.jit(fn)(x.clone())
     assert actual.requires_grad == expected.requires_grad
     torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("name", ["logical_not_", "logical_and_", "logical_or_"])
+def test_logical_update_of_a_leaf_that_requires_grad_runs_as_in_eager(name):
+    """Eager lets a logical in-place op update a leaf that requires grad (autograd does not record it); the
+    leaf stays a leaf requiring grad, and gradients through it after the call are eager's."""
+
+    def f(x):
+        return getattr(x, name)(x > 0) * 3 if name != "logical_not_" else x.logical_not_() * 3
+
+    def run(jit):
+        x = torch.tensor([0.0, 1.5, -2.0], dtype=torch.float64, requires_grad=True)
+        out = (thunder.jit(f) if jit else f)(x)
+        assert x.is_leaf and x.requires_grad
+        (grad,) = torch.autograd.grad(out.sum() + (x * 5).sum(), x)
+        return out.detach(), x.detach(), grad
+
+    for a, e in zip(run(True), run(False)):
+        torch.testing.assert_close(a, e)

@@ -549,7 +549,9 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
-            if value.shape == wrapper._tt_value.shape:  # (an update of the values, not of the sizes: t_, resize_)
+            # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
+            # update a leaf that requires grad, as autograd does not record it)
+            if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs)
         return out
@@ -1377,6 +1379,10 @@ def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorPro
 # in-place ops PyTorch declares non-differentiable: autograd does not record them, so the updated tensor keeps
 # the gradient path it had (comparisons such as eq_ are differentiable, with a zero gradient)
 _HISTORY_KEEPING_UPDATES = frozenset(("logical_not_", "logical_and_", "logical_or_", "logical_xor_"))
+
+
+def _func_name_of(func) -> str | None:
+    return getattr(func, "__name__", None)
 
 
 def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy) -> TensorProxy:
