@@ -39,6 +39,11 @@ FEATURES = {
     "detach": "x.detach() and straight-through estimators",
     "no_grad": "statements inside `with torch.no_grad():` (in-place updates of leaves included)",
     "autograd_function": "custom torch.autograd.Function.apply (their backwards differ from the forward's derivative)",
+    "view_inputs": "inputs that are non-leaf tensors or views of a non-leaf base (offsets, steps, transposes, "
+    "expands, diagonals); gradients go to the base's leaves, also through the inputs after the call",
+    "special_values": "NaN, ±inf, ±0 and ties among float input values, 0-d and empty inputs",
+    "low_precision": "float16/bfloat16 inputs beside float64 ones",
+    "rounding": "rounding division, floor_divide, remainder, fmod, and in-place ops with a bool result on floats",
 }
 
 _UNARY = [
@@ -133,6 +138,39 @@ _INPLACE = [
     "{t}[..., :1] = 0.5",
     "{t}.add_({b}, alpha=-1)",
 ]
+_ROUNDING = [
+    "torch.div({a}, {b}, rounding_mode='trunc')",
+    "torch.div({a}, {b}, rounding_mode='floor')",
+    "torch.remainder({a}, {b})",
+    "torch.fmod({a}, {b})",
+    "{a} // ({b}.abs() + 1)",
+]
+_ROUNDING_INPLACE = [
+    "{t}.div_({b}, rounding_mode='trunc')",
+    "{t}.fmod_({b})",
+    "{t}.remainder_({b})",
+    "{t}.logical_not_()",
+    "{t}.logical_and_({b})",
+    "{t}.eq_({b})",
+    "{t}[...] = True",
+]
+# how an input that is not a leaf is made from its leaf (``{b}`` is the non-leaf base, ``leaf * 1``)
+_INPUT_VIEWS = {
+    0: ["{b}"],
+    1: ["{b}", "{b}[1:]", "{b}[::2]", "{b}.unsqueeze(0).expand(2, -1)", "{b}.flip(0)[1:]"],
+    2: [
+        "{b}",
+        "{b}[1:]",
+        "{b}.t()",
+        "{b}[::2]",
+        "{b}[:, 1:]",
+        "{b}.diagonal()",
+        "{b}[0:1].expand(3, -1)",
+        "{b}.mT[1:]",
+    ],
+    3: ["{b}", "{b}[1:]", "{b}.transpose(0, 2)", "{b}[..., ::2]", "{b}.diagonal(0, 1, 2)", "{b}[0]"],
+}
+_SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 0.5, -0.5, 2.5]
 _VIEW_OF_TARGET = ["{t}[0]", "{t}.t()", "{t}.mT", "{t}[..., 1:]", "{t}.diagonal()", "{t}.view(-1)", "{t}.select(-1, 0)"]
 _DETACH = ["{a}.detach()", "{a} * {b}.detach()", "{a} + (torch.round({a}) - {a}).detach()", "{a}.detach() * {a}"]
 _FUNCTION = ["ScaleGrad.apply({a})", "MulSaved.apply({a}, {b})", "ClampST.apply({a}, -0.25)", "SinCos.apply({a})[0]"]
@@ -146,17 +184,25 @@ class InputSpec:
     dtype: torch.dtype
     requires_grad: bool
     alias: str | None = None  # e.g. "a0.mT": this argument is (a view of) an earlier one
+    # e.g. "{b}.t()": the argument is this view of ``leaf * 1`` (a non-leaf base), the leaf made from ``values``
+    view: str | None = None
 
     def make(self, earlier: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.alias is not None:
             return eval(self.alias, {"torch": torch}, dict(earlier))
-        return torch.tensor(self.values, dtype=self.dtype).requires_grad_(self.requires_grad)
+        t = torch.tensor(self.values, dtype=self.dtype).requires_grad_(self.requires_grad)
+        if self.view is None:
+            return t
+        view = eval(self.view.format(b="(leaf * 1)"), {"torch": torch}, {"leaf": t})
+        view.fuzz_leaf = t  # the gradient is taken to the leaf (check.py)
+        return view
 
     def source(self) -> str:
         if self.alias is not None:
             return self.alias
         rg = ", requires_grad=True" if self.requires_grad else ""
-        return f"torch.tensor({self.values!r}, dtype={self.dtype}{rg})"
+        leaf = f"torch.tensor({self.values!r}, dtype={self.dtype}{rg})"
+        return leaf if self.view is None else self.view.format(b=f"({leaf} * 1)")
 
 
 def _make_all(specs: list[InputSpec]) -> list[torch.Tensor]:
@@ -211,14 +257,18 @@ class Program:
 
 
 _SHAPES = [(2, 3), (3,), (2, 1), (1, 3), (), (3, 3), (2, 3, 3), (3, 2)]
+_EMPTY_SHAPES = [(0,), (2, 0), (0, 3)]
 
 
 @st.composite
 def _input_spec(draw, features: frozenset[str]) -> InputSpec:
-    shape = draw(st.sampled_from(_SHAPES))
+    shapes = _SHAPES + (_EMPTY_SHAPES if "special_values" in features else [])
+    shape = draw(st.sampled_from(shapes))
     dtypes = [torch.float64]
     if "mixed_dtype" in features:
         dtypes += [torch.float32, torch.int64, torch.bool]
+    if "low_precision" in features:
+        dtypes += [torch.float16, torch.bfloat16]
     dtype = draw(st.sampled_from(dtypes))
     seed = draw(st.integers(0, 2**16))
     gen = torch.Generator().manual_seed(seed)
@@ -226,12 +276,25 @@ def _input_spec(draw, features: frozenset[str]) -> InputSpec:
         values = torch.randn(shape, generator=gen, dtype=torch.float64)
         if "singular_values" in features and draw(st.booleans()):
             values = (values * 2).round() / 2  # zeros and ties
+        if "special_values" in features and values.numel() and draw(st.booleans()):
+            flat = values.reshape(-1)
+            for i in draw(st.lists(st.integers(0, flat.numel() - 1), min_size=1, max_size=3)):
+                flat[i] = draw(st.sampled_from(_SPECIALS))
         requires_grad = draw(st.booleans())
     elif dtype == torch.bool:
         values, requires_grad = torch.randn(shape, generator=gen) > 0, False
     else:
         values, requires_grad = torch.randint(-3, 4, shape, generator=gen), False
-    return InputSpec(values.to(dtype).tolist(), dtype, requires_grad)
+    values = values.to(dtype).tolist()
+    view = None
+    if "view_inputs" in features and dtype.is_floating_point and requires_grad and draw(st.booleans()):
+        made = torch.tensor(values)  # (an empty tensor's nested list may not keep its shape: (0, 3) reads as (0,))
+        view = draw(st.sampled_from(_INPUT_VIEWS[made.ndim]))
+        try:  # a view the shape allows (diagonal of a 0-row matrix, expand of an empty one ...)
+            eval(view.format(b="t"), {"torch": torch}, {"t": made})
+        except Exception:
+            view = None
+    return InputSpec(values, dtype, requires_grad, view=view)
 
 
 def _names(env: dict, pred=lambda t: True) -> list[str]:
@@ -311,6 +374,12 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
         t = inplace_target(feature)
         b = pick(tensors)
         return t and draw(st.sampled_from(_INPLACE)).format(t=t, b=b)
+    if feature == "rounding":
+        if draw(st.booleans()):
+            t = inplace_target(draw(st.sampled_from(["inplace", "inplace_input"])))
+            return t and draw(st.sampled_from(_ROUNDING_INPLACE)).format(t=t, b=pick(tensors))
+        a, b = pick(floats), pick(tensors)
+        return a and f"{new} = " + draw(st.sampled_from(_ROUNDING)).format(a=a, b=b)
     if feature == "detach":
         a, b = pick(floats), pick(floats)
         return a and f"{new} = " + draw(st.sampled_from(_DETACH)).format(a=a, b=b)
@@ -331,7 +400,14 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
     raise ValueError(f"unknown feature {feature!r}")
 
 
-_MODIFIERS = {"singular_values", "zero_dim_views", "aliased_inputs"}  # features that change other features' draws
+_MODIFIERS = {
+    "singular_values",
+    "zero_dim_views",
+    "aliased_inputs",
+    "view_inputs",
+    "special_values",
+    "low_precision",
+}  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
 

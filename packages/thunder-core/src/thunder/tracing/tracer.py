@@ -571,7 +571,9 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
-            if value.shape == wrapper._tt_value.shape:  # (an update of the values, not of the sizes: t_, resize_)
+            # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
+            # update a leaf that requires grad, as autograd does not record it)
+            if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs)
         return out
@@ -635,6 +637,14 @@ class Tracer:
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
+        # a bool/int result written into a float tensor that requires grad (x.logical_not_(), x.eq_(0)): the
+        # tensor still requires grad, as in eager
+        nondiff_result = (
+            old.requires_grad
+            and torch.is_grad_enabled()
+            and old.dtype.kind in ("float", "complex")
+            and value.dtype.kind not in ("float", "complex")
+        )
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
                 raise RuntimeError(
@@ -643,6 +653,8 @@ class Tracer:
             from thunder.torch import to as ltorch_to
 
             value = ltorch_to(value, old.dtype.torch_dtype)
+        if nondiff_result:
+            value = _nondifferentiable_update(self.trace, func, old, value)
         view = wrapper._tt_view
         if view is None:
             wrapper._tt_value = value
@@ -1384,6 +1396,23 @@ def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorPro
         still_requires_grad.executor = torch_ex
     with _recording_directly():
         return still_requires_grad.record(trace, (old, new), {})
+
+
+# in-place ops PyTorch declares non-differentiable: autograd does not record them, so the updated tensor keeps
+# the gradient path it had (comparisons such as eq_ are differentiable, with a zero gradient)
+_HISTORY_KEEPING_UPDATES = frozenset(("logical_not_", "logical_and_", "logical_or_", "logical_xor_"))
+
+
+def _func_name_of(func) -> str | None:
+    return getattr(func, "__name__", None)
+
+
+def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new`` (a bool/int result converted to ``old``'s float dtype) as the value of a tensor that required grad:
+    with ``old``'s gradient path after a logical op, with a zero gradient after any other (``eq_``, ``lt_``)."""
+    if getattr(func, "__name__", None) in _HISTORY_KEEPING_UPDATES:
+        return _no_grad_update(trace, old, new)
+    return _still_requires_grad(trace, old, new)
 
 
 def _family_gradient(view: TracingTensor, value: TensorProxy) -> TensorProxy:

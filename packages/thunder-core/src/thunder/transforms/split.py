@@ -342,15 +342,41 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     if isinstance(structure, TensorProxy):
 
         def computation(*inputs):
-            return apply(forward_fn, backward_fn, non_diff, dirty, *inputs)[0]
+            outs = apply(forward_fn, backward_fn, non_diff, dirty, *inputs)
+            if dirty:
+                _record_view_updates(dirty, inputs, outs)
+            return outs[0]
 
     else:
 
         def computation(*inputs):
             outs = apply(forward_fn, backward_fn, non_diff, dirty, *inputs)
+            if dirty:
+                _record_view_updates(dirty, inputs, outs)
             return _rebuild(structure, outs, index)
 
     return computation
+
+
+def _record_view_updates(dirty, inputs, outs) -> None:
+    """Gives each input that is a view and was updated in place the history eager gives it.
+
+    ``ThunderFunction`` cannot return an updated view (autograd would leave its base with the old history), so
+    the compiled forward writes the new values and this copies them into the caller's view once more, now
+    visible to autograd: the view's base gets eager's ``CopySlices`` node, the view its grad_fn, and the version
+    counter its bump, so every later gradient through the view, its base and their other views is eager's."""
+    for out_index, in_index in dirty:
+        t = inputs[in_index]
+        # (a view the prologue made of another input, to share its storage, is that input's business)
+        if t._base is None or (t._base.is_leaf and t._base.requires_grad) or any(t._base is i for i in inputs):
+            continue
+        new = outs[out_index]
+        # an expanded view: each memory location once (its elements along a 0-stride dim hold one value)
+        for d in range(t.dim()):
+            if t.stride(d) == 0 and t.shape[d] > 1:
+                t, new = t.narrow(d, 0, 1), new.narrow(d, 0, 1)
+        with torch.enable_grad():
+            t.copy_(new)
 
 
 def _rebuild(x, outs, index):

@@ -362,3 +362,23 @@ def _robust_loss_rule(sym, width_name: str, scaled: bool):
 
 _robust_loss_rule(ltorch.smooth_l1_loss, "beta", scaled=False)
 _robust_loss_rule(ltorch.huber_loss, "delta", scaled=True)
+
+
+@register_grad(ltorch.div)
+def _div_grad(a, b, *, rounding_mode=None, out=None):
+    """PyTorch's div derivatives: ``g / b`` and ``-g * a / b²`` for true division; a zero gradient (never
+    NaN, even where ``b`` is zero) for both arguments of a rounding division (``trunc``, ``floor``)."""
+    from thunder.transforms.prim_grads import sum_to_shape
+
+    result = ltorch.div(a, b, rounding_mode=rounding_mode, out=out)
+    if rounding_mode is not None:
+        for x in (a, b):
+            if isinstance(x, TensorProxy) and dtypes.is_inexact_dtype(x.dtype):
+                put_grad(x, zeros_like(x))
+        return result
+    g = get_grad(result)
+    if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
+        put_grad(a, sum_to_shape(ltorch.true_divide(g, b), a.shape))
+    if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
+        put_grad(b, sum_to_shape(ltorch.neg(ltorch.true_divide(ltorch.mul(g, result), b)), b.shape))
+    return result
