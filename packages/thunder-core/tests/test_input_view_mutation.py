@@ -46,9 +46,11 @@ def _run(update, view, jit: bool):
 
 @pytest.mark.parametrize("view_name", sorted(_VIEWS))
 @pytest.mark.parametrize("update_name", sorted(_UPDATES))
-def test_updated_view_input_matches_eager(update_name, view_name):
+def test_updated_view_input_matches_eager(update_name, view_name, request):
     if (update_name, view_name) in _REFUSED:
-        pytest.skip("refused with a clear error by thunder (see _REFUSED)")
+        # a known divergence: eager runs these, thunder refuses them with a clear error ("more than one element
+        # ... single memory location"); strict, so the marker must go once thunder gives eager's answer
+        request.applymarker(pytest.mark.xfail(strict=True, raises=RuntimeError, reason="thunder refuses; eager runs"))
     try:
         expected = _run(_UPDATES[update_name], _VIEWS[view_name], jit=False)
     except RuntimeError as e:  # eager refuses most in-place ops on an expanded tensor: so must we
