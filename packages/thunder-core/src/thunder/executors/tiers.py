@@ -18,7 +18,10 @@ process-wide state, such as ``torch.compiler.is_compiling()``): a new program tr
 the region being compiled, not for the whole job.
 
 The worker thread starts when a job is queued and ends when the queue is empty, so no thread outlives the
-work. It is a daemon thread: a process that exits with jobs pending does not wait for them.
+work. It is a daemon thread: a process that exits with jobs pending does not wait for them. At exit the
+worker gets a short grace period to stop between two steps of its job, since a thread left inside native
+code while the interpreter finalises can abort the process; a region compile still running then is not
+waited for.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class FusionJob:
         """Builds, compiles and installs the fused program (or reports the failure); sets ``done``."""
         start = time.perf_counter()
         try:
+            if _shutting_down:
+                return
             with self._lock:
                 program = self._build()
             for fn, args in self._regions(program):
@@ -87,7 +92,8 @@ class FusionJob:
                         # the example values may be what failed (zeros where the region reads an RNG state, say):
                         # the region then compiles at its first real call, as under fusion="off"
                         self.uncompiled_regions += 1
-            self._install(program)
+            if not _shutting_down:
+                self._install(program)
         except Exception as e:  # noqa: BLE001 - reported to the user by ``fail`` (a warning), the unfused program stays
             self._fail(e)
         finally:
@@ -125,9 +131,17 @@ def _work() -> None:
         job.run()
 
 
+# at exit, how long to let the worker reach a point where it stops (between the steps of a job): a thread
+# still inside native code when the interpreter finalises can take the process down with it
+_EXIT_GRACE_S = 2.0
+
+
 def _shut_down() -> None:
     global _shutting_down
     _shutting_down = True
+    worker = _worker
+    if worker is not None and worker is not threading.current_thread():
+        worker.join(_EXIT_GRACE_S)
 
 
 atexit.register(_shut_down)
