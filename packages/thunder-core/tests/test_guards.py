@@ -470,3 +470,89 @@ def test_tensor_stored_into_a_global_container_is_a_clear_error():
 
     with pytest.raises(TracingError, match="'_STORE'"):
         thunder.jit(f)(torch.ones(3))
+
+
+# ---------------------------------------------------------------- the identity test in front of value checks
+# Module attributes and globals holding immutable values are checked by one identity test per call; the value
+# checks run only when an object was replaced. These exercise that fallback.
+
+
+class _Scaled(nn.Module):
+    def __init__(self, scale, shift=None):
+        super().__init__()
+        self.scale = scale
+        self.shift = shift
+        self.name = "scaled"
+
+    def forward(self, x):
+        y = x * self.scale
+        return y if self.shift is None else y + self.shift
+
+
+def _scaled_int_input():
+    return torch.arange(6).reshape(2, 3)
+
+
+def test_attribute_replaced_by_an_equal_object_is_still_a_hit():
+    m = _Scaled(1.5)
+    jm = thunder.jit(m)
+    x = _x()
+    jm(x)
+    m.scale = float("1.5")  # a new float object, equal value and type: the value check passes
+    m.name = "".join(["scal", "ed"])  # (a new str object)
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 1
+
+
+@pytest.mark.parametrize("new", [2.0, True], ids=["int-to-float", "int-to-bool"])
+def test_attribute_replaced_by_an_equal_value_of_another_type_recompiles(new):
+    m = _Scaled(2 if new is not True else 1)
+    jm = thunder.jit(m)
+    x = _scaled_int_input()
+    assert jm(x).dtype == m(x).dtype
+    m.scale = new  # 2 == 2.0 and 1 == True, but an int tensor times a float is a float tensor
+    expected = m(x)
+    out = jm(x)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
+    assert thunder.cache_misses(jm) == 2
+
+
+def test_attribute_deleted_from_the_instance_reads_the_class_attribute():
+    class WithDefault(_Scaled):
+        shift = 10.0
+
+    m = WithDefault(2.0, shift=None)
+    jm = thunder.jit(m)
+    x = _x()
+    torch.testing.assert_close(jm(x), m(x))
+    del m.shift  # now the class attribute, 10.0
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_recompile_warning_names_the_attribute_behind_the_identity_test():
+    m = _Scaled(1.0)
+    jm = thunder.jit(m, recompile_limit=1)
+    x = _x()
+    jm(x)
+    m.scale = 3.0
+    with pytest.warns(UserWarning, match=r"scale"):
+        jm(x)
+    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_global_replaced_by_an_equal_object_then_by_another_value():
+    global SCALE
+    jf = thunder.jit(_reads_globals)
+    x = _x()
+    old = SCALE
+    try:
+        jf(x)
+        SCALE = float(repr(old))  # equal value, new object
+        torch.testing.assert_close(jf(x), _reads_globals(x))
+        assert thunder.cache_misses(jf) == 1
+        SCALE = old + 1
+        torch.testing.assert_close(jf(x), _reads_globals(x))
+        assert thunder.cache_misses(jf) == 2
+    finally:
+        SCALE = old

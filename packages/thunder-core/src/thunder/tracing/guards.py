@@ -155,13 +155,41 @@ def _config_equal(value, snapshot: dict) -> bool:
     return True
 
 
-def guard_value(pb, expr: str, value: Any, what: str | None = None) -> None:
+def guard_value(
+    pb, expr: str, value: Any, what: str | None = None, *, read_from: tuple[dict, str] | None = None
+) -> None:
     """Emits a check that ``expr`` still evaluates to what ``value`` was when tracing.
 
     Plain data is compared by type and value (``-0.0`` apart from ``0.0``), a config object by
     identity and by the plain data it holds, anything else (functions, classes, modules, tensors
     baked in as constants) by identity.
+
+    ``read_from``: the dict and key ``expr`` reads (a module's ``__dict__`` and an attribute name, a function's
+    globals and a name). Where finding the same object there proves the check passes (immutable data, identity
+    checks), the check runs only when the object changed (``PrologueBuilder.dict_read``).
     """
+    if read_from is not None and (_identity_suffices(value) or id(value) in pb.__dict__.get("_configs_checked", ())):
+        with pb.dict_read(*read_from, value):
+            _guard_value(pb, expr, value, what)
+    else:
+        _guard_value(pb, expr, value, what)
+
+
+_IMMUTABLE_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
+
+
+def _identity_suffices(value, depth: int = 0) -> bool:
+    """Whether ``guard_value``'s check of ``value`` passes for ``value`` itself, whatever happened to it since:
+    immutable data, or an object checked by identity (not a container or config object compared by content)."""
+    t = type(value)
+    if t in _IMMUTABLE_SCALARS or t is torch.Size:
+        return True
+    if t in (tuple, frozenset):
+        return depth < 4 and all(_identity_suffices(v, depth + 1) and is_plain(v) for v in value)
+    return not is_plain(value) and not _is_config_object(value)
+
+
+def _guard_value(pb, expr: str, value: Any, what: str | None) -> None:
     t = type(value)
     if value is None or t is bool:
         pb.fail_if(f"{expr} is not {value!r}", what)

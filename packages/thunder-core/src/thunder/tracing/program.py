@@ -277,7 +277,7 @@ class _InputBuilder:
                         shadow.__dict__[attr] = copy
                         self.object_attributes.add((id(m), attr))
                     continue
-                guards.guard_value(pb, expr, value, f"{qual}.{attr}")
+                guards.guard_value(pb, expr, value, f"{qual}.{attr}", read_from=(d, attr))
                 if type(value) in (dict, list) and guards.is_plain(value):
                     # a container the forward may fill (timm's attention_bias_cache[str(device)] = ...): the traced
                     # code fills a copy, and the values it stored are written into the user's after each call
@@ -929,7 +929,7 @@ def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilde
             guards.guard_value(prologue, f"{f_expr}.__dict__.get({attr!r})", value, what)
     for g, name, value in globals_read:
         ns = prologue.constant(g, "_globals")
-        guards.guard_value(prologue, f"{ns}.get({name!r})", value, f"the global {name}")
+        guards.guard_value(prologue, f"{ns}.get({name!r})", value, f"the global {name}", read_from=(g, name))
     for cell, name, value in cells:
         guards.guard_value(
             prologue, f"{prologue.constant(cell, '_cell')}.cell_contents", value, f"the closure variable {name}"

@@ -7,6 +7,7 @@ Its checks are straight-line generated code, not a loop over descriptions.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import itertools
@@ -146,6 +147,43 @@ class _ModuleChecks:
         return lines
 
 
+class _IdentityChecks:
+    """Many checks of values read from dicts (module attributes, globals) behind one identity test.
+
+    Each value the trace specialised on is immutable (a number, a string, ``None``, a tuple of them) or checked by
+    identity anyway (a function, a class, a module), so finding the very same object under its key means its
+    check passes. One line tests that for all of them in C loops (``dict.get`` then ``is``); only when an object
+    was replaced (or a key removed) do the individual checks run, and decide as they would alone. A model's
+    module attributes then cost a few nanoseconds each per call instead of an attribute lookup and a comparison
+    each.
+    """
+
+    def __init__(self, builder: PrologueBuilder, line: int) -> None:
+        self.line = line
+        self.dicts: list[dict] = []
+        self.keys: list[str] = []
+        self.values: list = []
+        self.checks: list[tuple[str, str | None]] = []  # (the check's line, what it guards)
+        c = builder.constant
+        self.names = {"dicts": c(self.dicts, "_read_dicts"), "keys": c(self.keys, "_read_keys")}
+        self.names["values"] = c(self.values, "_read_values")
+        builder.trace.constants["_all"] = all
+        builder.trace.constants["_is"] = operator.is_
+        builder.trace.constants["_dict_get"] = dict.get
+        builder.trace.constants["_absent"] = itertools.repeat(_ABSENT)  # (map stops at the shorter input)
+
+    def add(self, d: dict, key: str, value: Any, lines: list[str], descriptions: list[str | None]) -> None:
+        self.dicts.append(d)
+        self.keys.append(key)
+        self.values.append(value)
+        self.checks.extend(zip(lines, descriptions))
+
+    def source(self) -> list[str]:
+        n = self.names
+        head = f"if not _all(map(_is, map(_dict_get, {n['dicts']}, {n['keys']}, _absent), {n['values']})):"
+        return [head, *(f"  {line}" for line, _ in self.checks)]
+
+
 # up to this many tensors, the checks before the C++ guard are inline code; beyond, loops over a tuple
 _INLINE_PRECHECKS = 8
 
@@ -179,6 +217,8 @@ class PrologueBuilder:
     size_env: Any = None  # the trace's symbolic sizes (thunder.core.symbolic.SizeEnv), if any
     # the modules whose training flag, hooks, forward and submodules one line checks (see check_module)
     modules: _ModuleChecks | None = None
+    # checks of immutable values read from dicts, behind one identity test (see dict_read)
+    identity: _IdentityChecks | None = None
     param_names: set = field(default_factory=set)  # the function's parameters (the prologue's own locals avoid them)
 
     def constant(self, value: Any, prefix: str) -> str:
@@ -198,6 +238,30 @@ class PrologueBuilder:
             if what is not None:
                 self.descriptions[len(self.lines)] = what
             self.lines.append(f"if {condition}: return MISS")
+
+    @contextlib.contextmanager
+    def dict_read(self, d: dict, key: str, value: Any):
+        """The checks emitted inside run only when ``d[key]`` is no longer ``value`` itself (see _IdentityChecks).
+
+        For a value read from a dict whose check passes whenever the very same object is still there: immutable
+        data, or anything checked by identity only.
+        """
+        if not self.checks or key not in d or d[key] is not value:
+            yield
+            return
+        lines, self.lines = self.lines, []
+        descriptions, self.descriptions = self.descriptions, {}
+        try:
+            yield
+        finally:
+            emitted, emitted_what = self.lines, self.descriptions
+            self.lines, self.descriptions = lines, descriptions
+        group = self.identity
+        if group is None:
+            group = self.identity = _IdentityChecks(self, len(self.lines))
+            self.descriptions[group.line] = "module attributes or globals"
+            self.lines.append("")  # filled in by build()
+        group.add(d, key, value, emitted, [emitted_what.get(i) for i in range(len(emitted))])
 
     def check_tensor(self, expr: str, proxy: TensorProxy, example: torch.Tensor | None = None) -> None:
         """Checks the tensor at ``expr`` has ``proxy``'s metadata (one C++ guard for all, when available)."""
@@ -415,17 +479,24 @@ class PrologueBuilder:
         trace.constants["MISS"] = MISS
         trace.constants["computation"] = computation
         trace.extra_imports = ["from torch import Tensor"]
-        trace.bound_symbols = [_prologue_code.bind(tuple(self.lines + [f"return {call}"]), output=None)]
+        trace.bound_symbols = [_prologue_code.bind(tuple(self._rendered_lines() + [f"return {call}"]), output=None)]
         trace.scopes = [trace.bound_symbols]
         trace.user_fn_name = fn_name
         self._call = call
         return trace
 
+    def _rendered_lines(self) -> list[str]:
+        group = self.identity
+        if group is None:
+            return list(self.lines)
+        return [*self.lines[: group.line], *group.source(), *self.lines[group.line + 1 :]]
+
     def build_unchecked(self):
         """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
         module attributes or globals the checks describe as they were before the call)."""
         trace = copy.copy(self.trace)
-        lines = [line for line in self.lines if not line.endswith("return MISS")]
+        identity_line = self.identity.line if self.identity is not None else -1
+        lines = [line for i, line in enumerate(self.lines) if not line.endswith("return MISS") and i != identity_line]
         trace.bound_symbols = [_prologue_code.bind(tuple(lines + [f"return {self._call}"]), output=None)]
         trace.scopes = [trace.bound_symbols]
         trace._python_cache = None
@@ -443,6 +514,11 @@ class PrologueBuilder:
                 continue
             if self.modules is not None and i == self.modules.line:  # one check per module, to name it
                 lines.extend(self.modules.separate_checks())
+                continue
+            if self.identity is not None and i == self.identity.line:  # every check behind the identity test
+                for check, what in self.identity.checks:
+                    what = what if what is not None else check[3 : -len(": return MISS")]
+                    lines.append(check[: -len("MISS")] + repr(what))
                 continue
             if line.endswith("return MISS"):
                 what = self.descriptions.get(i, line[3 : -len(": return MISS")])
