@@ -55,3 +55,49 @@ def test_examine_reports_errors():
     report = thunder.examine(f, torch.randn(3))
     assert report.error is not None and report.matches is None
     assert isinstance(report.error, thunder.DataDependentControlFlowError)
+
+
+class _ElementwiseFusion(thunder.extend.FusionExecutor):
+    """Fuses runs of mul, add and tanh; a region runs through the torch executor."""
+
+    region_name = "elementwise"
+
+    def can_fuse(self, bsym) -> bool:
+        return bsym.sym.name in {"mul", "add", "tanh"} and bsym.sym.id.startswith("torch.")
+
+    def fuse_region(self, region):
+        from thunder.executors import pythonex, torchex
+        from thunder.executors.fusion import region_trace
+
+        return region_trace(region, [torchex.ex, pythonex.ex]).python_callable()
+
+
+def test_examine_counts_fusion_regions_forward_and_backward(capsys):
+    def f(a, b):
+        c = torch.tanh(a * b + 1)  # one region in the forward
+        return c.sum(-1) * 2  # (sum is not fused: the region ends; the scalar mul after it is a lone op)
+
+    fuser = _ElementwiseFusion("test_examine_fuser")
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    report = thunder.examine(f, a, b, executors=[fuser])
+    assert report.matches is True
+    assert report.fusion_regions == {"test_examine_fuser": 2}  # mul+add+tanh, and the lone mul after the sum
+    assert report.fusion_states == ["not tiered"]  # (it does not compile slowly: no background tier)
+    assert "fusion regions: 2 test_examine_fuser (cached programs: not tiered)" in capsys.readouterr().out
+
+    # with gradients, the backward program's regions count too
+    report = thunder.examine(f, a.requires_grad_(), b, executors=[fuser])
+    assert report.matches is True
+    backward = thunder.jit(f, executors=[fuser])
+    backward(a, b)
+    expected = sum(
+        "fusion" in s.sym.tags
+        for t in (thunder.last_traces(backward)[-1], thunder.last_backward_traces(backward)[-1])
+        for s in t.bound_symbols
+    )
+    assert sum(report.fusion_regions.values()) == expected > 2
+
+    # without a fusion executor: nothing to report
+    capsys.readouterr()
+    report = thunder.examine(f, a, b)
+    assert not report.fusion_regions and "fusion regions" not in capsys.readouterr().out

@@ -34,6 +34,10 @@ class ExamineReport:
     # PyTorch backward kernels the compiled backward calls (native_batch_norm_backward, convolution_backward...),
     # by name: composite operations differentiated as eager's kernel pairs rather than through their decompositions
     backward_kernels: Counter = field(default_factory=Counter)
+    # fusion regions of the compiled forward and backward programs, by executor name (empty without a fusion
+    # executor), and what each cached program runs (thunder.fusion_states): "fused", "unfused", "failed", ...
+    fusion_regions: Counter = field(default_factory=Counter)
+    fusion_states: list[str] = field(default_factory=list)
 
     @property
     def fully_supported(self) -> bool:
@@ -55,6 +59,9 @@ class ExamineReport:
         if self.backward_kernels:
             kernels = ", ".join(f"{name} ({n})" for name, n in sorted(self.backward_kernels.items()))
             lines.append(f"the backward runs PyTorch's backward kernels: {kernels}")
+        if self.fusion_regions:
+            regions = ", ".join(f"{n} {name}" for name, n in sorted(self.fusion_regions.items()))
+            lines.append(f"fusion regions: {regions} (cached programs: {', '.join(self.fusion_states)})")
         if self.matches is True:
             lines.append("thunder's result matches eager PyTorch")
         elif self.matches is False:
@@ -102,12 +109,18 @@ def _state(x) -> list:
     return []
 
 
-def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None, **kwargs) -> ExamineReport:
+def examine(
+    fn: Any, *args, rtol: float | None = None, atol: float | None = None, executors=None, **kwargs
+) -> ExamineReport:
     """Runs ``fn(*args, **kwargs)`` eagerly and under ``thunder.jit`` and reports thunder's coverage.
 
     ``fn`` is a function or an ``nn.Module``; the arguments (and the module) are copied for the
     eager run, so in-place updates happen once on each copy. Random operations see the same RNG
     state in both runs. Prints the report and returns it as an :class:`ExamineReport`.
+
+    ``executors``: the executor list to jit with (default: the default executors). With a fusion executor the
+    report counts its regions and says whether the program runs fused; regions that compile in the background
+    (``torch_compile``) are compiled before the call (``fusion="wait"``), so the report is the steady state.
     """
     import thunder
 
@@ -125,7 +138,7 @@ def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None
     if cuda_rng is not None:
         torch.cuda.set_rng_state_all(cuda_rng)
 
-    jfn = thunder.jit(fn)
+    jfn = thunder.jit(fn) if executors is None else thunder.jit(fn, executors=executors, fusion="wait")
     try:
         actual = jfn(*args, **kwargs)
     except Exception as e:
@@ -141,6 +154,8 @@ def examine(fn: Any, *args, rtol: float | None = None, atol: float | None = None
         (report.fallback if record["symbol"] == "fallback" else report.native)[name] += 1
     if report.error is None:
         report.backward_kernels = _backward_kernels(jfn)
+        report.fusion_regions = _fusion_regions(jfn)
+        report.fusion_states = thunder.fusion_states(jfn) if report.fusion_regions else []
         tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
         try:
             torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
@@ -171,3 +186,22 @@ def _backward_kernels(jfn) -> Counter:
         if name.endswith("_backward") or "_backward_data" in name:
             names[name] += 1
     return names
+
+
+def _fusion_regions(jfn) -> Counter:
+    """Fusion regions in the last compiled forward and backward traces of ``jfn``, by executor name."""
+    import thunder
+
+    traces = []
+    for query in (thunder.last_traces, thunder.last_backward_traces):
+        try:
+            found = query(jfn)
+        except RuntimeError:
+            continue
+        traces.extend(found[-1:])
+    regions = Counter()
+    for trace in traces:
+        for bsym in trace.bound_symbols:
+            if "fusion" in bsym.sym.tags and bsym.sym.executor is not None:
+                regions[bsym.sym.executor.name] += 1
+    return regions
