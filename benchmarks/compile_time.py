@@ -24,10 +24,8 @@ of thunder-core; to install it on its own: python -m pip install -c constraints.
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,6 +33,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from bench_env import import_thunder, machine_info, package_version
 
 
 class LLaMAMLP(nn.Module):
@@ -56,18 +55,6 @@ def litgpt_llama_config(n_layer: int, n_query_groups: int) -> dict:
     return {**base, "n_layer": n_layer, "n_query_groups": n_query_groups}
 
 
-def import_thunder():
-    try:
-        import thunder
-    except ImportError as e:
-        sys.exit(
-            f"{os.path.basename(__file__)}: cannot import thunder ({e}).\n"
-            "Install it from the repository root with: "
-            "python -m pip install -c constraints.txt -e packages/thunder-core"
-        )
-    return thunder
-
-
 def import_litgpt():
     try:
         import litgpt
@@ -78,23 +65,6 @@ def import_litgpt():
             "(or pass --no-litgpt)"
         )
     return litgpt
-
-
-def package_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_num_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
 
 
 def log(message: str) -> None:
@@ -156,7 +126,7 @@ def main() -> None:
     parser.add_argument("--no-litgpt", action="store_true", help="skip the LitGPT measurements")
     args = parser.parse_args()
 
-    thunder = import_thunder()
+    thunder = import_thunder(__file__)
     litgpt = None if args.no_litgpt else import_litgpt()
     torch.manual_seed(0)
     result = {"grad": args.grad}

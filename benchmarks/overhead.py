@@ -14,15 +14,13 @@ Prints exactly one JSON object on stdout; progress goes to stderr.
 """
 
 import argparse
-import importlib.metadata
 import json
-import os
-import platform
 import statistics
 import sys
 import timeit
 
 import torch
+from bench_env import import_thunder, machine_info, package_version
 
 
 def a_plus_b(a, b):
@@ -34,35 +32,6 @@ def three_ops(a, b):
 
 
 FUNCTIONS = {"a_plus_b": a_plus_b, "three_ops": three_ops}
-
-
-def import_thunder():
-    try:
-        import thunder
-    except ImportError as e:
-        sys.exit(
-            f"{os.path.basename(__file__)}: cannot import thunder ({e}).\n"
-            "Install it from the repository root with: "
-            "python -m pip install -c constraints.txt -e packages/thunder-core"
-        )
-    return thunder
-
-
-def package_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_num_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
 
 
 def time_per_call_us(fn, args, number: int, repeat: int) -> dict:
@@ -80,7 +49,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="timing repeats (default 7)")
     args = parser.parse_args()
 
-    thunder = import_thunder()
+    thunder = import_thunder(__file__)
     a = torch.randn(2)
     b = torch.randn(2)
 
