@@ -429,8 +429,9 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
     if "aliased_inputs" in features:
         for i in range(1, len(inputs)):
             if draw(st.booleans()):
-                ndim = torch.tensor(inputs[0].values).ndim
-                views = ["a0"] + (["a0[0]", "a0[..., :1]"] if ndim >= 1 else []) + (["a0.mT"] if ndim >= 2 else [])
+                shape = _make_all(inputs[:1])[0].shape  # (a0 may be an empty tensor: no a0[0] then)
+                views = ["a0"] + (["a0[..., :1]"] if shape else []) + (["a0[0]"] if shape and shape[0] else [])
+                views += ["a0.mT"] if len(shape) >= 2 else []
                 inputs[i] = InputSpec(
                     None, inputs[0].dtype, inputs[0].requires_grad, alias=draw(st.sampled_from(views))
                 )
