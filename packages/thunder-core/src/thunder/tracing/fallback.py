@@ -1,0 +1,351 @@
+"""The opaque fallback: torch calls without a torch-language symbol, run by PyTorch on meta tensors and recorded as one opaque symbol."""
+
+from __future__ import annotations
+
+import dis
+import functools
+from typing import Any
+
+import torch
+
+from thunder.core import devices, dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_map
+from thunder.core.symbol import Symbol, flat_proxies
+from thunder.core.symbolic import current_size_env, hint, hints, size_env_of, specialize
+from thunder.torch.registry import InplaceOp, torch_to_thunder
+from thunder.tracing.errors import (
+    TracingError,
+    describe_location,
+    user_frame,
+)
+
+T = torch.Tensor
+
+
+def _can_cast(src: dtypes.dtype, dst: dtypes.dtype) -> bool:
+    return dtypes.kind_rank(src) <= dtypes.kind_rank(dst)
+
+
+_SCALAR_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+def _dtype_title(d: dtypes.dtype) -> str:
+    """PyTorch's name for a dtype in error messages (``Float``, ``Long``)."""
+    name = str(d.torch_dtype).replace("torch.", "")
+    return _SCALAR_TYPE_NAMES.get(name, name.capitalize())
+
+
+@functools.lru_cache(maxsize=4096)
+def _instructions(code):
+    ins_list = list(dis.get_instructions(code))
+    return {ins.offset: i for i, ins in enumerate(ins_list)}, ins_list
+
+
+def _stored_name(code, lasti: int) -> str | None:
+    """The variable the instruction after ``lasti`` stores to (``x = f(...)``), if any."""
+    try:
+        index, ins = _instructions(code)
+    except Exception:
+        return None
+    i = index.get(lasti)
+    if i is None:
+        return None
+    for nxt in ins[i + 1 : i + 4]:
+        if nxt.opname in ("CACHE", "PRECALL", "EXTENDED_ARG", "NOP"):
+            continue
+        if nxt.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL"):
+            return nxt.argval
+        return None
+    return None
+
+
+def interpreter_log_records(log: list[tuple]) -> list[dict[str, Any]]:
+    """The tracer's log of intercepted calls as the records ``thunder.last_interpreter_log`` returns."""
+    records = []
+    for func, mapped, fell_back, file, line, user_file, user_line in log:
+        if fell_back:
+            symbol = "fallback"
+        elif isinstance(mapped, Symbol):
+            symbol = mapped.name
+        elif type(mapped) is InplaceOp and isinstance(mapped.fn, Symbol):
+            symbol = mapped.fn.name
+        else:
+            symbol = "adapter"
+        records.append(
+            {
+                "kind": "symbol" if isinstance(func, Symbol) else "call",
+                "fn": _func_name(func),
+                "symbol": symbol,
+                "file": file,
+                "line": line,
+                "user_file": user_file,
+                "user_line": user_line,
+            }
+        )
+    return records
+
+
+def _func_name(func) -> str:
+    if isinstance(func, Symbol):
+        return func.name
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name is None:
+        owner = getattr(func, "__self__", None)
+        name = f"Tensor.{getattr(owner, '__name__', '?')}"
+    module = getattr(func, "__module__", None)
+    if module and module.startswith("torch") and not name.startswith("Tensor"):
+        return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._VariableFunctions', 'torch')}.{name}"
+    name = name.replace("TensorBase.", "Tensor.")
+    return name if name.startswith(("Tensor", "torch")) else f"torch.{name}"
+
+
+# ---------------------------------------------------------------- opaque fallback symbols
+
+_fallback_cache: dict[Any, Symbol] = {}
+
+
+def _to_meta(x, fake: bool = False):
+    """Meta tensors for an opaque op's proxies; with ``fake``, fake tensors with the proxies' symbolic sizes (made
+    inside the size environment's FakeTensorMode)."""
+    if isinstance(x, TensorProxy):
+        if fake:
+            return torch.empty(x.shape, dtype=x.dtype.torch_dtype, device=x.device._torch_device)
+        specialize(x.shape)  # (no symbolic sizes here: the op's output sizes are learned as numbers)
+        return torch.empty(hints(x.shape), dtype=x.dtype.torch_dtype, device="meta")
+    if type(x) is torch.SymInt:
+        if not fake:
+            specialize(x)
+            return hint(x)
+        return x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_meta(y, fake) for y in x)
+    if isinstance(x, dict):
+        return {k: _to_meta(v, fake) for k, v in x.items()}
+    if isinstance(x, devices.Device):
+        return x._torch_device
+    return x
+
+
+def _result_device(args, kwargs):
+
+    for p in flat_proxies((args, kwargs)):
+        if isinstance(p, TensorProxy):
+            return p.device
+    d = kwargs.get("device")
+    if d is not None:
+        return devices.to_device(d)
+    return devices.to_device(torch.get_default_device())
+
+
+def _from_meta(x, device):
+    if isinstance(x, torch.Tensor):
+        return TensorProxy(shape=x.shape, dtype=x.dtype, device=device, requires_grad=False)
+    if isinstance(x, (tuple, list)):
+        return (
+            type(x)(_from_meta(y, device) for y in x)
+            if type(x) in (tuple, list)
+            else type(x)(tuple(_from_meta(y, device) for y in x))
+        )
+    return x
+
+
+def _first_symbolic_size(x):
+    """A symbolic size in ``x`` (the proxies' shapes included), or None."""
+    if isinstance(x, TensorProxy):
+        return next((s for s in x.shape if type(s) is torch.SymInt), None)
+    if type(x) is torch.SymInt:
+        return x
+    if isinstance(x, (tuple, list)):
+        x = iter(x)
+    elif isinstance(x, dict):
+        x = iter(x.values())
+    else:
+        return None
+    for y in x:
+        found = _first_symbolic_size(y)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_inplace_name(name: str) -> bool:
+    return (
+        name.endswith("_")
+        and not name.endswith("__")
+        or name in ("__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+    )
+
+
+def fallback_inplace_op(func) -> InplaceOp:
+    """An in-place torch callable run opaquely: a functional copy-and-update, then the tracer rebinds."""
+    sym = fallback_symbol(func, force_inplace=True)
+    return InplaceOp(sym)
+
+
+def _run_tracking_grad(func, margs, mkwargs):
+    """Runs ``func`` on meta inputs whose floating tensors require grad, so each output's ``requires_grad``
+    says whether PyTorch's autograd differentiates it (``native_layer_norm``'s statistics and ``linalg.lu``'s
+    pivots it does not). None when there is no floating input or the op refuses such inputs."""
+    leaves = []
+
+    def grad_leaf(x):
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            leaf = x.detach().requires_grad_(True)
+            leaves.append(leaf)
+            return leaf
+        if isinstance(x, (tuple, list)):
+            return type(x)(grad_leaf(y) for y in x)
+        return x
+
+    gargs = grad_leaf(margs)
+    gkwargs = {k: grad_leaf(v) for k, v in mkwargs.items()}
+    if not leaves:
+        return None
+    try:
+        with torch.enable_grad():
+            return func(*gargs, **gkwargs)
+    except Exception:
+        pass
+    # the op refuses some input that requires grad (native_batch_norm's running statistics): one run per
+    # input, only that one requiring grad (through a non-leaf, so in-place updates of it are allowed); an
+    # output is differentiable when some run makes it require grad
+    combined = template = None
+    for i in range(len(leaves)):
+        plain = {id(x): x.detach() for j, x in enumerate(leaves) if j != i}
+        plain[id(leaves[i])] = leaves[i].clone()
+        swap = lambda x: plain.get(id(x), x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        try:
+            with torch.enable_grad():
+                result = func(*tree_map(swap, gargs), **{k: tree_map(swap, v) for k, v in gkwargs.items()})
+        except Exception:
+            continue
+        flat = list(result) if isinstance(result, (tuple, list)) else [result]
+        if combined is None:
+            combined, template = flat, result
+        elif len(flat) == len(combined):
+            combined = [r if isinstance(r, torch.Tensor) and r.requires_grad else c for c, r in zip(combined, flat)]
+    if not isinstance(template, (tuple, list)):
+        return combined[0] if combined else None
+    return type(template)(combined)  # the structure of the op's result (tuple, list or return_types)
+
+
+def _mark_nondifferentiable_outputs(result, out) -> None:
+    """Marks the proxies in ``out`` whose meta counterpart in ``result`` has no gradient path."""
+    flat_result = result if isinstance(result, (tuple, list)) else (result,)
+    flat_out = out if isinstance(out, (tuple, list)) else (out,)
+    if len(flat_result) != len(flat_out):
+        return
+    for r, o in zip(flat_result, flat_out):
+        if isinstance(r, torch.Tensor) and isinstance(o, TensorProxy) and not r.requires_grad:
+            o.nondifferentiable = True
+
+
+def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
+    """An opaque symbol for a torch callable with no torch-language symbol: metadata from the meta device."""
+    key = (func, force_inplace)
+    sym = _fallback_cache.get(key)
+    if sym is not None:
+        return sym
+    from thunder.executors.torchex import torch_path
+
+    path = torch_path(func)
+    raw_name = getattr(func, "__name__", None) or "op"
+    inplace = force_inplace or _is_inplace_name(raw_name)
+    if inplace:
+        base = (path[0] if path else raw_name).replace(".", "_").replace("__", "_").strip("_")
+        print_name, imports = f"functional_{base}", ()
+
+        def run(a, *args, **kwargs):
+            a = a.clone()
+            func(a, *args, **kwargs)
+            return a
+
+        call_ctx = {print_name: run}
+    elif path is not None:
+        print_name, imports, call_ctx = path[0], (path[1],), None
+    else:
+        print_name = "opaque_" + "".join(c if c.isalnum() else "_" for c in raw_name)
+        imports, call_ctx = (), {print_name: func}
+
+    def meta(*args, **kwargs):
+        symbolic = _first_symbolic_size((args, kwargs))
+        env = size_env_of(symbolic) if symbolic is not None else None
+        if env is not None:
+            with env.fake_mode():
+                out = _opaque_meta(args, kwargs, True)
+            env.bind_data_dependent(out)
+            return out
+        try:
+            return _opaque_meta(args, kwargs, False)
+        except TracingError:
+            env = current_size_env()
+            if env is None:
+                raise
+            # no meta kernel, or sizes that depend on the values (nonzero, a boolean mask): PyTorch's fake tensors
+            # give data-dependent sizes as symbols, read from the output at run time
+            try:
+                with env.fake_mode():
+                    out = _opaque_meta(args, kwargs, True)
+            except Exception:
+                out = None
+            if out is None:
+                raise
+            env.bind_data_dependent(out)
+            return out
+
+    def _opaque_meta(args, kwargs, fake: bool):
+        margs, mkwargs = _to_meta(args, fake), _to_meta(kwargs, fake)
+        tracked = _run_tracking_grad(func, margs, mkwargs) if not inplace and torch.is_grad_enabled() else None
+        if tracked is not None:
+            out = _from_meta(tracked, _result_device(args, kwargs))
+            _mark_nondifferentiable_outputs(tracked, out)
+            return out
+        try:
+            with torch.no_grad():
+                if inplace:
+                    target = margs[0].clone()
+                    func(target, *margs[1:], **mkwargs)
+                    result = target
+                else:
+                    result = func(*margs, **mkwargs)
+        except Exception as e:
+            detail = str(e).split("\n")[0]
+            raise TracingError(
+                f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
+                f"output's shape ({type(e).__name__}: {detail}). If its output shape depends on tensor values "
+                "(nonzero, unique, boolean masks), it cannot be traced; otherwise please report it.\n"
+                f"  {describe_location(user_frame(2))}"
+            ) from e
+        return _from_meta(result, _result_device(args, kwargs))
+
+    sym = Symbol(
+        print_name,
+        meta,
+        id=f"opaque::{print_name}",
+        is_prim=True,
+        print_name=print_name,
+        imports=imports,
+        call_ctx=call_ctx,
+        tags=("opaque",),
+    )
+    sym.torch_fn = func
+    sym.inplace = inplace
+    from thunder.executors.torchex import ex as torch_ex
+
+    sym.executor = torch_ex
+    _fallback_cache[key] = sym
+    if inplace and not force_inplace:
+        torch_to_thunder.setdefault(func, InplaceOp(sym))
+    return sym

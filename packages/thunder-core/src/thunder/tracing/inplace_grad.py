@@ -1,0 +1,92 @@
+"""Grad semantics of in-place updates: recorded clones, gradient paths through detached views, strided writes."""
+
+from __future__ import annotations
+
+import torch
+
+from thunder.core.proxies import TensorProxy
+from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol
+from thunder.tracing.errors import (
+    TracingError,
+)
+
+T = torch.Tensor
+
+
+class _recording_directly:
+    """Symbols called here are recorded as they are (not as calls from user code through the tracer)."""
+
+    def __enter__(self):
+        from thunder.core.trace import get_tracectx
+
+        self.trace = get_tracectx()
+        if self.trace is None:
+            raise TracingError("internal error: a view was re-derived outside of tracing")
+        self.hook, self.trace.user_call_hook = self.trace.user_call_hook, None
+
+    def __exit__(self, *exc):
+        self.trace.user_call_hook = self.hook
+        return False
+
+
+def recorded_clone(p: TensorProxy) -> TensorProxy:
+    """A copy of ``p`` recorded into the trace being traced, requiring grad as ``p`` does."""
+    from thunder.core import prims
+
+    with _recording_directly():
+        copy = prims.clone(p)
+    copy.requires_grad = p.requires_grad
+    return copy
+
+
+still_requires_grad = value_update_symbol("still_requires_grad", gradient_to_old=False)
+
+
+def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new``'s values for a tensor that required grad and still does after an in-place update that did not
+    read a tensor requiring grad (``x.fill_(1.5)``, ``x.copy_(c)``): its gradient there is zero, as in eager."""
+    if still_requires_grad.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
+
+        still_requires_grad.executor = torch_ex
+    with _recording_directly():
+        return still_requires_grad.record(trace, (old, new), {})
+
+
+# in-place ops PyTorch declares non-differentiable: autograd does not record them, so the updated tensor keeps
+# the gradient path it had (comparisons such as eq_ are differentiable, with a zero gradient)
+_HISTORY_KEEPING_UPDATES = frozenset(("logical_not_", "logical_and_", "logical_or_", "logical_xor_"))
+
+
+def _func_name_of(func) -> str | None:
+    return getattr(func, "__name__", None)
+
+
+def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new`` (a bool/int result converted to ``old``'s float dtype) as the value of a tensor that required grad:
+    with ``old``'s gradient path after a logical op, with a zero gradient after any other (``eq_``, ``lt_``)."""
+    if getattr(func, "__name__", None) in _HISTORY_KEEPING_UPDATES:
+        return _no_grad_update(trace, old, new)
+    return _still_requires_grad(trace, old, new)
+
+
+def _detached(p: TensorProxy) -> TensorProxy:
+    from thunder.core.trace import get_tracectx
+    from thunder.torch import detach
+
+    with _recording_directly():
+        out = detach.record(get_tracectx(), (p,), {})
+    out.requires_grad = False
+    return out
+
+
+def _strip_inplace(position: int, args, kwargs):
+    """``args``/``kwargs`` with the ``inplace`` flag (at ``position`` or by keyword) set to False."""
+    flag = False
+    if "inplace" in kwargs:
+        flag = bool(kwargs["inplace"])
+        kwargs = {**kwargs, "inplace": False}
+    elif len(args) > position:
+        flag = bool(args[position])
+        args = (*args[:position], False, *args[position + 1 :])
+    return args, kwargs, flag
