@@ -124,7 +124,7 @@ def test_dcp_checkpoint_reshards_to_other_world_sizes(tmp_path):
 
 
 def test_ddp_checkpoint_and_misuse(tmp_path):
-    run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse")
+    run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 
 
 # --------------------------------------------------------------------------- a world of one

@@ -419,7 +419,33 @@ def misuse(rank: int, world: int) -> None:
         td.ddp(torch.nn.parallel.DistributedDataParallel(mlp()))
 
 
+def interop(rank: int, world: int) -> None:
+    """thunder.jit of a module PyTorch already parallelised (DTensor parameters, torch DDP) is a clear error, not a crash."""
+    import pytest
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    sharded = mlp()
+    fully_shard(sharded, mesh=mesh)
+    with pytest.raises(TypeError, match=r"parameter '0\.weight' is a DTensor.*thunder\.distributed\.fsdp"):
+        thunder.jit(sharded)
+    tensor_parallel = parallelize_module(mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with pytest.raises(TypeError, match=r"parameter '0\.weight' is a DTensor"):
+        thunder.jit(tensor_parallel)
+    wrapped = torch.nn.parallel.DistributedDataParallel(mlp())
+    with pytest.raises(TypeError, match=r"DistributedDataParallel is not supported.*thunder\.distributed\.ddp"):
+        thunder.jit(wrapped)
+    # the plain module under thunder's own fsdp still trains after DTensor was imported
+    tm = thunder.jit(td.fsdp(mlp()))
+    x = torch.randn(2, 6)
+    tm(x).sum().backward()
+    assert all(p.grad is not None for p in tm.parameters())
+
+
 SCENARIOS = {
+    "interop": interop,
     "unjitted_ddp": unjitted_ddp,
     "buffers": buffers,
     "dcp_save": dcp_save,
