@@ -123,6 +123,11 @@ def test_dcp_checkpoint_reshards_to_other_world_sizes(tmp_path):
     run_world(4, f"dcp_load:zero2:{path}", f"dcp_load:plain:{path}")
 
 
+def test_fsdp_of_a_model_on_the_meta_device():
+    """Deferred init: each rank allocates one submodule at a time and keeps its shard; reset_parameters or param_init_fn."""
+    run_world(2, "deferred_init:reset", "deferred_init:init_fn")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 

@@ -16,6 +16,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.tensor import DTensor
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import thunder
 import thunder.distributed as td
@@ -444,7 +447,103 @@ def interop(rank: int, world: int) -> None:
     assert all(p.grad is not None for p in tm.parameters())
 
 
+class LiveStorageBytes(TorchDispatchMode):
+    """The peak bytes of tensor storage allocated by operations run under it and still alive (checked after each operation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.storages: list[tuple[StorageWeakRef, int]] = []
+        self.seen: set[int] = set()
+        self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            a.untyped_storage().data_ptr() for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)
+        }
+        for t in pytree.tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.is_meta:
+                continue
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr == 0 or ptr in inputs:
+                continue
+            self.storages = [(ref, n) for ref, n in self.storages if not ref.expired()]
+            if all(ref.cdata != storage._cdata for ref, _ in self.storages):
+                self.storages.append((StorageWeakRef(storage), storage.nbytes()))
+        self.storages = [(ref, n) for ref, n in self.storages if not ref.expired()]
+        self.peak = max(self.peak, sum(n for _, n in self.storages))
+        return out
+
+
+def deep_mlp() -> torch.nn.Module:
+    layers = [torch.nn.Linear(6, 64), torch.nn.Tanh()]
+    for _ in range(6):
+        layers += [torch.nn.Linear(64, 64), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(64, 3))
+
+
+def normal_init(m: torch.nn.Module) -> None:
+    for p in m.parameters(recurse=False):
+        torch.nn.init.normal_(p, std=0.1)
+
+
+def deferred_init(rank: int, world: int, init: str) -> None:
+    """fsdp of a model built on the meta device: each rank's peak stays below the full model; it trains like one built on one process."""
+    import pytest
+
+    init_fn = normal_init if init == "init_fn" else None
+    torch.manual_seed(7)  # the reference: built and initialised on one process
+    reference = deep_mlp()
+    if init_fn is not None:
+        torch.manual_seed(7)
+        for m in reference.modules():
+            init_fn(m)
+    full_bytes = sum(p.numel() * p.element_size() for p in reference.parameters())
+
+    with torch.device("meta"):
+        model = deep_mlp()
+    torch.manual_seed(7 if rank == 0 else 1000 + rank)  # the other ranks differ: rank 0's random state is shared
+    with LiveStorageBytes() as memory:
+        td.fsdp(model, param_init_fn=init_fn)
+    shard_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert all(not t.is_meta for t in [*model.parameters(), *model.buffers()])
+    assert memory.peak >= shard_bytes, (memory.peak, shard_bytes)  # the measurement sees the shards
+    if world > 1:
+        assert memory.peak < full_bytes, f"peak {memory.peak} bytes at init, the full model has {full_bytes}"
+    tm = thunder.jit(model)
+    check_close(full_params(tm), reference, f"deferred init ({init})", dict(rtol=0, atol=0))
+    opt, ref_opt = make_optimizer("adam", tm.parameters()), make_optimizer("adam", reference.parameters())
+    dev = next(tm.parameters()).device
+    for x, y in batches("mlp", 3, batch=2 * world):
+        loss = loss_fn("mlp", tm(local(x, rank, world).to(dev)), local(y, rank, world).to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss = loss_fn("mlp", reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach(), **TOL)
+    check_close(full_params(tm), reference, f"deferred init ({init}) after training", TOL)
+
+    class NoReset(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(4))
+
+    with torch.device("meta"):
+        no_reset = torch.nn.Sequential(torch.nn.Linear(4, 4), NoReset())
+    with pytest.raises(ValueError, match=r"submodule '1' \(NoReset\) has tensors on the meta device.*param_init_fn"):
+        td.fsdp(no_reset)
+    with pytest.raises(ValueError, match="param_init_fn is for a model built on the meta device"):
+        td.fsdp(mlp(), param_init_fn=normal_init)
+
+
 SCENARIOS = {
+    "deferred_init": deferred_init,
     "interop": interop,
     "unjitted_ddp": unjitted_ddp,
     "buffers": buffers,

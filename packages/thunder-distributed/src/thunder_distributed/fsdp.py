@@ -11,6 +11,7 @@ right before it needs them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -91,6 +92,7 @@ def fsdp(
     broadcast_buffers: bool = True,
     process_group=None,
     device: torch.device | str | None = None,
+    param_init_fn: Callable[[torch.nn.Module], None] | None = None,
 ) -> torch.nn.Module:
     """Fully sharded data parallel: parameters sharded across the group, gathered for use, gradients reduce-scattered.
 
@@ -112,21 +114,39 @@ def fsdp(
             enabled starts by copying rank ``broadcast_from``'s (rank 0 if ``None``) to every rank.
         process_group: the group to shard over (default: the world).
         device: where to compute (default: ``cuda:LOCAL_RANK`` with NCCL, else the CPU).
+        param_init_fn: for a model built on the ``meta`` device (deferred initialisation): called with
+            each submodule once its own parameters and buffers are allocated (uninitialised) on the
+            device; default: the submodule's ``reset_parameters()``. Each submodule's parameters are
+            sharded right after, so a rank never holds more than one submodule's full parameters.
+            Every rank initialises from rank ``broadcast_from``'s random state (sent to the others).
 
     Raises:
         RuntimeError: no process group is initialised.
         TypeError: ``model`` is not a module, or is already wrapped by PyTorch's DDP/FSDP.
         ValueError: parameters on different devices, an unknown strategy, a module prepared twice.
     """
+    from thunder_distributed.deferred_init import has_meta_tensors, materialize_and_shard
+
     module = check_module("fsdp", model)
     sharding = _enum("sharding_strategy", FSDPType, sharding_strategy)
     bucketing = _enum("bucketing_strategy", FSDPBucketingStrategy, bucketing_strategy)
     group, rank, world = resolve_group("fsdp", process_group)
     check_same_device("fsdp", module)
-    module.to(target_device(group, device))
-    if world > 1 and broadcast_from is not None:
-        broadcast_module(module, group, broadcast_from)
-    layouts = _shard_module(module, group, rank, world) if world > 1 else {}
+    device = target_device(group, device)
+    if has_meta_tensors(module):
+        sharder = ModuleSharder(module, group, rank, world) if world > 1 else None
+        materialize_and_shard(module, device, group, broadcast_from, param_init_fn, sharder)
+        layouts = sharder.layouts if sharder is not None else {}
+    else:
+        if param_init_fn is not None:
+            raise ValueError(
+                "thunder.distributed.fsdp: param_init_fn is for a model built on the meta device (deferred "
+                "initialisation); this model's parameters are already allocated and initialised"
+            )
+        module.to(device)
+        if world > 1 and broadcast_from is not None:
+            broadcast_module(module, group, broadcast_from)
+        layouts = _shard_module(module, group, rank, world) if world > 1 else {}
     state = DistState(
         "fsdp",
         module,
@@ -162,24 +182,50 @@ def _shard_module(module: torch.nn.Module, group, rank: int, world: int) -> dict
     Each module holding shards gets a subclass of its class (same name) whose attribute read of a
     sharded parameter returns ``gather_parameter(shard)``, so the forward sees full parameters.
     """
-    names = {id(p): n for n, p in module.named_parameters()}
-    replaced: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
-    layouts: dict[str, ShardLayout] = {}
+    sharder = ModuleSharder(module, group, rank, world)
     for m in module.modules():
+        sharder.shard_own_parameters(m)
+    return sharder.layouts
+
+
+class ModuleSharder:
+    """Shards the parameters of a module tree one submodule at a time (a shared parameter is sharded once)."""
+
+    def __init__(self, root: torch.nn.Module, group, rank: int, world: int):
+        self.group, self.rank, self.world = group, rank, world
+        self.names = {id(p): n for n, p in root.named_parameters()}
+        #: id of an original parameter -> its shard; ids of live originals only (see forget_originals)
+        self.replaced: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
+        #: id of a shard -> the shard (a module may already hold one: a parameter shared with a module done before)
+        self.shards: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
+        self.layouts: dict[str, ShardLayout] = {}
+
+    def shard_own_parameters(self, m: torch.nn.Module, name_of: dict[int, str] | None = None) -> None:
+        """Replaces ``m``'s own parameters (not its children's) by their shards.
+
+        ``name_of`` names parameters created after this sharder (deferred init allocates them).
+        """
         local: dict[str, ShardLayout] = {}
         for key, p in list(m._parameters.items()):
             if p is None or p.numel() == 0:
                 continue
-            if id(p) not in replaced:
-                shard, layout = shard_tensor(p.detach(), rank, world)
-                replaced[id(p)] = (torch.nn.Parameter(shard, requires_grad=p.requires_grad), layout)
-                layouts[names[id(p)]] = layout
-            new, local[key] = replaced[id(p)]
+            if id(p) in self.shards:
+                new, local[key] = self.shards[id(p)]
+                continue
+            if id(p) not in self.replaced:
+                shard, layout = shard_tensor(p.detach(), self.rank, self.world)
+                new = torch.nn.Parameter(shard, requires_grad=p.requires_grad)
+                self.replaced[id(p)] = self.shards[id(new)] = (new, layout)
+                self.layouts[(name_of or {}).get(id(p)) or self.names[id(p)]] = layout
+            new, local[key] = self.replaced[id(p)]
             m._parameters[key] = new
         if local:
             m.__class__ = _sharded_class(type(m))
-            m.__dict__["_thunder_fsdp"] = (local, group, world)
-    return layouts
+            m.__dict__["_thunder_fsdp"] = (local, self.group, self.world)
+
+    def forget_originals(self) -> None:
+        """Drops the ids of originals that may be freed now (their ids could be reused by new tensors)."""
+        self.replaced.clear()
 
 
 # --------------------------------------------------------------------------- reading a sharded parameter
