@@ -128,6 +128,11 @@ def test_fsdp_of_a_model_on_the_meta_device():
     run_world(2, "deferred_init:reset", "deferred_init:init_fn")
 
 
+def test_fsdp_mixed_precision_matches_torch_fully_shard():
+    """bf16 parameters, fp32 gradient reduction: the same losses, gradients and weights as FSDP2 with that policy."""
+    run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 
