@@ -133,6 +133,13 @@ def test_fsdp_mixed_precision_matches_torch_fully_shard():
     run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
 
 
+def test_optimizer_state_with_torch_state_dict_api_and_dcp(tmp_path):
+    """Adam state of fsdp shards: full/sharded/cpu_offload shapes; DCP saved at world size 2, resumed at 2 and 4."""
+    path = str(tmp_path / "dcp_optim")
+    run_world(2, f"optim_save:{path}", f"optim_load:{path}")
+    run_world(4, f"optim_load:{path}")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 

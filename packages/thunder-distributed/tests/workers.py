@@ -14,7 +14,13 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.tensor import DTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
@@ -407,6 +413,93 @@ def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
 
 
+def eager_adam(steps: int):
+    """Uninterrupted single-process Adam training on the full batches: model and optimizer state after ``steps``, every loss."""
+    model = make_model("mlp")
+    opt = make_optimizer("adam", model.parameters())
+    losses = []
+    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
+        if i == steps:
+            names = [n for n, _ in model.named_parameters()]
+            state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
+        loss = loss_fn("mlp", model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return state, losses
+
+
+def adam_steps(rank: int, world: int, module, opt, first: int) -> list[torch.Tensor]:
+    losses = []
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
+        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean / world)
+    return losses
+
+
+def check_optimizer_state(osd: dict, expected: dict, what: str) -> None:
+    assert set(osd["state"]) == set(expected), (what, set(osd["state"]), set(expected))
+    for name, per_param in expected.items():
+        for key, value in per_param.items():
+            got = osd["state"][name][key]
+            got = got.full_tensor() if isinstance(got, DTensor) else got
+            assert got.shape == value.shape, (what, name, key, got.shape, value.shape)
+            torch.testing.assert_close(got.cpu(), value, **TOL, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}")
+
+
+def optim_save(rank: int, world: int, path: str) -> None:
+    """Adam over fsdp shards: torch's get/set_optimizer_state_dict give full shapes; DCP saves model and optimizer."""
+    tm = thunder.jit(td.fsdp(make_model("mlp")))
+    opt = make_optimizer("adam", tm.parameters())
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
+        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+    expected, losses = eager_adam(2)
+    full = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True))
+    check_optimizer_state(full, expected, "get_optimizer_state_dict(full_state_dict=True)")
+    offloaded = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        check_optimizer_state(offloaded, expected, "get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)")
+        assert all(v.device.type == "cpu" for s in offloaded["state"].values() for v in s.values())
+    else:
+        assert offloaded == {} or offloaded["state"] == {}, offloaded
+    sharded = get_optimizer_state_dict(tm, opt)
+    for name in expected:
+        assert isinstance(sharded["state"][name]["exp_avg"], DTensor), (name, type(sharded["state"][name]["exp_avg"]))
+    check_optimizer_state(sharded, expected, "get_optimizer_state_dict()")
+    # the optimizer's own state stays shard-shaped (the DTensors are only in the state dict)
+    assert all(s["exp_avg"].shape == p.shape for p, s in opt.state.items()), "state_dict() changed the live state"
+    dcp.save({"model": get_model_state_dict(tm), "optim": sharded}, checkpoint_id=path)
+    set_optimizer_state_dict(tm, opt, full, options=StateDictOptions(full_state_dict=True))
+    check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, "after set_optimizer_state_dict(full)")
+    resumed = adam_steps(rank, world, tm, opt, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
+
+
+def optim_load(rank: int, world: int, path: str) -> None:
+    """A fresh fsdp module and Adam load model and optimizer state with DCP at any world size; losses equal the uninterrupted run."""
+    torch.manual_seed(123)
+    tm = thunder.jit(td.fsdp(mlp(), sharding_strategy="zero3", bucketing_strategy="layer"))
+    opt = make_optimizer("adam", tm.parameters())
+    sd = {"model": get_model_state_dict(tm), "optim": get_optimizer_state_dict(tm, opt)}
+    dcp.load(sd, checkpoint_id=path)
+    set_model_state_dict(tm, sd["model"])
+    set_optimizer_state_dict(tm, opt, sd["optim"])
+    expected, losses = eager_adam(2)
+    check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, f"loaded at world size {world}")
+    resumed = adam_steps(rank, world, tm, opt, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step} at world {world}: {m}")
+
+
 def misuse(rank: int, world: int) -> None:
     """Clear errors for parameters on different devices, unknown strategies and double preparation."""
     import pytest
@@ -596,6 +689,8 @@ def _full_module(sharded: torch.nn.Module) -> torch.nn.Module:
 
 
 SCENARIOS = {
+    "optim_save": optim_save,
+    "optim_load": optim_load,
     "mixed_precision": mixed_precision,
     "deferred_init": deferred_init,
     "interop": interop,
