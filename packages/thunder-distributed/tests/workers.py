@@ -705,12 +705,34 @@ SCENARIOS = {
 }
 
 
+def raise_on(rank: int, world: int, failing: str) -> None:
+    """Rank ``failing`` raises; the others enter a collective it never joins (they must not hang)."""
+    if rank == int(failing):
+        raise RuntimeError(f"rank {rank} failed on purpose")
+    dist.all_reduce(torch.ones(1))
+    dist.barrier()
+
+
+SCENARIOS["raise_on"] = raise_on
+
+
 def main() -> None:
-    """``workers.py RANK WORLD PORT SPEC...``; each SPEC is ``scenario:arg:arg...``, run in order."""
-    rank, world, port, *specs = sys.argv[1:]
-    rank, world = int(rank), int(world)
+    """``workers.py RANK WORLD PORT SPEC...``, or ``workers.py env SPEC...`` under torchrun (RANK, WORLD_SIZE... from it).
+
+    Each SPEC is ``scenario:arg:arg...``, run in order.
+    """
+    from datetime import timedelta
+
     backend = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    if sys.argv[1] == "env":
+        specs = sys.argv[2:]
+        # a rank left waiting for a dead peer fails after this instead of hanging
+        dist.init_process_group(backend, timeout=timedelta(seconds=30))
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world, port, *specs = sys.argv[1:]
+        rank, world = int(rank), int(world)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for spec in specs:
             name, *args = spec.split(":")
