@@ -1,7 +1,9 @@
-"""Data-parallel training of a small LitGPT on 2 CPU processes (gloo): DDP, FSDP ZeRO-2, FSDP ZeRO-3.
+"""Data-parallel training of a small LitGPT on 2 CPU processes (gloo): DDP, FSDP ZeRO-2, FSDP ZeRO-3, vs PyTorch's.
 
 Prints one JSON object: for a single-process ``thunder.jit`` run (the reference) and for
-``thunder.distributed.ddp``/``fsdp`` on ``--world`` processes, the median step time (forward,
+``thunder.distributed.ddp``/``fsdp`` on ``--world`` processes, and for PyTorch's own
+``DistributedDataParallel`` (``torch_ddp``) and FSDP2 ``fully_shard`` per block and root
+(``fsdp2``) on the eager model in the same run, the median step time (forward,
 cross-entropy, backward, AdamW step) and, per rank, the memory of a step: the most heap bytes in
 use (glibc ``mallinfo2``, sampled after every aten operation, as in ``training_step.py``) above
 those in use when the step starts, and the bytes held by this rank's parameters, gradients and
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("reference", "ddp", "zero2", "zero3")
+MODES = ("reference", "ddp", "zero2", "zero3", "torch_ddp", "fsdp2")
 MIB = 2**20
 
 
@@ -37,14 +39,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _local(t):
+    """This rank's part of ``t`` (a DTensor's local shard under FSDP2)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def _nbytes(tensors) -> int:
-    return sum(t.nbytes for t in tensors if t is not None)
+    return sum(_local(t).nbytes for t in tensors if t is not None)
 
 
 def _optimizer_state_bytes(optimizer) -> int:
     import torch
 
-    return sum(v.nbytes for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor))
+    return sum(
+        _local(v).nbytes for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+    )
 
 
 def run_worker(mode: str, rank: int, world: int, port: int, args: argparse.Namespace) -> dict:
@@ -77,7 +86,16 @@ def run_worker(mode: str, rank: int, world: int, port: int, args: argparse.Names
 
             strategy = td.FSDPType.ZERO2 if mode == "zero2" else td.FSDPType.ZERO3
             model = td.fsdp(model, sharding_strategy=strategy)
-        tm = thunder.jit(model)
+        if mode == "torch_ddp":
+            tm = torch.nn.parallel.DistributedDataParallel(model)
+        elif mode == "fsdp2":
+            from torch.distributed.fsdp import fully_shard
+
+            for block in model.transformer.h:
+                fully_shard(block)
+            tm = fully_shard(model)
+        else:
+            tm = thunder.jit(model)
         optimizer = torch.optim.AdamW(tm.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(1 + rank)  # each rank its own part of the batch
         x = torch.randint(0, config.padded_vocab_size, (args.batch, args.seq), generator=g)
@@ -242,6 +260,13 @@ def main() -> None:
         t0 = time.perf_counter()
         out[mode] = _summary(_launch(mode, world, args))
         _log(f"{mode}: done in {time.perf_counter() - t0:.1f} s, median step {out[mode]['median_step_s']:.3f} s")
+    for ours, theirs in (("ddp", "torch_ddp"), ("zero2", "fsdp2"), ("zero3", "fsdp2")):
+        if ours in out and theirs in out:
+            out[ours][f"step_over_{theirs}"] = out[ours]["median_step_s"] / out[theirs]["median_step_s"]
+            if "training_peak_mib" in out[ours] and "training_peak_mib" in out[theirs]:
+                out[ours][f"training_peak_over_{theirs}"] = (
+                    out[ours]["training_peak_mib"] / out[theirs]["training_peak_mib"]
+                )
     if "reference" in out:
         ref = out["reference"]
         for mode in args.modes:

@@ -117,14 +117,96 @@ def test_fsdp_checkpoint(strategy, tmp_path):
 
 
 def test_dcp_checkpoint_reshards_to_other_world_sizes(tmp_path):
-    """Saved with torch.distributed.checkpoint at world size 2; resumed at 2, at 4 and into a plain module."""
-    path = str(tmp_path / "dcp")
-    run_world(2, f"dcp_save:zero2:{path}", f"dcp_load:zero3:{path}", f"dcp_load:plain:{path}")
-    run_world(4, f"dcp_load:zero2:{path}", f"dcp_load:plain:{path}")
+    """Saved with torch.distributed.checkpoint at world size 2; resumed at 2, at 4 and into a plain module.
+
+    The optim_* scenarios add Adam's state: torch's get/set_optimizer_state_dict (full, sharded, cpu_offload) give
+    full shapes, and model + optimizer state saved at world size 2 resume at 2 and 4 with the uninterrupted losses.
+    (Both share these two launches to keep the process start-up cost down.)
+    """
+    path, optim_path = str(tmp_path / "dcp"), str(tmp_path / "dcp_optim")
+    run_world(
+        2,
+        f"dcp_save:zero2:{path}",
+        f"dcp_load:zero3:{path}",
+        f"dcp_load:plain:{path}",
+        f"optim_save:{optim_path}",
+        f"optim_load:{optim_path}",
+    )
+    run_world(4, f"dcp_load:zero2:{path}", f"dcp_load:plain:{path}", f"optim_load:{optim_path}")
+
+
+def test_fsdp_of_a_model_on_the_meta_device():
+    """Deferred init: each rank allocates one submodule at a time and keeps its shard; reset_parameters or param_init_fn."""
+    run_world(2, "deferred_init:reset", "deferred_init:init_fn")
+
+
+def test_fsdp_mixed_precision_matches_torch_fully_shard():
+    """bf16 parameters, fp32 gradient reduction: the same losses, gradients and weights as FSDP2 with that policy."""
+    run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
 
 
 def test_ddp_checkpoint_and_misuse(tmp_path):
-    run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse")
+    run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
+
+
+# --------------------------------------------------------------------------- two simulated nodes (torchrun)
+
+
+def run_nodes(*specs: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Runs ``workers.py env SPEC...`` as 2 nodes x 2 processes: two ``torchrun --nnodes 2`` meeting through c10d rendezvous."""
+    port = _free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore::FutureWarning", THUNDER_TEST_BACKEND="gloo")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=thunder-distributed-test",
+        "--max-restarts=0",
+        "--monitor-interval=1",
+        str(WORKERS),
+        "env",
+        *specs,
+    ]
+    nodes = [
+        subprocess.Popen(
+            command, cwd=WORKERS.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    finished = []
+    try:
+        for node in nodes:
+            out, _ = node.communicate(timeout=timeout)
+            finished.append(subprocess.CompletedProcess(command, node.returncode, out))
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    return finished
+
+
+def test_two_nodes_through_torchrun_then_a_raising_rank_stops_every_node():
+    """2 simulated nodes x 2 processes (torchrun --nnodes 2 --rdzv-backend c10d on localhost) train like eager on the
+    full batch; then rank 3 raises, and every process of both nodes exits (non-zero, with the error) within the timeout.
+
+    One launch for both (each torchrun start costs tens of seconds on a loaded machine): the training scenario is
+    checked by the 'rank N: SPEC' line each rank prints when it starts the next scenario.
+    """
+    import time
+
+    start = time.monotonic()
+    nodes = run_nodes("train:mlp:zero2:layer:adam", "train:mlp:ddp:none:sgd", "raise_on:3", timeout=300)
+    took = time.monotonic() - start
+    output = "".join(node.stdout for node in nodes)
+    for rank in range(4):  # every rank finished both trainings (a failed check raises before the next line)
+        assert f"rank {rank}: raise_on:3" in output, output[-6000:]
+    assert all(node.returncode != 0 for node in nodes), [node.returncode for node in nodes]
+    assert "rank 3 failed on purpose" in output, output[-6000:]
+    assert took < 240, f"the nodes took {took:.0f} s to stop"
 
 
 # --------------------------------------------------------------------------- a world of one

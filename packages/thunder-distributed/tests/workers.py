@@ -14,8 +14,17 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.tensor import DTensor
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import thunder
 import thunder.distributed as td
@@ -24,6 +33,8 @@ import thunder.dynamo
 TOL = dict(rtol=1e-4, atol=1e-5)
 # Adam turns float rounding in tiny gradients (different reduction order) into visible steps
 GPT_TOL = dict(rtol=1e-3, atol=1e-4)
+# bf16 computation: thunder's backward and PyTorch's round some gradients differently (one bf16 step, 2**-8 relative)
+BF16_TOL = dict(rtol=1.6e-2, atol=1e-3)
 
 
 def mlp() -> torch.nn.Module:
@@ -402,6 +413,93 @@ def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
 
 
+def eager_adam(steps: int):
+    """Uninterrupted single-process Adam training on the full batches: model and optimizer state after ``steps``, every loss."""
+    model = make_model("mlp")
+    opt = make_optimizer("adam", model.parameters())
+    losses = []
+    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
+        if i == steps:
+            names = [n for n, _ in model.named_parameters()]
+            state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
+        loss = loss_fn("mlp", model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return state, losses
+
+
+def adam_steps(rank: int, world: int, module, opt, first: int) -> list[torch.Tensor]:
+    losses = []
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
+        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean / world)
+    return losses
+
+
+def check_optimizer_state(osd: dict, expected: dict, what: str) -> None:
+    assert set(osd["state"]) == set(expected), (what, set(osd["state"]), set(expected))
+    for name, per_param in expected.items():
+        for key, value in per_param.items():
+            got = osd["state"][name][key]
+            got = got.full_tensor() if isinstance(got, DTensor) else got
+            assert got.shape == value.shape, (what, name, key, got.shape, value.shape)
+            torch.testing.assert_close(got.cpu(), value, **TOL, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}")
+
+
+def optim_save(rank: int, world: int, path: str) -> None:
+    """Adam over fsdp shards: torch's get/set_optimizer_state_dict give full shapes; DCP saves model and optimizer."""
+    tm = thunder.jit(td.fsdp(make_model("mlp")))
+    opt = make_optimizer("adam", tm.parameters())
+    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
+        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
+        opt.step()
+        opt.zero_grad()
+    expected, losses = eager_adam(2)
+    full = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True))
+    check_optimizer_state(full, expected, "get_optimizer_state_dict(full_state_dict=True)")
+    offloaded = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        check_optimizer_state(offloaded, expected, "get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)")
+        assert all(v.device.type == "cpu" for s in offloaded["state"].values() for v in s.values())
+    else:
+        assert offloaded == {} or offloaded["state"] == {}, offloaded
+    sharded = get_optimizer_state_dict(tm, opt)
+    for name in expected:
+        assert isinstance(sharded["state"][name]["exp_avg"], DTensor), (name, type(sharded["state"][name]["exp_avg"]))
+    check_optimizer_state(sharded, expected, "get_optimizer_state_dict()")
+    # the optimizer's own state stays shard-shaped (the DTensors are only in the state dict)
+    assert all(s["exp_avg"].shape == p.shape for p, s in opt.state.items()), "state_dict() changed the live state"
+    dcp.save({"model": get_model_state_dict(tm), "optim": sharded}, checkpoint_id=path)
+    set_optimizer_state_dict(tm, opt, full, options=StateDictOptions(full_state_dict=True))
+    check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, "after set_optimizer_state_dict(full)")
+    resumed = adam_steps(rank, world, tm, opt, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
+
+
+def optim_load(rank: int, world: int, path: str) -> None:
+    """A fresh fsdp module and Adam load model and optimizer state with DCP at any world size; losses equal the uninterrupted run."""
+    torch.manual_seed(123)
+    tm = thunder.jit(td.fsdp(mlp(), sharding_strategy="zero3", bucketing_strategy="layer"))
+    opt = make_optimizer("adam", tm.parameters())
+    sd = {"model": get_model_state_dict(tm), "optim": get_optimizer_state_dict(tm, opt)}
+    dcp.load(sd, checkpoint_id=path)
+    set_model_state_dict(tm, sd["model"])
+    set_optimizer_state_dict(tm, opt, sd["optim"])
+    expected, losses = eager_adam(2)
+    check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, f"loaded at world size {world}")
+    resumed = adam_steps(rank, world, tm, opt, 2)
+    for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step} at world {world}: {m}")
+
+
 def misuse(rank: int, world: int) -> None:
     """Clear errors for parameters on different devices, unknown strategies and double preparation."""
     import pytest
@@ -419,7 +517,183 @@ def misuse(rank: int, world: int) -> None:
         td.ddp(torch.nn.parallel.DistributedDataParallel(mlp()))
 
 
+def interop(rank: int, world: int) -> None:
+    """thunder.jit of a module PyTorch already parallelised (DTensor parameters, torch DDP) is a clear error, not a crash."""
+    import pytest
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    sharded = mlp()
+    fully_shard(sharded, mesh=mesh)
+    with pytest.raises(TypeError, match=r"parameter '0\.weight' is a DTensor.*thunder\.distributed\.fsdp"):
+        thunder.jit(sharded)
+    tensor_parallel = parallelize_module(mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with pytest.raises(TypeError, match=r"parameter '0\.weight' is a DTensor"):
+        thunder.jit(tensor_parallel)
+    wrapped = torch.nn.parallel.DistributedDataParallel(mlp())
+    with pytest.raises(TypeError, match=r"DistributedDataParallel is not supported.*thunder\.distributed\.ddp"):
+        thunder.jit(wrapped)
+    # the plain module under thunder's own fsdp still trains after DTensor was imported
+    tm = thunder.jit(td.fsdp(mlp()))
+    x = torch.randn(2, 6)
+    tm(x).sum().backward()
+    assert all(p.grad is not None for p in tm.parameters())
+
+
+class LiveStorageBytes(TorchDispatchMode):
+    """The peak bytes of tensor storage allocated by operations run under it and still alive (checked after each operation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.storages: list[tuple[StorageWeakRef, int]] = []
+        self.seen: set[int] = set()
+        self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            a.untyped_storage().data_ptr() for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)
+        }
+        for t in pytree.tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.is_meta:
+                continue
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr == 0 or ptr in inputs:
+                continue
+            self.storages = [(ref, n) for ref, n in self.storages if not ref.expired()]
+            if all(ref.cdata != storage._cdata for ref, _ in self.storages):
+                self.storages.append((StorageWeakRef(storage), storage.nbytes()))
+        self.storages = [(ref, n) for ref, n in self.storages if not ref.expired()]
+        self.peak = max(self.peak, sum(n for _, n in self.storages))
+        return out
+
+
+def deep_mlp() -> torch.nn.Module:
+    layers = [torch.nn.Linear(6, 64), torch.nn.Tanh()]
+    for _ in range(6):
+        layers += [torch.nn.Linear(64, 64), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(64, 3))
+
+
+def normal_init(m: torch.nn.Module) -> None:
+    for p in m.parameters(recurse=False):
+        torch.nn.init.normal_(p, std=0.1)
+
+
+def deferred_init(rank: int, world: int, init: str) -> None:
+    """fsdp of a model built on the meta device: each rank's peak stays below the full model; it trains like one built on one process."""
+    import pytest
+
+    init_fn = normal_init if init == "init_fn" else None
+    torch.manual_seed(7)  # the reference: built and initialised on one process
+    reference = deep_mlp()
+    if init_fn is not None:
+        torch.manual_seed(7)
+        for m in reference.modules():
+            init_fn(m)
+    full_bytes = sum(p.numel() * p.element_size() for p in reference.parameters())
+
+    with torch.device("meta"):
+        model = deep_mlp()
+    torch.manual_seed(7 if rank == 0 else 1000 + rank)  # the other ranks differ: rank 0's random state is shared
+    with LiveStorageBytes() as memory:
+        td.fsdp(model, param_init_fn=init_fn)
+    shard_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert all(not t.is_meta for t in [*model.parameters(), *model.buffers()])
+    assert memory.peak >= shard_bytes, (memory.peak, shard_bytes)  # the measurement sees the shards
+    if world > 1:
+        assert memory.peak < full_bytes, f"peak {memory.peak} bytes at init, the full model has {full_bytes}"
+    tm = thunder.jit(model)
+    check_close(full_params(tm), reference, f"deferred init ({init})", dict(rtol=0, atol=0))
+    opt, ref_opt = make_optimizer("adam", tm.parameters()), make_optimizer("adam", reference.parameters())
+    dev = next(tm.parameters()).device
+    for x, y in batches("mlp", 3, batch=2 * world):
+        loss = loss_fn("mlp", tm(local(x, rank, world).to(dev)), local(y, rank, world).to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss = loss_fn("mlp", reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach(), **TOL)
+    check_close(full_params(tm), reference, f"deferred init ({init}) after training", TOL)
+
+    class NoReset(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(4))
+
+    with torch.device("meta"):
+        no_reset = torch.nn.Sequential(torch.nn.Linear(4, 4), NoReset())
+    with pytest.raises(ValueError, match=r"submodule '1' \(NoReset\) has tensors on the meta device.*param_init_fn"):
+        td.fsdp(no_reset)
+    with pytest.raises(ValueError, match="param_init_fn is for a model built on the meta device"):
+        td.fsdp(mlp(), param_init_fn=normal_init)
+
+
+def mixed_precision(rank: int, world: int, mode: str, bucketing: str) -> None:
+    """fsdp with MixedPrecisionPolicy(bf16 params, fp32 reduction) trains like PyTorch's fully_shard with the same policy."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model = make_model("mlp")
+    reference = copy.deepcopy(model)
+    for layer in reference:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
+    fully_shard(reference, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
+    strategy = {"zero2": td.FSDPType.ZERO2, "zero3": td.FSDPType.ZERO3}[mode]
+    tm = thunder.jit(td.fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing, mixed_precision=policy))
+    opt, ref_opt = make_optimizer("adam", tm.parameters()), make_optimizer("adam", reference.parameters())
+    for x, y in batches("mlp", 3, batch=2 * world):
+        out = tm(local(x, rank, world))
+        ref_out = reference(local(x, rank, world))
+        assert out.dtype == ref_out.dtype == torch.bfloat16, (out.dtype, ref_out.dtype)
+        loss = loss_fn("mlp", out.float(), local(y, rank, world))
+        ref_loss = loss_fn("mlp", ref_out.float(), local(y, rank, world))
+        torch.testing.assert_close(loss, ref_loss, **BF16_TOL)
+        loss.backward()
+        ref_loss.backward()
+        for p, ref in zip(tm.parameters(), reference.parameters()):
+            assert p.dtype == p.grad.dtype == torch.float32, (p.dtype, p.grad.dtype)  # the optimizer's precision
+            torch.testing.assert_close(p.grad[: ref.grad.to_local().shape[0]], ref.grad.to_local(), **BF16_TOL)
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    forward, backward = str(thunder.last_traces(tm)[-1]), str(thunder.last_backward_traces(tm)[-1])
+    assert "bf16" in forward.split("all_gather(")[1].split("\n")[0], forward  # gathered in bf16
+    assert "f32" in backward.split("reduce_scatter(")[1].split("\n")[0], backward  # reduced in fp32
+    check_close(full_params(tm), _full_module(reference), f"mixed precision {mode} {bucketing}", BF16_TOL)
+
+    with_policy_of_ints = type("Policy", (), {"param_dtype": torch.int8, "reduce_dtype": None})
+    import pytest
+
+    with pytest.raises(TypeError, match="mixed_precision must be a torch.distributed.fsdp.MixedPrecisionPolicy"):
+        td.fsdp(mlp(), mixed_precision=with_policy_of_ints())
+    with pytest.raises(TypeError, match=r"mixed_precision.param_dtype must be a floating dtype"):
+        td.fsdp(mlp(), mixed_precision=MixedPrecisionPolicy(param_dtype=torch.int8))
+
+
+def _full_module(sharded: torch.nn.Module) -> torch.nn.Module:
+    full = mlp()
+    full.load_state_dict({k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in sharded.state_dict().items()})
+    return full
+
+
 SCENARIOS = {
+    "optim_save": optim_save,
+    "optim_load": optim_load,
+    "mixed_precision": mixed_precision,
+    "deferred_init": deferred_init,
+    "interop": interop,
     "unjitted_ddp": unjitted_ddp,
     "buffers": buffers,
     "dcp_save": dcp_save,
@@ -431,12 +705,34 @@ SCENARIOS = {
 }
 
 
+def raise_on(rank: int, world: int, failing: str) -> None:
+    """Rank ``failing`` raises; the others enter a collective it never joins (they must not hang)."""
+    if rank == int(failing):
+        raise RuntimeError(f"rank {rank} failed on purpose")
+    dist.all_reduce(torch.ones(1))
+    dist.barrier()
+
+
+SCENARIOS["raise_on"] = raise_on
+
+
 def main() -> None:
-    """``workers.py RANK WORLD PORT SPEC...``; each SPEC is ``scenario:arg:arg...``, run in order."""
-    rank, world, port, *specs = sys.argv[1:]
-    rank, world = int(rank), int(world)
+    """``workers.py RANK WORLD PORT SPEC...``, or ``workers.py env SPEC...`` under torchrun (RANK, WORLD_SIZE... from it).
+
+    Each SPEC is ``scenario:arg:arg...``, run in order.
+    """
+    from datetime import timedelta
+
     backend = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    if sys.argv[1] == "env":
+        specs = sys.argv[2:]
+        # a rank left waiting for a dead peer fails after this instead of hanging
+        dist.init_process_group(backend, timeout=timedelta(seconds=30))
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world, port, *specs = sys.argv[1:]
+        rank, world = int(rank), int(world)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for spec in specs:
             name, *args = spec.split(":")

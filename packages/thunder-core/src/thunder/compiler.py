@@ -31,6 +31,7 @@ from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.torchex import no_autocast
+from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
 from thunder.transforms.split import make_autograd_callable, split_forward_backward
@@ -658,6 +659,8 @@ def build_compile_data(
     module = fn if isinstance(fn, torch.nn.Module) else None
     if module is None and not callable(fn):
         raise TypeError(f"thunder.jit expects a function or a torch.nn.Module, got {type(fn).__name__}")
+    if module is not None:
+        check_jittable_module(module)
     return CompileData(
         fn=fn,
         module=module,

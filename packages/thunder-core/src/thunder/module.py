@@ -4,13 +4,53 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["ThunderModule"]
+__all__ = ["ThunderModule", "check_jittable_module"]
+
+
+def check_jittable_module(module: torch.nn.Module) -> None:
+    """Refuses, with a clear error, modules whose data parallelism PyTorch runs outside the module's code.
+
+    ``thunder.jit`` traces ``module.forward``; PyTorch's ``DistributedDataParallel``/``DataParallel``
+    and FSDP wrappers communicate from hooks and tensor subclasses that tracing does not see, and
+    parameters that are ``DTensor``\\ s (FSDP2's ``fully_shard``, ``parallelize_module``) are tensor
+    subclasses thunder does not trace. ``thunder.distributed.ddp``/``fsdp`` do the same jobs as trace
+    transforms.
+
+    Raises:
+        TypeError: naming the wrapper or the first ``DTensor`` parameter or buffer.
+    """
+    wrappers = {
+        "DistributedDataParallel": "thunder.jit(thunder.distributed.ddp(model))",
+        "DataParallel": "thunder.jit(thunder.distributed.ddp(model)) under torchrun",
+        "FullyShardedDataParallel": "thunder.jit(thunder.distributed.fsdp(model))",
+    }
+    for cls in type(module).__mro__:
+        if cls.__module__.startswith("torch.") and cls.__name__ in wrappers:
+            raise TypeError(
+                f"thunder.jit: a module wrapped in torch's {cls.__name__} is not supported (its communication runs "
+                f"in hooks that tracing does not see); jit the plain module and let thunder do the data "
+                f"parallelism: {wrappers[cls.__name__]}"
+            )
+    dtensor_module = sys.modules.get("torch.distributed.tensor")
+    if dtensor_module is None:  # nothing imported DTensor, so no parameter is one
+        return
+    dtensor = dtensor_module.DTensor
+    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, t in named:
+            if isinstance(t, dtensor):
+                raise TypeError(
+                    f"thunder.jit: {kind} {name!r} is a DTensor (placements {tuple(t.placements)}, as made by "
+                    "torch's fully_shard or parallelize_module); thunder does not trace DTensor parameters. "
+                    "Jit the plain module and shard it with thunder: "
+                    "thunder.jit(thunder.distributed.fsdp(model))"
+                )
 
 
 class ThunderModule(torch.nn.Module):

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
 from thunder_distributed.fsdp import ShardLayout, shard_tensor
+from thunder_distributed.optimizer_state import install_optimizer_hook, register_shard
 
 __all__ = ["get_model_state_dict", "load_model_state_dict", "install_dtensor_state_dict"]
 
@@ -78,6 +79,10 @@ def install_dtensor_state_dict(state) -> None:
             if value is not None:
                 state_dict[key] = _as_padded_shard(key, value, layout, state)
 
+    for name, p in module.named_parameters():
+        if name in layouts:
+            register_shard(p, layouts[name], state)
+    install_optimizer_hook()  # optimizers over the shards give their state as DTensors too
     state.hook_handles["state_dict"] = [
         module.register_state_dict_post_hook(to_dtensors),
         module.register_load_state_dict_pre_hook(from_dtensors),

@@ -11,8 +11,10 @@ right before it needs them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -35,6 +37,7 @@ from thunder_distributed._common import (
     target_device,
 )
 from thunder_distributed.hooks import install_buffer_broadcast
+from thunder_distributed.mixed_precision import MixedPrecision, install_cast_hooks
 from thunder_distributed.ops import _all_gather_fn, _reduce_scatter_fn, all_gather, dist_ex, reduce_scatter, wait
 
 __all__ = ["fsdp", "FSDPType", "FSDPBucketingStrategy", "FSDPTransform", "ShardLayout"]
@@ -62,10 +65,17 @@ class FSDPBucketingStrategy(Enum):
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """How a parameter was sharded: its original shape and the dim-0 rows of each rank's shard."""
+    """How a parameter was sharded: its original shape and the dim-0 rows of each rank's shard.
+
+    ``param_dtype``/``reduce_dtype`` (mixed precision, ``None``: the shard's dtype): the dtype the
+    shard is cast to before it is gathered (the forward computes with it), and the dtype its
+    gradient is reduce-scattered in (then cast back to the shard's dtype).
+    """
 
     shape: tuple[int, ...]
     rows_per_rank: int
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
 
     @property
     def rows(self) -> int:
@@ -91,6 +101,8 @@ def fsdp(
     broadcast_buffers: bool = True,
     process_group=None,
     device: torch.device | str | None = None,
+    param_init_fn: Callable[[torch.nn.Module], None] | None = None,
+    mixed_precision: Any = None,
 ) -> torch.nn.Module:
     """Fully sharded data parallel: parameters sharded across the group, gathered for use, gradients reduce-scattered.
 
@@ -112,21 +124,45 @@ def fsdp(
             enabled starts by copying rank ``broadcast_from``'s (rank 0 if ``None``) to every rank.
         process_group: the group to shard over (default: the world).
         device: where to compute (default: ``cuda:LOCAL_RANK`` with NCCL, else the CPU).
+        param_init_fn: for a model built on the ``meta`` device (deferred initialisation): called with
+            each submodule once its own parameters and buffers are allocated (uninitialised) on the
+            device; default: the submodule's ``reset_parameters()``. Each submodule's parameters are
+            sharded right after, so a rank never holds more than one submodule's full parameters.
+            Every rank initialises from rank ``broadcast_from``'s random state (sent to the others).
+        mixed_precision: a ``torch.distributed.fsdp.MixedPrecisionPolicy``, with FSDP2's meaning: the
+            shards keep their dtype (the optimizer's), the forward and backward use ``param_dtype``
+            parameters, gradients are reduce-scattered in ``reduce_dtype``; ``cast_forward_inputs``
+            and ``output_dtype`` cast the module's floating-point inputs and outputs.
 
     Raises:
         RuntimeError: no process group is initialised.
         TypeError: ``model`` is not a module, or is already wrapped by PyTorch's DDP/FSDP.
         ValueError: parameters on different devices, an unknown strategy, a module prepared twice.
     """
+    from thunder_distributed.deferred_init import has_meta_tensors, materialize_and_shard
+
     module = check_module("fsdp", model)
+    precision = MixedPrecision.from_policy(mixed_precision)
     sharding = _enum("sharding_strategy", FSDPType, sharding_strategy)
     bucketing = _enum("bucketing_strategy", FSDPBucketingStrategy, bucketing_strategy)
     group, rank, world = resolve_group("fsdp", process_group)
     check_same_device("fsdp", module)
-    module.to(target_device(group, device))
-    if world > 1 and broadcast_from is not None:
-        broadcast_module(module, group, broadcast_from)
-    layouts = _shard_module(module, group, rank, world) if world > 1 else {}
+    device = target_device(group, device)
+    if has_meta_tensors(module):
+        sharder = ModuleSharder(module, group, rank, world, precision) if world > 1 or precision else None
+        materialize_and_shard(module, device, group, broadcast_from, param_init_fn, sharder)
+        layouts = sharder.layouts if sharder is not None else {}
+    else:
+        if param_init_fn is not None:
+            raise ValueError(
+                "thunder.distributed.fsdp: param_init_fn is for a model built on the meta device (deferred "
+                "initialisation); this model's parameters are already allocated and initialised"
+            )
+        module.to(device)
+        if world > 1 and broadcast_from is not None:
+            broadcast_module(module, group, broadcast_from)
+        # with mixed precision a world of one still gathers (a no-op) to cast the parameters in the trace
+        layouts = _shard_module(module, group, rank, world, precision) if world > 1 or precision else {}
     state = DistState(
         "fsdp",
         module,
@@ -135,6 +171,8 @@ def fsdp(
         world,
         {"sharding_strategy": sharding, "bucketing_strategy": bucketing, "layouts": layouts},
     )
+    if precision is not None:
+        state.hook_handles["mixed_precision"] = install_cast_hooks(module, precision)
     if broadcast_buffers:
         install_buffer_broadcast(state, 0 if broadcast_from is None else broadcast_from)
     if layouts:
@@ -156,30 +194,61 @@ def shard_tensor(t: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, 
     return flat[rank * layout.rows_per_rank : (rank + 1) * layout.rows_per_rank].clone(), layout
 
 
-def _shard_module(module: torch.nn.Module, group, rank: int, world: int) -> dict[str, ShardLayout]:
+def _shard_module(
+    module: torch.nn.Module, group, rank: int, world: int, precision: MixedPrecision | None = None
+) -> dict[str, ShardLayout]:
     """Replaces each parameter by its shard (shared parameters stay shared); returns layouts by name.
 
     Each module holding shards gets a subclass of its class (same name) whose attribute read of a
     sharded parameter returns ``gather_parameter(shard)``, so the forward sees full parameters.
     """
-    names = {id(p): n for n, p in module.named_parameters()}
-    replaced: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
-    layouts: dict[str, ShardLayout] = {}
+    sharder = ModuleSharder(module, group, rank, world, precision)
     for m in module.modules():
+        sharder.shard_own_parameters(m)
+    return sharder.layouts
+
+
+class ModuleSharder:
+    """Shards the parameters of a module tree one submodule at a time (a shared parameter is sharded once)."""
+
+    def __init__(self, root: torch.nn.Module, group, rank: int, world: int, precision: MixedPrecision | None = None):
+        self.group, self.rank, self.world = group, rank, world
+        self.precision = precision
+        self.names = {id(p): n for n, p in root.named_parameters()}
+        #: id of an original parameter -> its shard; ids of live originals only (see forget_originals)
+        self.replaced: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
+        #: id of a shard -> the shard (a module may already hold one: a parameter shared with a module done before)
+        self.shards: dict[int, tuple[torch.nn.Parameter, ShardLayout]] = {}
+        self.layouts: dict[str, ShardLayout] = {}
+
+    def shard_own_parameters(self, m: torch.nn.Module, name_of: dict[int, str] | None = None) -> None:
+        """Replaces ``m``'s own parameters (not its children's) by their shards.
+
+        ``name_of`` names parameters created after this sharder (deferred init allocates them).
+        """
         local: dict[str, ShardLayout] = {}
         for key, p in list(m._parameters.items()):
             if p is None or p.numel() == 0:
                 continue
-            if id(p) not in replaced:
-                shard, layout = shard_tensor(p.detach(), rank, world)
-                replaced[id(p)] = (torch.nn.Parameter(shard, requires_grad=p.requires_grad), layout)
-                layouts[names[id(p)]] = layout
-            new, local[key] = replaced[id(p)]
+            if id(p) in self.shards:
+                new, local[key] = self.shards[id(p)]
+                continue
+            if id(p) not in self.replaced:
+                shard, layout = shard_tensor(p.detach(), self.rank, self.world)
+                if self.precision is not None and p.is_floating_point():
+                    layout = self.precision.applied_to(layout, p.dtype)
+                new = torch.nn.Parameter(shard, requires_grad=p.requires_grad)
+                self.replaced[id(p)] = self.shards[id(new)] = (new, layout)
+                self.layouts[(name_of or {}).get(id(p)) or self.names[id(p)]] = layout
+            new, local[key] = self.replaced[id(p)]
             m._parameters[key] = new
         if local:
             m.__class__ = _sharded_class(type(m))
-            m.__dict__["_thunder_fsdp"] = (local, group, world)
-    return layouts
+            m.__dict__["_thunder_fsdp"] = (local, self.group, self.world)
+
+    def forget_originals(self) -> None:
+        """Drops the ids of originals that may be freed now (their ids could be reused by new tensors)."""
+        self.replaced.clear()
 
 
 # --------------------------------------------------------------------------- reading a sharded parameter
@@ -190,7 +259,9 @@ class _GatherParameter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, shard, layout: ShardLayout, group, world_size: int):
-        ctx.layout, ctx.group, ctx.world_size = layout, group, world_size
+        ctx.layout, ctx.group, ctx.world_size, ctx.dtype = layout, group, world_size, shard.dtype
+        if layout.param_dtype is not None:
+            shard = shard.to(layout.param_dtype)
         out = torch.empty((world_size * shard.shape[0], *shard.shape[1:]), dtype=shard.dtype, device=shard.device)
         _all_gather_fn(out, shard.contiguous(), group=group)
         return out[: layout.rows].reshape(layout.shape)
@@ -198,13 +269,15 @@ class _GatherParameter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         layout, world = ctx.layout, ctx.world_size
+        if layout.reduce_dtype is not None:
+            grad = grad.to(layout.reduce_dtype)
         g = grad.reshape(layout.rows, *grad.shape[1:] if grad.ndim else ())
         pad = layout.rows_per_rank * world - layout.rows
         if pad:
             g = torch.cat([g, g.new_zeros((pad, *g.shape[1:]))])
         out = torch.empty((layout.rows_per_rank, *g.shape[1:]), dtype=g.dtype, device=g.device)
         _reduce_scatter_fn(out, g.contiguous(), group=ctx.group)
-        return out.div_(world), None, None, None
+        return out.div_(world).to(ctx.dtype), None, None, None
 
 
 def gather_parameter(shard: torch.Tensor, layout: ShardLayout, group, world_size: int) -> torch.Tensor:
@@ -253,6 +326,7 @@ def _sharded_class(cls: type) -> type:
 
 def _unshard_impl(shards, layouts, group, world_size: int, sync_state=None, key=None):
     """Records the gather of a bucket of shards: ``all_gather``, ``wait``, then the full parameters."""
+    shards = tuple(s if lay.param_dtype is None else ltorch.to(s, lay.param_dtype) for s, lay in zip(shards, layouts))
     if len(shards) == 1:
         parts = [wait(all_gather(shards[0], group, world_size))]
     else:
@@ -284,6 +358,8 @@ def _unshard_grad(shards, layouts, group, world_size: int, sync_state=None, key=
     parts = []
     for o, s, layout in zip(outs, shards, layouts):
         g = get_grad(o)
+        if layout.reduce_dtype is not None:
+            g = ltorch.to(g, layout.reduce_dtype)
         g = ltorch.reshape(g, (layout.rows, *s.shape[1:]))
         pad = layout.rows_per_rank * world_size - layout.rows
         if pad:
@@ -291,12 +367,14 @@ def _unshard_grad(shards, layouts, group, world_size: int, sync_state=None, key=
         parts.append(g)
     if len(parts) == 1:
         grads = [wait(reduce_scatter(parts[0], "avg", group, world_size, sync_state, key))]
+        grads = [g if g.dtype == shards[0].dtype else ltorch.to(g, shards[0].dtype) for g in grads]
     else:
         rows = [ltorch.reshape(p, (world_size, s.numel())) for p, s in zip(parts, shards)]
         flat = ltorch.reshape(ltorch.cat(rows, 1), (-1,))
         reduced = wait(reduce_scatter(flat, "avg", group, world_size, sync_state, key))
         pieces = ltorch.split(reduced, [s.numel() for s in shards])
         grads = [ltorch.reshape(piece, tuple(s.shape)) for piece, s in zip(pieces, shards)]
+        grads = [g if g.dtype == s.dtype else ltorch.to(g, s.dtype) for g, s in zip(grads, shards)]
     put_grads(shards, grads)
     return outs
 
