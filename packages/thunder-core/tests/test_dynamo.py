@@ -287,6 +287,39 @@ def test_region_thunder_cannot_compile_falls_back_with_the_reason():
     assert region.kind == "fallback" and "this transform is broken" in region.reasons[0].reason
 
 
+def test_region_that_recompiles_for_every_new_size_goes_to_the_fallback():
+    # a mixture-of-experts style loop: the rows routed to each expert come from nonzero(), so Dynamo
+    # passes their number as a symbolic size and Thunder would compile a program for every new value
+    def expert(xs, w):
+        return torch.tanh(xs @ w) * xs.shape[0]
+
+    def f(x, w, route):
+        out = torch.zeros_like(x)
+        for e in range(w.shape[0]):
+            (rows,) = torch.nonzero(route == e, as_tuple=True)
+            out = out.index_add(0, rows, expert(x[rows], w[e]))
+        return out
+
+    cf = thunderfx(f, recompile_limit=3)
+    w = torch.randn(6, 4, 4, requires_grad=True)
+    x = torch.randn(40, 4, requires_grad=True)
+    route = torch.cat([torch.full((n,), e) for e, n in enumerate([1, 2, 3, 4, 5, 25])])
+    with pytest.warns(UserWarning, match=r"compiled 3 programs for this region \(recompile_limit=3\)"):
+        actual = cf(x, w, route)
+    expected = f(x, w, route)
+    torch.testing.assert_close(actual, expected)
+    _assert_grads_equal(cf(x, w, route), f(x, w, route), (x, w))
+    moved = [r for i in cf.subgraph_infos for r in i.regions if any("recompile_limit" in s.reason for s in r.reasons)]
+    assert moved and all(r.kind == "fallback" for r in moved), cf.report()
+    # no region holds more programs than the limit, and new sizes compile nothing more
+    assert all(thunder.cache_misses(tm) <= 3 for tm in cf.thunder_modules())
+    misses = sum(thunder.cache_misses(tm) for tm in cf.thunder_modules())
+    route2 = torch.cat([torch.full((n,), e) for e, n in enumerate([6, 7, 8, 9, 1, 9])])
+    torch.testing.assert_close(cf(x, w, route2), f(x, w, route2))
+    assert sum(thunder.cache_misses(tm) for tm in cf.thunder_modules()) == misses
+    assert "recompile_limit=3" in cf.report()
+
+
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="fallback='nope'"):
         ThunderCompiler(fallback="nope")

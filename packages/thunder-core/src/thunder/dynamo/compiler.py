@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from thunder.compiler import _DEFAULT_RECOMPILE_LIMIT
 from thunder.dynamo.report import (
     GraphBreak,
     RegionInfo,
@@ -99,6 +100,13 @@ class _ThunderRegion(torch.nn.Module):
     checks, the same grad mode and autocast state as eager. If Thunder cannot compile the region
     (an error while tracing or compiling, before anything ran), it goes to the fallback compiler and
     the reason is recorded.
+
+    A region whose inputs change on every call in a way Thunder specialises on (a size Dynamo
+    passes as a symbolic integer, such as the number of tokens routed to one expert of a
+    mixture-of-experts layer) would compile a new program for each new value, taking far longer
+    than it runs. Once it has compiled ``recompile_limit`` programs (``thunder.jit``'s option, 8 by
+    default) it goes to the fallback too, with the reason recorded; the programs compiled so far
+    are dropped.
     """
 
     def __init__(self, info: RegionInfo, jit_options: dict, fallback, thunder_jit: Callable):
@@ -110,6 +118,7 @@ class _ThunderRegion(torch.nn.Module):
         info.compiled = self.thunder_module
         self._fallback_spec = fallback
         self._fallback = None
+        self._recompile_limit = jit_options.get("recompile_limit", _DEFAULT_RECOMPILE_LIMIT)
 
     def forward(self, *args):
         env: dict[str, Any] = {}
@@ -129,22 +138,32 @@ class _ThunderRegion(torch.nn.Module):
         stats = thunder.compile_stats(self.thunder_module)
         misses, last = stats.cache_misses, stats.last_traces
         try:
-            return self.thunder_module(*args)
+            out = self.thunder_module(*args)
         except Exception as e:
             if not (stats.cache_misses > misses and stats.last_traces is last):
                 raise  # it failed while running: the program may have had effects, so don't retry it
             first_line = (str(e).strip().splitlines() or [""])[0]
-            reason = SplitReason(
-                "(region)",
-                "thunder.jit",
-                f"Thunder could not compile this region ({type(e).__name__}: {first_line}); it runs in the fallback",
+            self._give_to_fallback(
+                f"Thunder could not compile this region ({type(e).__name__}: {first_line}); it runs in the fallback"
             )
-            warnings.warn(f"ThunderFX: {reason.reason}", stacklevel=2)
-            self.info.kind = "fallback"
-            self.info.reasons.append(reason)
-            self._fallback = _make_fallback(self.info.graph_module, self._fallback_spec, self.info.name)
-            self.info.compiled = self._fallback
             return self._fallback(*args)
+        limit = self._recompile_limit
+        if limit is not None and stats.cache_misses > misses and stats.cache_misses >= limit:
+            self._give_to_fallback(
+                f"Thunder compiled {stats.cache_misses} programs for this region (recompile_limit={limit}): "
+                "an input it specialises on changes from call to call (a size Dynamo passes as a symbolic "
+                f"integer, such as the number of tokens routed to one expert); it runs in the fallback"
+            )
+        return out
+
+    def _give_to_fallback(self, why: str) -> None:
+        reason = SplitReason("(region)", "thunder.jit", why)
+        warnings.warn(f"ThunderFX: {reason.reason}", stacklevel=3)
+        self.info.kind = "fallback"
+        self.info.reasons.append(reason)
+        self._fallback = _make_fallback(self.info.graph_module, self._fallback_spec, self.info.name)
+        self.info.compiled = self._fallback
+        self.thunder_module = None  # its compiled programs are no longer used
 
 
 class _Ref(str):
