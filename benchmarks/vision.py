@@ -2,13 +2,15 @@
 
 timm models built from configs with random weights (``thunder.tests.vision_models``; nothing is
 downloaded), batch 2, train mode. Per model: the first call's time (trace + compile + run, thunder
-and torch.compile), and the median fwd+bwd step time of each variant, with the ratios to eager.
+and torch.compile), and the median fwd+bwd step time of each variant, with the ratios to eager and thunder's to
+torch.compile's (Inductor); each compiler's compile time (its first call less one steady step) is
+reported apart from its steps.
 The variants' steps alternate (eager, thunder, torch.compile, eager, ...) so the machine's noise
 falls on all of them alike. Each model's outputs and gradients are checked against eager first.
 Prints one JSON object.
 
     python benchmarks/vision.py                       # every model, with torch.compile (minutes)
-    python benchmarks/vision.py --smoke               # two small models, no torch.compile (CI)
+    python benchmarks/vision.py --smoke               # two small models, no torch.compile (CI: smoke.py vision)
     python benchmarks/vision.py --models resnet18 maxvit --steps 20 --no-torch-compile
 """
 
@@ -81,6 +83,8 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> d
         "thunder_step_ms": round(med["thunder"] * 1e3, 2),
         "thunder_vs_eager": round(med["thunder"] / med["eager"], 3),
         "thunder_first_call_s": round(first_call["thunder"], 3),
+        # the first call less one steady step: tracing, transforms and building the program
+        "thunder_compile_s": round(max(first_call["thunder"] - med["thunder"], 0.0), 3),
     }
     if use_torch_compile:
         result.update(
@@ -88,6 +92,8 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> d
             torch_compile_vs_eager=round(med["torch_compile"] / med["eager"], 3),
             thunder_vs_torch_compile=round(med["thunder"] / med["torch_compile"], 3),
             torch_compile_first_call_s=round(first_call["torch_compile"], 3),
+            # Inductor's compile time, apart from its steps: the first call less one steady step
+            torch_compile_compile_s=round(max(first_call["torch_compile"] - med["torch_compile"], 0.0), 3),
         )
     return result
 

@@ -192,6 +192,61 @@ def test_adaptive_pools_match_eager(dtype):
     assert "adaptive_avg_pool_backward" in src and "adaptive_max_pool_backward" in src
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize(
+    "max_kwargs,avg_kwargs",
+    [
+        ({"kernel_size": 3, "stride": 2, "padding": 1}, {"kernel_size": 3, "stride": 2, "padding": 1}),
+        ({"kernel_size": (2,), "dilation": 2, "ceil_mode": True}, {"kernel_size": 2, "ceil_mode": True}),
+        ({"kernel_size": 3, "stride": 1}, {"kernel_size": 3, "padding": 1, "count_include_pad": False}),
+    ],
+)
+def test_pools_1d_match_eager_and_run_2d_kernels(dtype, batched, max_kwargs, avg_kwargs):
+    torch.manual_seed(0)
+    x = torch.randn(*((2,) if batched else ()), 3, 11, dtype=dtype, requires_grad=True)
+
+    def f(x):
+        return (
+            F.max_pool1d(x, **max_kwargs).square().sum()
+            + F.avg_pool1d(x, **avg_kwargs).square().sum() * 2
+            + F.adaptive_avg_pool1d(x, 4).square().sum() * 3
+            + F.adaptive_max_pool1d(x, 5).square().sum() * 4
+        )
+
+    jf = _compare(f, (x,), dtype)
+    src = _backward_source(jf)
+    for kernel in (
+        "max_pool_with_indices_backward",
+        "avg_pool_backward",
+        "adaptive_avg_pool_backward",
+        "adaptive_max_pool_backward",
+    ):
+        assert kernel in src
+    assert "unfold" not in src  # no differentiated decomposition
+
+
+def test_max_pool1d_ties_send_the_gradient_to_one_position_as_eager():
+    # a constant row: every window's maximum is tied; eager's kernel picks one position per window
+    x = torch.ones(1, 2, 8, dtype=torch.float64, requires_grad=True)
+
+    def f(x):
+        return F.max_pool1d(x, 3, 2, 1) * torch.arange(1.0, 5.0, dtype=torch.float64)
+
+    _compare(f, (x,), torch.float64)
+
+
+def test_pool1d_bad_arguments_raise_eagers_error():
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    for fn in (lambda x: F.max_pool1d(x, 2, padding=2), lambda x: F.avg_pool1d(x, 2, padding=2)):
+        with pytest.raises(RuntimeError) as eager_error:
+            fn(x)
+        with pytest.raises(Exception, match="pad") as our_error:
+            thunder.jit(fn)(x)
+        assert "pad" in str(eager_error.value)
+        assert "unsqueeze" not in str(our_error.value)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "equation,shapes",

@@ -52,14 +52,12 @@ def test_forward_matches_eager(kwargs, dtype):
 
 @pytest.mark.parametrize(
     "case",
-    ["bool-mask", "3d", "gqa", "value-head-size"],
+    ["3d", "gqa", "value-head-size"],
 )
 def test_unsupported_calls_stay_with_torch(case):
     q, k, v = _qkv(2, 4, 5, 8)
     kwargs = {}
-    if case == "bool-mask":
-        kwargs["attn_mask"] = torch.rand(5, 5) > 0.3
-    elif case == "3d":
+    if case == "3d":
         q, k, v = q[0], k[0], v[0]
     elif case == "gqa":
         k, v = k[:, :2], v[:, :2]
@@ -86,6 +84,7 @@ def test_checker():
     assert not _sdpa_checker(p, p, p, attn_mask=proxy((5, 5)), is_causal=True)
     assert _sdpa_checker(p, p, p, attn_mask=proxy((5, 5)))
     assert not _sdpa_checker(p, p, p, attn_mask=proxy((5, 5), dtype=thunder.dtypes.float64))
+    assert _sdpa_checker(p, p, p, attn_mask=proxy((2, 1, 5, 5), dtype=thunder.dtypes.bool8))
     assert not _sdpa_checker(p, p, proxy(dtype=thunder.dtypes.float64))
     assert not _sdpa_checker(
         proxy(dtype=thunder.dtypes.int64), proxy(dtype=thunder.dtypes.int64), proxy(dtype=thunder.dtypes.int64)
@@ -120,6 +119,32 @@ def test_grads_equal_eager():
     want = torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
     for g, w in zip(grads, want):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 5), (2, 1, 5, 5)])
+def test_boolean_mask_runs_the_fused_kernels_as_eager(mask_shape):
+    # eager turns a boolean mask into an additive one (-inf where False) and runs the CPU flash kernels,
+    # forward and backward; a query whose keys are all masked gets zeros and zero gradients
+    torch.manual_seed(0)
+    q, k, v = _qkv(2, 3, 5, 8, requires_grad=True)
+    mask = torch.rand(mask_shape) > 0.4
+    mask[..., 1, :] = False
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2.0
+
+    jf = thunder.jit(f)
+    out, want = jf(q, k, v), f(q, k, v)
+    grad_out = torch.randn_like(want)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
+    torch.testing.assert_close(out, want)
+    assert not out.isnan().any()
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w)
+    assert any("sdpa_fwd(" in line for line in _code(jf))
+    backward = str(thunder.last_backward_traces(jf)[-1])
+    assert "sdpa_bwd(" in backward and "softmax" not in backward
 
 
 def test_backward_trace_uses_fused_kernel():

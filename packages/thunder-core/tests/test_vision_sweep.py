@@ -1,4 +1,5 @@
-"""The timm vision model sweep: train and eval, outputs, gradients and BatchNorm running statistics vs eager.
+"""The vision model sweep (timm and torchvision): train and eval, outputs, gradients and BatchNorm running
+statistics vs eager.
 
 Models come from configs with random weights (``thunder.tests.vision_models``; nothing is downloaded).
 timm is an optional dependency (the ``vision`` extra, tox env ``core-vision``): without it these tests

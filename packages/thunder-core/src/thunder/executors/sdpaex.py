@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 import thunder.torch as ltorch
+from thunder import clang
 from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
@@ -112,11 +113,11 @@ def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
             return False
         if attn_mask is None:
             return True
-        # the CPU kernel takes additive masks of the query's dtype (not boolean masks), and gives no
-        # gradient for the mask itself
+        # the CPU kernel takes additive masks of the query's dtype, and gives no gradient for the mask
+        # itself; a boolean mask becomes an additive one first (``_additive_mask``), as eager's does
         return (
             isinstance(attn_mask, TensorProxy)
-            and attn_mask.dtype is q.dtype
+            and attn_mask.dtype in (q.dtype, dtypes.bool8)
             and attn_mask.ndim <= 4
             and not attn_mask.requires_grad
         )
@@ -127,7 +128,15 @@ def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
     return False
 
 
+def _additive_mask(attn_mask, dtype):
+    """A boolean mask (True: attend) as the additive mask the kernels take: 0 where True, -inf where False."""
+    if attn_mask is None or attn_mask.dtype is not dtypes.bool8:
+        return attn_mask
+    return ltorch.where(attn_mask, clang.full_like(attn_mask, 0.0, dtype=dtype), float("-inf"))
+
+
 def _sdpa_execution(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    attn_mask = _additive_mask(attn_mask, q.dtype)
     out, _ = sdpa_fwd(q, k, v, float(dropout_p), bool(is_causal), attn_mask, scale)
     return out
 
@@ -137,6 +146,7 @@ def _sdpa_grad(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     from thunder.core.transforms import get_grad, put_grads
 
     # the checker accepts calls that need grad on CPU only
+    attn_mask = _additive_mask(attn_mask, q.dtype)
     out, lse = sdpa_fwd(q, k, v, float(dropout_p), bool(is_causal), attn_mask, scale)
     grad_out = get_grad(out)
     gq, gk, gv = sdpa_bwd(grad_out, q, k, v, out, lse, float(dropout_p), bool(is_causal), attn_mask, scale)

@@ -1,18 +1,19 @@
-"""timm vision models for the vision sweep (tests) and ``benchmarks/vision.py``: built from configs with
-random weights (``pretrained=False``); nothing is downloaded.
+"""timm and torchvision models for the vision sweep (tests) and ``benchmarks/vision.py``: built from
+configs with random weights (``pretrained=False``, ``weights=None``); nothing is downloaded.
 
 timm imports torchvision. The torchvision wheel the registries serve for a torch release may be built
 for another torch (a CUDA build) whose C++ operators do not load against the CPU torch; its
 ``import`` then fails registering fake kernels for ``torchvision::nms``/``qnms``. Classification
 models never call those operators: :func:`import_timm` declares their schemas (no kernels, so a
-call fails with PyTorch's "no kernel" error) and imports only the Python model code.
+call fails with PyTorch's "no kernel" error) and imports only the Python model code; torchvision's
+classification models (``torchvision.models``) are then imported the same way.
 """
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["import_timm", "MODELS", "SMOKE_MODELS", "create", "example_input"]
+__all__ = ["import_timm", "MODELS", "TORCHVISION_MODELS", "SMOKE_MODELS", "create", "example_input"]
 
 # name -> (timm model name, create_model keyword arguments, input image size)
 MODELS: dict[str, tuple[str, dict, int]] = {
@@ -27,6 +28,18 @@ MODELS: dict[str, tuple[str, dict, int]] = {
     "levit": ("levit_128s", {"img_size": 64}, 64),
     "efficientformer": ("efficientformer_l1", {}, 224),  # its attention's bias table is for 224 pixels only
 }
+
+# name -> (torchvision.models builder, its keyword arguments, input image size); dropout off, so that
+# train mode compares with eager (thunder's random stream is not eager's)
+TORCHVISION_MODELS: dict[str, tuple[str, dict, int]] = {
+    "tv_resnet18": ("resnet18", {}, 64),
+    "tv_mobilenet_v2": ("mobilenet_v2", {"dropout": 0.0}, 64),
+    "tv_regnet_y_400mf": ("regnet_y_400mf", {}, 64),
+    "tv_densenet121": ("densenet121", {}, 64),
+}
+
+# every model, by name: timm's, then torchvision's
+MODELS = {**MODELS, **TORCHVISION_MODELS}
 
 # small and quick: the fast test suite and ``benchmarks/vision.py --smoke``
 SMOKE_MODELS = ("resnet18", "mobilenetv2")
@@ -65,6 +78,10 @@ def create(name: str, *, seed: int = 0):
     timm = import_timm()
     model_name, kwargs, _ = MODELS[name]
     torch.manual_seed(seed)
+    if name in TORCHVISION_MODELS:
+        import torchvision.models  # importable once import_timm ran (it imports torchvision)
+
+        return getattr(torchvision.models, model_name)(weights=None, num_classes=10, **kwargs)
     return timm.create_model(model_name, pretrained=False, num_classes=10, **kwargs)
 
 

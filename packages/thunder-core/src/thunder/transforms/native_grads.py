@@ -19,6 +19,7 @@ from __future__ import annotations
 import thunder.torch as ltorch
 from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
+from thunder.torch.native_kernels import pool_output_size
 from thunder.transforms.autodiff import get_grad, needs_grad, put_grad, register_grad
 
 
@@ -163,6 +164,91 @@ def _adaptive_max_rule(sym, n: int):
         return out
 
     register_grad(sym, rule)
+
+
+# 1-d pooling runs the 2-d kernels over a height-1 view of the input, as eager does (its 1-d pools
+# unsqueeze to 2-d too): max_pool1d's gradient then goes to the one position of each maximum, as eager's.
+
+
+def _pool1d_args_valid(length: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> bool:
+    """Whether a 1-d pooling's arguments are in range; otherwise the decomposition reports eager's error."""
+    if kernel <= 0 or stride <= 0 or padding < 0 or dilation <= 0 or padding > kernel // 2:
+        return False
+    return pool_output_size(length, kernel, stride, padding, dilation, ceil_mode) > 0
+
+
+def _single(x):
+    """The one int of a 1-d pooling argument (an int or a 1-sequence); None if it is something else."""
+    if isinstance(x, (tuple, list)):
+        return x[0] if len(x) == 1 and isinstance(x[0], int) else None
+    return x if isinstance(x, int) else None
+
+
+def _as_2d(a):
+    return ltorch.unsqueeze(a, a.ndim - 1)
+
+
+def _from_2d(t):
+    return ltorch.squeeze(t, t.ndim - 2)
+
+
+@register_grad(ltorch.max_pool1d)
+def _max_pool1d_grad(
+    a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False
+):
+    k = _single(kernel_size)
+    s = k if stride is None or stride == [] or stride == () else _single(stride)
+    p, d = _single(padding), _single(dilation)
+    if return_indices or a.ndim not in (2, 3) or None in (k, s, p, d):
+        return NotImplemented
+    if not _pool1d_args_valid(a.shape[-1], k, s, p, d, ceil_mode):
+        return NotImplemented
+    args = ((1, k), (1, s), (0, p), (1, d), ceil_mode)
+    a2 = _as_2d(a)
+    out2, indices = ltorch.max_pool_with_indices(2, a2, *args)
+    out = _from_2d(out2)
+    grad = ltorch.max_pool_with_indices_backward(2, _as_2d(get_grad(out)), a2, *args, indices)
+    put_grad(a, _from_2d(grad))
+    return out
+
+
+@register_grad(ltorch.avg_pool1d)
+def _avg_pool1d_grad(a, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+    k = _single(kernel_size)
+    s = k if stride is None or stride == [] or stride == () else _single(stride)
+    p = _single(padding)
+    if a.ndim not in (2, 3) or None in (k, s, p) or not dtypes.is_float_dtype(a.dtype):
+        return NotImplemented
+    if not _pool1d_args_valid(a.shape[-1], k, s, p, 1, ceil_mode):
+        return NotImplemented
+    args = ((1, k), (1, s), (0, p), ceil_mode, count_include_pad, None)
+    a2 = _as_2d(a)
+    out = _from_2d(ltorch.avg_pool2d(a2, *args))
+    put_grad(a, _from_2d(ltorch.avg_pool_backward(2, _as_2d(get_grad(out)), a2, *args)))
+    return out
+
+
+@register_grad(ltorch.adaptive_avg_pool1d)
+def _adaptive_avg_pool1d_grad(a, output_size):
+    size = _single(output_size)
+    if a.ndim not in (2, 3) or size is None or size <= 0:
+        return NotImplemented
+    a2 = _as_2d(a)
+    out = _from_2d(ltorch.adaptive_avg_pool2d(a2, (1, size)))
+    put_grad(a, _from_2d(ltorch.adaptive_avg_pool_backward(2, _as_2d(get_grad(out)), a2)))
+    return out
+
+
+@register_grad(ltorch.adaptive_max_pool1d)
+def _adaptive_max_pool1d_grad(a, output_size, return_indices: bool = False):
+    size = _single(output_size)
+    if return_indices or a.ndim not in (2, 3) or size is None or size <= 0:
+        return NotImplemented
+    a2 = _as_2d(a)
+    out2, indices = ltorch.adaptive_max_pool(2, a2, (1, size))
+    out = _from_2d(out2)
+    put_grad(a, _from_2d(ltorch.adaptive_max_pool_backward(2, _as_2d(get_grad(out)), a2, indices)))
+    return out
 
 
 _max_pool_rule(ltorch.max_pool2d, 2)
