@@ -142,7 +142,7 @@ def _sdpa_execution(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
 
 
 def _sdpa_grad(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """Grad transform (used once autodiff lands): fused forward, then the fused backward kernel on CPU."""
+    """Grad transform: the fused forward, then the fused backward kernel (CPU)."""
     from thunder.core.transforms import get_grad, put_grads
 
     # the checker accepts calls that need grad on CPU only
