@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from thunder.core import pytree
+from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import TensorProxy
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
@@ -149,10 +150,7 @@ def _may_alias_argument(bsym) -> bool:
     """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call,
     or a composite one of whose outputs its decomposition computes as a view of an argument: ``flatten``, not
     ``batch_norm``, whose decomposition reshapes only its statistics)."""
-    from thunder.core.prims import OpTags
-
-    tags = bsym.sym.tags
-    if "view" in tags or "alias" in tags or "opaque" in tags or OpTags.SHAPE_OP in tags:
+    if may_return_alias(bsym.sym):
         return True
     if not bsym.subsymbols:
         return False

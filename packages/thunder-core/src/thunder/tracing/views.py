@@ -9,6 +9,7 @@ import weakref
 import torch
 
 from thunder.core import dtypes
+from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import ATOMIC_TYPES, Symbol
 from thunder.core.symbolic import hint, hints, specialize
@@ -249,13 +250,13 @@ def _storage_id(m: torch.Tensor) -> int:
 
 def may_alias(func, mapped, fell_back: bool) -> bool:
     """Whether the result of ``func`` may alias an argument (asked of the shadows then): fallbacks,
-    adapters and symbols tagged ``view`` or ``alias`` (a symbol returning its input proxy is asked too)."""
+    adapters and symbols that declare it (``thunder.core.aliasing``; a symbol returning its input proxy is
+    asked too)."""
     if isinstance(func, Symbol):
         return False
     if fell_back or type(mapped) is not Symbol:
         return True
-    tags = mapped.tags
-    return "view" in tags or "alias" in tags
+    return may_return_alias(mapped)
 
 
 def _to_shadows(x):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from thunder.core import dtypes, prims
+from thunder.core.aliasing import aliased_argument_positions
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
@@ -83,15 +84,9 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
 
 
 def _viewed_arguments(b: BoundSymbol) -> list[str]:
-    """The names of the arguments an executor may run ``b`` as a view of: the first of a reshape, a slice, ...;
-    any tensor argument of an opaque torch call (``Tensor.select``, ``unfold``: PyTorch may return a view) or of a
-    symbol tagged ``alias`` (``keep_grad_of(old, new)`` returns ``new`` detached)."""
-    tags = b.sym.tags
-    if "opaque" in tags or "alias" in tags:
-        return [a.name for a in b.flat_args if isinstance(a, TensorProxy)]
-    if "view" in tags or prims.OpTags.SHAPE_OP in tags:
-        return [a.name for a in b.flat_args[:1] if isinstance(a, TensorProxy)]
-    return []
+    """The names of the arguments an executor may run ``b`` as a view of (``thunder.core.aliasing``)."""
+    args = b.flat_args
+    return [args[i].name for i in aliased_argument_positions(b)]
 
 
 def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
