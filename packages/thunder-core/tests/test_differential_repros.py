@@ -255,3 +255,15 @@ def test_batch_norm_statistics_do_not_require_grad():
         return torch.native_batch_norm(a, w, b, mean, var, True, 0.1, 1e-5)
 
     _assert_same(fn, _x(2, 3), w, b, grads=True)
+
+
+@pytest.mark.parametrize(
+    "shape, dim, keepdim",
+    [((0,), -1, False), ((2, 0), -1, True), ((0, 3), 0, False), ((2, 0, 3), (1, 2), False)],
+)
+def test_logsumexp_over_an_empty_dimension(shape, dim, keepdim):
+    # fuzzer, campaign seeds 3009/3011/3013: the backward recomputed amax over the empty dim and raised; eager
+    # gives -inf and an empty gradient
+    _assert_same(
+        lambda a: torch.logsumexp(a, dim, keepdim), torch.randn(shape, dtype=torch.float64).requires_grad_(), grads=True
+    )

@@ -134,6 +134,11 @@ def logsumexp(a, dim, keepdim: bool = False):
     if a.ndim == 0:
         clang._reduction_dims(a, dim)
         return clang.maybe_convert_to_dtype(x, res)
+    if 0 in [a.shape[d] for d in clang._reduction_dims(a, dim)]:
+        # nothing to reduce: -inf, as eager (amax, which shifts the exponents, has no value over nothing); the sum
+        # keeps the result connected to ``a`` (requires_grad as eager's; its gradient is empty)
+        out = clang.add(clang.sum(clang.mul(x, 0), dim, keepdim), float("-inf"))
+        return clang.maybe_convert_to_dtype(out, res)
     m = clang.amax(x, dim, True)
     m = clang.where(prims.isinf(m), clang.maybe_convert_to_dtype(0, comp), m)
     s = clang.sum(clang.elementwise_unary(clang.sub(x, m), prims.exp), dim, True)
