@@ -237,3 +237,18 @@ def test_numpy_constants_trace_and_numpy_on_a_tensor_is_refused_naming_the_line(
         thunder.jit(on_tensor)(x)
     message = str(info.value)
     assert "np.exp(x.numpy())" in message and "x.sum() for np.sum" in message
+
+
+def test_torch_div_of_two_numbers_is_a_0d_tensor_as_in_eager():
+    # Longformer: torch.div(hidden_states.size(1), window_overlap, rounding_mode="trunc"); thunder raised "div needs
+    # a tensor"
+    def f(x):
+        n = torch.div(x.shape[1], 2, rounding_mode="trunc")
+        m = torch.div(7, 2)
+        k = torch.div(7.0, 2, rounding_mode="floor")
+        return x * n + m + k, n, m, k
+
+    x = torch.randn(2, 6)
+    for actual, expected in zip(thunder.jit(f)(x), f(x)):
+        assert type(actual) is type(expected) and actual.dtype == expected.dtype and actual.shape == expected.shape
+        torch.testing.assert_close(actual, expected)

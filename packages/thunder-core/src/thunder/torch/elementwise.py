@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from thunder import clang
 from thunder.clang import TypePromotionKind as TPK
-from thunder.core import dtypes, prims
+from thunder.core import devices, dtypes, prims
 from thunder.core.checks import check
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
 
 T = torch.Tensor
@@ -175,6 +175,9 @@ true_divide = _binary(
 @torchsymbol(torch.div, T.div, torch.divide, method_name="div")
 def div(a, b, *, rounding_mode=None, out=None):
     check(out is None, "out= is not supported", NotImplementedError)
+    if not isinstance(a, TensorProxy) and not isinstance(b, TensorProxy):
+        # torch.div of two numbers (sizes, in Longformer: torch.div(seq_len, w, rounding_mode="trunc")) is a 0-d tensor
+        a = _number_as_tensor(a)
     if rounding_mode is None:
         return true_divide(a, b)
     if rounding_mode == "trunc":
@@ -182,6 +185,15 @@ def div(a, b, *, rounding_mode=None, out=None):
     if rounding_mode == "floor":
         return floor_divide(a, b)
     raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+
+
+def _number_as_tensor(x) -> TensorProxy:
+    """A Python number (or a size) as the 0-d CPU tensor torch makes of it: int64, bool, or the default dtype."""
+    kind = x.python_type if isinstance(x, NumberProxy) else int if isinstance(x, torch.SymInt) else type(x)
+    dtype = {bool: torch.bool, int: torch.int64}.get(kind)
+    if dtype is None:
+        dtype = torch.get_default_dtype() if kind is float else torch.complex64
+    return clang.full((), x, device=devices.cpu, dtype=dtypes.to_dtype(dtype))
 
 
 def _is_float(a, b):
