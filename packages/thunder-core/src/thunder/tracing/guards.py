@@ -175,14 +175,11 @@ def guard_value(
         _guard_value(pb, expr, value, what)
 
 
-_IMMUTABLE_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
-
-
 def _identity_suffices(value, depth: int = 0) -> bool:
     """Whether ``guard_value``'s check of ``value`` passes for ``value`` itself, whatever happened to it since:
     immutable data, or an object checked by identity (not a container or config object compared by content)."""
     t = type(value)
-    if t in _IMMUTABLE_SCALARS or t is torch.Size:
+    if t in _PLAIN_SCALARS or t is torch.Size:  # (all immutable)
         return True
     if t in (tuple, frozenset):
         return depth < 4 and all(_identity_suffices(v, depth + 1) and is_plain(v) for v in value)
