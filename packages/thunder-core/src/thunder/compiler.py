@@ -30,6 +30,7 @@ from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
+from thunder.executors.state_updates import update_state_in_place
 from thunder.executors.torchex import no_autocast
 from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
@@ -404,11 +405,12 @@ def _trace_with_sizes(cd: CompileData, fn, args, kwargs, record_log: bool):
 
 
 def _executable_traces(trace: TraceCtx, executors) -> list[TraceCtx]:
-    """Claiming, fusion, dead-code elimination and delete-last-used: the traces each pass makes."""
+    """Claiming, fusion, state updates in place, dead-code elimination and delete-last-used: each pass's trace."""
     out = [claim_executors(trace, executors)]
     for ex in executors:
         if isinstance(ex, FusionExecutor):
             out.append(ex.fusion_pass(out[-1]))
+    out.append(update_state_in_place(out[-1]))
     out.append(dce(out[-1]))
     out.append(del_last_used(out[-1]))
     return out

@@ -48,7 +48,9 @@ def torch_path(fn) -> tuple[str, str] | None:
     return None
 
 
-def torch_op(name: str, fn=None, *, print_name: str | None = None, imports=(), torch_args: bool = False) -> Symbol:
+def torch_op(
+    name: str, fn=None, *, print_name: str | None = None, imports=(), torch_args: bool = False, tags: tuple = ()
+) -> Symbol:
     """An operator of the torch executor; ``torch_args`` prints thunder dtypes/devices as torch ones."""
     call_ctx = None if print_name is not None else {name: fn}
     sym = Symbol(
@@ -60,7 +62,7 @@ def torch_op(name: str, fn=None, *, print_name: str | None = None, imports=(), t
         imports=imports,
         call_ctx=call_ctx,
         executor=ex,
-        tags=("torch_args",) if torch_args else (),
+        tags=(("torch_args",) if torch_args else ()) + tuple(tags),
     )
     return sym
 
