@@ -5,8 +5,10 @@ downloaded), batch 2, train mode. Per model: the first call's time (trace + comp
 and torch.compile), and the median fwd+bwd step time of each variant, with the ratios to eager and thunder's to
 torch.compile's (Inductor); each compiler's compile time (its first call less one steady step) is
 reported apart from its steps.
-The variants' steps alternate (eager, thunder, torch.compile, eager, ...) so the machine's noise
-falls on all of them alike. Each model's outputs and gradients are checked against eager first.
+The variants' steps alternate, each round starting with the next variant (eager, thunder, torch.compile;
+thunder, torch.compile, eager; ...), so the machine's noise and the order fall on all of them alike;
+``--control`` adds a second eager copy whose ratio to eager is the measurement's noise floor. Each
+model's outputs and gradients are checked against eager first.
 Prints one JSON object.
 
     python benchmarks/vision.py                       # every model, with torch.compile (minutes)
@@ -52,7 +54,7 @@ def _check(name, eager_model, model, x) -> None:
         p.grad = pe.grad = None
 
 
-def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> dict:
+def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, control: bool = False) -> dict:
     import torch
 
     import thunder
@@ -73,10 +75,15 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> d
     _check(name, create(name), jmodel, x)
     for m in variants.values():  # warm-up
         _step(m, x)
+    if control:  # a second eager copy: its ratio to eager is the benchmark's own noise floor
+        variants["eager_control"] = create(name)
+        _step(variants["eager_control"], x)
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(steps):
-        for k, m in variants.items():
-            times[k].append(_timed(lambda m=m: _step(m, x)))
+    order = list(variants)
+    for r in range(steps):
+        # each round starts with the next variant, so that no variant always runs right after another
+        for k in order[r % len(order) :] + order[: r % len(order)]:
+            times[k].append(_timed(lambda m=variants[k]: _step(m, x)))
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "eager_step_ms": round(med["eager"] * 1e3, 2),
@@ -86,6 +93,8 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool) -> d
         # the first call less one steady step: tracing, transforms and building the program
         "thunder_compile_s": round(max(first_call["thunder"] - med["thunder"], 0.0), 3),
     }
+    if control:
+        result["eager_control_vs_eager"] = round(med["eager_control"] / med["eager"], 3)
     if use_torch_compile:
         result.update(
             torch_compile_step_ms=round(med["torch_compile"] * 1e3, 2),
@@ -105,6 +114,9 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--no-torch-compile", action="store_true", help="eager and thunder only")
     parser.add_argument("--smoke", action="store_true", help="two small models, 3 steps, no torch.compile")
+    parser.add_argument(
+        "--control", action="store_true", help="also time a second eager copy: its ratio to eager is the noise floor"
+    )
     args = parser.parse_args(argv)
     try:
         import thunder  # noqa: F401
@@ -122,7 +134,7 @@ def main(argv=None) -> None:
     results = {}
     for name in names:
         print(f"{name}...", file=sys.stderr, flush=True)
-        results[name] = bench_model(name, steps, args.batch, use_tc)
+        results[name] = bench_model(name, steps, args.batch, use_tc, args.control)
         print(f"  {results[name]}", file=sys.stderr, flush=True)
     ratios = [r["thunder_vs_eager"] for r in results.values()]
     summary = {

@@ -136,3 +136,52 @@ def test_updates_of_arguments_that_share_a_storage_stay_as_eager():
     jf = thunder.jit(f)
     torch.testing.assert_close(jf(base_o[:4], base_o[2:]), f(base_e[:4], base_e[2:]))
     assert torch.equal(base_o, base_e)
+
+
+class _Cache(torch.nn.Module):
+    """A KV-cache-like buffer written at one position per call through a view of the whole batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(2, 3, 8, 4))
+
+    def forward(self, pos, k):
+        full = self.k[: k.shape[0], ...].index_copy_(-2, pos, k)
+        return torch.softmax(full.sum(-1), -1).repeat_interleave(2, dim=1)
+
+
+def test_a_cache_written_at_one_position_is_updated_in_place_not_copied_whole():
+    eager = _Cache()
+    ours = copy.deepcopy(eager)
+    jm = thunder.jit(ours)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in range(4):
+            pos, k = torch.tensor([p]), torch.randn(2, 3, 1, 4)
+            torch.testing.assert_close(jm(pos, k), eager(pos, k))
+            assert torch.equal(ours.k, eager.k)
+    # one in-place index_copy_, no copy of the whole cache and no scatter over its every position
+    calls = [line.strip() for line in _program_source(jm).splitlines() if not line.lstrip().startswith("#")]
+    assert any(c.startswith("t") and "= Tensor.index_copy_(t_k, -2, pos, k)" in c for c in calls)
+    assert not [c for c in calls if "scatter" in c or "iota" in c or c.startswith("copy_(")]
+
+
+@pytest.mark.parametrize(
+    "read", [lambda b: b, lambda b: b[1:], lambda b: b.t()], ids=["returned", "returned_slice", "transposed"]
+)
+def test_an_updated_value_the_program_returns_a_view_of_is_not_made_the_input(read):
+    # eager returns (a view of) the updated buffer; thunder's write-back path gives the same values, and a
+    # returned fresh tensor is never turned into the caller's buffer by running the update in place
+    def f(buf, x):
+        buf.add_(x)
+        return read(buf) * 1, read(buf)
+
+    make = lambda: (torch.arange(6.0).reshape(2, 3), torch.ones(3))  # noqa: E731
+    (be, xe), (bo, xo) = make(), make()
+    jf = thunder.jit(f)
+    (e0, e1), (o0, o1) = f(be, xe), jf(bo, xo)
+    torch.testing.assert_close(o0, e0)
+    torch.testing.assert_close(o1, e1)
+    assert torch.equal(bo, be)
+    o0.zero_()  # a fresh result in eager: writing it leaves the buffer alone
+    assert torch.equal(bo, be)

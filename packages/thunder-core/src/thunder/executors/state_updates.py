@@ -13,8 +13,10 @@ per buffer and step (DenseNet-121: 363 copies a step).
   ``(out, mean, rstd) = torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, ...)``;
 - ``(out, new_rm, new_rv) = batch_norm_functional(x, rm, rv, ...)`` (no gradient) likewise into
   ``out = torch.nn.functional.batch_norm(x, rm, rv, ...)``;
-- ``t = torch.add(a, b)`` (``sub``, ``mul``) whose ``t`` is only copied into ``a`` into
-  ``Tensor.add_(a, b)``.
+- ``t = torch.add(a, b)`` (``sub``, ``mul``, ``index_copy``, ``masked_fill``) whose ``t`` is copied into
+  ``a`` into ``t = Tensor.add_(a, b)``: a KV cache's ``index_copy_`` writes one position instead of
+  copying the whole cache. Other calls may read ``t`` (then the updated ``a``) if they return fresh
+  tensors: not the program's outputs, no views.
 
 It does so only where the updated tensor is an argument of the trace (so no other argument shares its
 storage: those become views of one storage argument), read by nothing but the update and its
@@ -24,6 +26,9 @@ as the new symbol's decomposition, so the printed trace shows what the in-place 
 
 from __future__ import annotations
 
+from thunder.core import prims
+from thunder.core.aliasing import may_return_alias
+from thunder.core.dce import has_side_effects
 from thunder.core.prims import OpTags
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
@@ -46,11 +51,12 @@ _functional_batch_norm_updating_stats = torch_op(
     imports=("import torch.nn.functional",),
     tags=_IN_PLACE,
 )
+# functional torch calls -> their in-place methods, with the same arguments (the updated tensor first)
 _IN_PLACE_METHODS = {
     name: torch_op(
         f"{name}_in_place", print_name=f"Tensor.{name}_", imports=("from torch import Tensor",), tags=_IN_PLACE
     )
-    for name in ("add", "sub", "mul")
+    for name in ("add", "sub", "mul", "index_copy", "masked_fill")
 }
 
 # (claimed symbol id) -> (positions of the updated arguments, positions of the new values among the outputs)
@@ -91,14 +97,18 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
                 if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy):
                     write_back_of[(src.name, dst.name)] = i
 
-        def only_write_back(new, dst, at: int) -> int | None:
-            # the index of the copy_ that writes ``new`` into the input ``dst``, if that is all either is used for
+        def only_write_back(new, dst, at: int, *, reads_of_new: bool = False) -> int | None:
+            # the index of the copy_ that writes ``new`` into the input ``dst``, if nothing else reads ``dst``
+            # and nothing else reads ``new`` (or, with ``reads_of_new``, only calls that return fresh tensors)
             if not _same_layout(new, dst) or dst.name not in inputs:
                 return None
             i = write_back_of.get((new.name, dst.name))
-            if i is None or uses.get(new.name) != [i] or sorted(uses.get(dst.name, ())) != sorted({at, i}):
+            if i is None or sorted(uses.get(dst.name, ())) != sorted({at, i}):
                 return None
             if bsyms[i].flat_outs and any(uses.get(o.name) for o in bsyms[i].flat_outs):
+                return None
+            others = [j for j in uses.get(new.name, ()) if j != i]
+            if others and not (reads_of_new and all(_reads_without_aliasing(bsyms[j]) for j in others)):
                 return None
             return i
 
@@ -144,12 +154,27 @@ def _batch_norm_in_place(bsyms: list[BoundSymbol], at: int, only_write_back):
 def _method_in_place(bsyms: list[BoundSymbol], at: int, only_write_back):
     bsym = bsyms[at]
     sym = _IN_PLACE_METHODS.get(bsym.sym.name) if bsym.sym.id == f"torch::{bsym.sym.name}" else None
-    if sym is None or len(bsym.args) != 2 or bsym.kwargs or not isinstance(bsym.output, TensorProxy):
+    if sym is None or bsym.kwargs or not isinstance(bsym.output, TensorProxy) or not bsym.args:
         return None
-    i = only_write_back(bsym.output, bsym.args[0], at)
+    # the in-place method returns the updated input itself, which later calls read in place of the new value
+    i = only_write_back(bsym.output, bsym.args[0], at, reads_of_new=True)
     if i is None:
         return None
-    return _bound(sym, bsym.args, None, [bsym, bsyms[i]]), [i]
+    return _bound(sym, bsym.args, bsym.output, [bsym, bsyms[i]]), [i]
+
+
+def _reads_without_aliasing(bsym: BoundSymbol) -> bool:
+    # a call whose outputs are fresh tensors (not the program's return, no view or alias of an argument):
+    # whether it reads the new value or the updated input it is, is the same to it
+    if bsym.sym is prims.python_return or has_side_effects(bsym):
+        return False
+    return not _may_alias(bsym)
+
+
+def _may_alias(bsym: BoundSymbol) -> bool:
+    # the executor's call and the calls it stands for (a claimed symbol, a fusion region's members) declare it;
+    # their own decompositions do not matter (repeat_interleave's expand does not make its result a view)
+    return may_return_alias(bsym.sym) or any(may_return_alias(s.sym) for s in bsym.subsymbols)
 
 
 def _bound(sym: Symbol, args, output, replaced: list[BoundSymbol]) -> BoundSymbol:

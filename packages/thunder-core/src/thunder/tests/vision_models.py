@@ -29,13 +29,28 @@ MODELS: dict[str, tuple[str, dict, int]] = {
     "efficientformer": ("efficientformer_l1", {}, 224),  # its attention's bias table is for 224 pixels only
 }
 
-# name -> (torchvision.models builder, its keyword arguments, input image size); dropout off, so that
+# name -> (torchvision.models builder or model class, its keyword arguments, input image size); dropout off, so that
 # train mode compares with eager (thunder's random stream is not eager's)
 TORCHVISION_MODELS: dict[str, tuple[str, dict, int]] = {
     "tv_resnet18": ("resnet18", {}, 64),
     "tv_mobilenet_v2": ("mobilenet_v2", {"dropout": 0.0}, 64),
     "tv_regnet_y_400mf": ("regnet_y_400mf", {}, 64),
     "tv_densenet121": ("densenet121", {}, 64),
+    # maxvit_t's configuration without its stochastic depth (maxvit_t() fixes it at 0.2); its attention
+    # windows need 224 pixels
+    "tv_maxvit_t": (
+        "maxvit.MaxVit",
+        {
+            "input_size": (224, 224),
+            "stem_channels": 64,
+            "partition_size": 7,
+            "block_channels": [64, 128, 256, 512],
+            "block_layers": [2, 2, 5, 2],
+            "head_dim": 32,
+            "stochastic_depth_prob": 0.0,
+        },
+        224,
+    ),
 }
 
 # every model, by name: timm's, then torchvision's
@@ -81,6 +96,9 @@ def create(name: str, *, seed: int = 0):
     if name in TORCHVISION_MODELS:
         import torchvision.models  # importable once import_timm ran (it imports torchvision)
 
+        if "." in model_name:  # a model class built from its configuration
+            module, cls = model_name.rsplit(".", 1)
+            return getattr(getattr(torchvision.models, module), cls)(num_classes=10, **kwargs)
         return getattr(torchvision.models, model_name)(weights=None, num_classes=10, **kwargs)
     return timm.create_model(model_name, pretrained=False, num_classes=10, **kwargs)
 

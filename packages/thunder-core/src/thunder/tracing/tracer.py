@@ -79,6 +79,7 @@ from thunder.tracing.views import (
     _can_defer_shadows,
     _changes_layout,
     _check_hidden_function_apply,
+    _covers_root,
     _mark_view,
     _meta_like,
     _overlaps_itself,
@@ -546,6 +547,8 @@ class Tracer:
             part = TracingTensor(torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1])))
             part._tt_meta = region
             new_base = _write_strided(base, part, part._tt_value)
+        elif _covers_root(base, wrapper):  # (self.k[:bs] with bs the whole batch): the root's new value
+            new_base = value
         elif steps is None:
             new_base = _write_strided(base, wrapper, value)
         else:

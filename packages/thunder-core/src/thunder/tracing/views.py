@@ -566,6 +566,19 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
     return out
 
 
+def _covers_root(root: TracingTensor, view: TracingTensor) -> bool:
+    """Whether ``view`` is laid out exactly as its root (every element, same order): writing it writes the root."""
+    rm, vm = shadow(root), shadow(view)
+    return (
+        rm.dtype == vm.dtype
+        and rm.shape == vm.shape
+        and rm.stride() == vm.stride()
+        and rm.storage_offset() == vm.storage_offset()
+        and rm.is_conj() == vm.is_conj()
+        and rm.is_neg() == vm.is_neg()
+    )
+
+
 def _derive_view(x: TensorProxy, steps) -> TensorProxy:
     """Applies a view's derivation steps to ``x`` (the base's current value, or an index tensor)."""
     from thunder.core.trace import get_tracectx
