@@ -16,6 +16,7 @@ For each backend:
 
     python benchmarks/decode.py
     python benchmarks/decode.py --tokens 32 --repeats 3 --backends eager thunder
+    python benchmarks/decode.py --cache-length 4096 --backends eager thunder   # a server-sized KV cache
 
 Prints exactly one JSON object on stdout; progress goes to stderr. litgpt is a test dependency of
 thunder-core: python -m pip install -c constraints.txt litgpt==0.5.13
@@ -121,7 +122,7 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
     else:
         raise ValueError(name)
 
-    max_seq = prompt.shape[1] + args.tokens
+    max_seq = args.cache_length or prompt.shape[1] + args.tokens
     if args.model == "hf-dynamic-cache":
         run = lambda: decode_hf(model, prompt, args.tokens)  # noqa: E731
     else:
@@ -158,6 +159,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="warm decodes to time")
     parser.add_argument("--backends", nargs="+", default=["eager", "thunder", "torch.compile"])
     parser.add_argument("--model", choices=["litgpt", "hf-dynamic-cache"], default="litgpt")
+    parser.add_argument(
+        "--cache-length",
+        type=int,
+        default=None,
+        help="LitGPT KV cache positions (default: prompt + tokens; a server allocates its longest context)",
+    )
     args = parser.parse_args()
 
     prompt = torch.randint(0, 1024, (1, args.prompt), generator=torch.Generator().manual_seed(1))
@@ -180,6 +187,7 @@ def main() -> None:
                 else "HF LlamaForCausalLM (2 layers, hidden 256), DynamicCache, batch 1",
                 "prompt_tokens": args.prompt,
                 "new_tokens": args.tokens,
+                "kv_cache_length": args.cache_length or args.prompt + args.tokens,
                 "results": results,
                 "machine": {
                     "platform": platform.platform(),
