@@ -218,6 +218,10 @@ def test_manual_decode_loop_with_static_cache():
     assert torch.equal(actual[0], expected[0])
     torch.testing.assert_close(actual[1], expected[1], atol=1e-5, rtol=1e-5)
     assert thunder.cache_misses(jm) == 2
+    # the decode step writes one position of each cache tensor in place, not a copy of the whole cache
+    calls = [c.strip() for c in str(thunder.last_traces(jm)[-1]).splitlines() if not c.lstrip().startswith("#")]
+    assert sum("= Tensor.index_copy_(past_key_values_" in c for c in calls) == 2 * model.config.num_hidden_layers
+    assert not [c for c in calls if c.startswith("copy_(")]
 
 
 def test_generate_with_a_jitted_submodule_forwards_keywords():

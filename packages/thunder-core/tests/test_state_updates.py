@@ -185,3 +185,26 @@ def test_an_updated_value_the_program_returns_a_view_of_is_not_made_the_input(re
     assert torch.equal(bo, be)
     o0.zero_()  # a fresh result in eager: writing it leaves the buffer alone
     assert torch.equal(bo, be)
+
+
+def test_an_update_read_through_views_runs_in_place_unless_backward_saves_a_view():
+    def f(buf, w):
+        buf.add_(1)
+        return buf.t() @ w
+
+    make = lambda grad: (torch.arange(6.0).reshape(2, 3), torch.ones(2, 4, requires_grad=grad))  # noqa: E731
+    for grad in (False, True):
+        (be, we), (bo, wo) = make(grad), make(grad)
+        jf = thunder.jit(f)
+        e, o = f(be, we), jf(bo, wo)
+        torch.testing.assert_close(o, e)
+        assert torch.equal(bo, be)
+        calls = [c.strip() for c in _program_source(jf).splitlines() if not c.lstrip().startswith("#")]
+        in_place = any("Tensor.add_(buf, 1)" in c for c in calls)
+        # without grad the view only feeds the matmul; with grad the backward saves buf.t() for w's gradient,
+        # which must keep the value of this call, not become a view of the caller's buffer
+        assert in_place is not grad
+        if grad:
+            e.sum().backward()
+            o.sum().backward()
+            torch.testing.assert_close(wo.grad, we.grad)

@@ -15,8 +15,8 @@ per buffer and step (DenseNet-121: 363 copies a step).
   ``out = torch.nn.functional.batch_norm(x, rm, rv, ...)``;
 - ``t = torch.add(a, b)`` (``sub``, ``mul``, ``index_copy``, ``masked_fill``) whose ``t`` is copied into
   ``a`` into ``t = Tensor.add_(a, b)``: a KV cache's ``index_copy_`` writes one position instead of
-  copying the whole cache. Other calls may read ``t`` (then the updated ``a``) if they return fresh
-  tensors: not the program's outputs, no views.
+  copying the whole cache. Other calls may read ``t`` (then the updated ``a``), directly or through
+  views, as long as neither ``t`` nor a view of it is returned or saved for the backward.
 
 It does so only where the updated tensor is an argument of the trace (so no other argument shares its
 storage: those become views of one storage argument), read by nothing but the update and its
@@ -99,7 +99,7 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
 
         def only_write_back(new, dst, at: int, *, reads_of_new: bool = False) -> int | None:
             # the index of the copy_ that writes ``new`` into the input ``dst``, if nothing else reads ``dst``
-            # and nothing else reads ``new`` (or, with ``reads_of_new``, only calls that return fresh tensors)
+            # and nothing else reads ``new`` (or, with ``reads_of_new``, only reads it: see only_read)
             if not _same_layout(new, dst) or dst.name not in inputs:
                 return None
             i = write_back_of.get((new.name, dst.name))
@@ -107,10 +107,30 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
                 return None
             if bsyms[i].flat_outs and any(uses.get(o.name) for o in bsyms[i].flat_outs):
                 return None
-            others = [j for j in uses.get(new.name, ()) if j != i]
-            if others and not (reads_of_new and all(_reads_without_aliasing(bsyms[j]) for j in others)):
+            if reads_of_new:
+                if not only_read(new.name, skip=i):
+                    return None
+            elif uses.get(new.name) != [i]:
                 return None
             return i
+
+        def only_read(name: str, skip: int) -> bool:
+            # whether every use of ``name``, and of the views taken of it, is a call that only reads it: not the
+            # program's return (its outputs, what backward saves), no in-place write or other side effect
+            pending, seen = [name], {name}
+            while pending:
+                for j in uses.get(pending.pop(), ()):
+                    if j == skip:
+                        continue
+                    user = bsyms[j]
+                    if user.sym is prims.python_return or has_side_effects(user):
+                        return False
+                    if _may_alias(user):
+                        for o in user.flat_outs:
+                            if o.name not in seen:
+                                seen.add(o.name)
+                                pending.append(o.name)
+            return True
 
         replaced: dict[int, BoundSymbol | None] = {}
         for at in range(len(bsyms)):
@@ -161,14 +181,6 @@ def _method_in_place(bsyms: list[BoundSymbol], at: int, only_write_back):
     if i is None:
         return None
     return _bound(sym, bsym.args, bsym.output, [bsym, bsyms[i]]), [i]
-
-
-def _reads_without_aliasing(bsym: BoundSymbol) -> bool:
-    # a call whose outputs are fresh tensors (not the program's return, no view or alias of an argument):
-    # whether it reads the new value or the updated input it is, is the same to it
-    if bsym.sym is prims.python_return or has_side_effects(bsym):
-        return False
-    return not _may_alias(bsym)
 
 
 def _may_alias(bsym: BoundSymbol) -> bool:
