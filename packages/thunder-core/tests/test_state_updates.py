@@ -208,3 +208,22 @@ def test_an_update_read_through_views_runs_in_place_unless_backward_saves_a_view
             e.sum().backward()
             o.sum().backward()
             torch.testing.assert_close(wo.grad, we.grad)
+
+
+def test_a_write_through_a_view_laid_out_as_its_root_keeps_the_autograd_of_a_view_output():
+    # fuzzer repro: v.t() is laid out as a0 itself; the output v, a view of the updated a0, must backprop as in eager
+    def fn(a0):
+        v = a0.permute(1, 0)
+        v.t().copy_(a0)
+        return v
+
+    def make():
+        leaf = torch.linspace(-1, 1, 9, dtype=torch.float64).reshape(3, 3).requires_grad_()
+        return leaf, (leaf * 1)[::2]
+
+    (le, e_in), (lo, o_in) = make(), make()
+    e, o = fn(e_in), thunder.jit(fn)(o_in)
+    torch.testing.assert_close(o, e)
+    (e * torch.arange(6.0, dtype=torch.float64).reshape(3, 2)).sum().backward()
+    (o * torch.arange(6.0, dtype=torch.float64).reshape(3, 2)).sum().backward()
+    torch.testing.assert_close(lo.grad, le.grad)

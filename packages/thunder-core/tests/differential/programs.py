@@ -32,8 +32,7 @@ FEATURES = {
     "indexing": "advanced indexing, index_select, gather, masked_fill",
     "matmul": "matmul between tensors of matching inner size",
     "softmax": "softmax and log_softmax",
-    "inplace": "in-place ops (add_, mul_, sigmoid_, clamp_, masked_fill_, index_copy_, index assignment ...) on "
-    "intermediates",
+    "inplace": "in-place ops (add_, mul_, sigmoid_, clamp_, index_copy_, index assignment ...) on intermediates",
     "inplace_view": "in-place ops through a view of an intermediate or an input",
     "inplace_input": "in-place ops on the inputs themselves",
     "aliased_inputs": "the same tensor (or a view of it) passed as two arguments",
@@ -138,7 +137,6 @@ _INPLACE = [
     "{t}[0] = {b}",
     "{t}[..., :1] = 0.5",
     "{t}.add_({b}, alpha=-1)",
-    "{t}.masked_fill_({t} > 0, 0.25)",
     "{t}.index_copy_(0, torch.tensor([0]), {t}[-1:] * 2)",
 ]
 _ROUNDING = [

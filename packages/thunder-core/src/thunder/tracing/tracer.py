@@ -547,10 +547,12 @@ class Tracer:
             part = TracingTensor(torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1])))
             part._tt_meta = region
             new_base = _write_strided(base, part, part._tt_value)
-        elif _covers_root(base, wrapper):  # (self.k[:bs] with bs the whole batch): the root's new value
-            new_base = value
         elif steps is None:
             new_base = _write_strided(base, wrapper, value)
+        elif not (old_base.requires_grad or value.requires_grad) and _covers_root(base, wrapper):
+            # every element of the root, in its order (a KV cache's self.k[:bs] with bs the whole batch): the new
+            # value is the root's (where autograd is involved, the scatter below keeps the old root's history)
+            new_base = value
         else:
             new_base = _write_view(old_base, steps, value)
         if (
