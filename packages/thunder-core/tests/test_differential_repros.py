@@ -33,7 +33,7 @@ def _assert_same(fn, *inputs, grads: bool = False) -> None:
         assert a.requires_grad == e.requires_grad, "requires_grad differs"
         torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True)
     for a, e in zip(t_in, e_in):
-        torch.testing.assert_close(a.detach(), e.detach(), msg="input after the call differs")
+        torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True, msg="input after the call differs")
     if grads:
         outs = [(a, e) for a, e in zip(actual, expected) if e.requires_grad]
         e_leaves = [x for x in e_in if x.requires_grad]
@@ -269,19 +269,21 @@ def test_logsumexp_over_an_empty_dimension(shape, dim, keepdim):
     )
 
 
-# A known divergence (issue 25, found by the fuzz campaign on seed 3017): eager's prod backward gives each element
-# the product of the others (an exclusive cumulative product) when the input holds a zero, so a NaN or an infinity
-# elsewhere makes those gradients NaN; thunder's rule gives 0 to every non-zero element then, and divides by the
-# element itself otherwise. Strict: the marker must go once thunder gives eager's answer.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="prod-grad-nan-beside-a-zero (issue 25)")
+# found by the fuzz campaign (issue 25, seed 3017): eager's prod backward gives each element the product of the others
+# (an exclusive cumulative product) when the input holds a zero, so a NaN or an infinity elsewhere makes those
+# gradients NaN (thunder gave 0); with no zero anywhere it is g * result / a, and a full reduction of an input with two
+# zeros or more has no gradient
 @pytest.mark.parametrize(
     "values",
     [
         [[float("nan"), -0.0, -2.18], [0.57, -1.08, -1.40]],
         [[float("inf"), 0.0, 2.0], [3.0, 4.0, 5.0]],
+        [[float("-inf"), 1.0, 2.0], [3.0, float("-inf"), 5.0]],
+        [[0.0, float("nan"), 2.0], [3.0, 0.0, 5.0]],
     ],
-    ids=["nan_and_a_zero", "inf_and_a_zero"],
+    ids=["nan_and_a_zero", "inf_and_a_zero", "two_negative_infs", "nan_and_two_zeros"],
 )
-def test_prod_grad_with_a_non_finite_element_beside_a_zero(values):
+@pytest.mark.parametrize("dim", [None, 0, 1], ids=["all", "dim0", "dim1"])
+def test_prod_grad_with_non_finite_elements_and_zeros(values, dim):
     a = torch.tensor(values, dtype=torch.float64, requires_grad=True)
-    _assert_same(lambda a: a.prod(), a, grads=True)
+    _assert_same(lambda a: a.prod() if dim is None else a.prod(dim), a, grads=True)
