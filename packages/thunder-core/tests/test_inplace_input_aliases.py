@@ -285,12 +285,9 @@ def _expanded_and_its_transpose(leaf):
     return a0, a0.mT
 
 
-# A known divergence (issue 25): eager's fill_ and zero_ write an expanded tensor (they do not check for
-# self-overlapping writes); thunder's write-back copies into every element of the 0-stride dim, which PyTorch
-# refuses, so thunder raises where eager runs. Writing each memory location once in the write-back is not
-# enough: thunder must also refuse, at trace time, the in-place ops eager refuses on such a tensor (add_, mul_),
-# which today only that failing copy refuses. Strict: the marker must go once thunder gives eager's answer.
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="thunder refuses an update eager allows (issue 25)")
+# Eager's fill_ and zero_ write an expanded tensor (they do not check for self-overlapping writes; most in-place
+# kernels do): thunder runs them, writing each memory location once when it writes the input back, and refuses,
+# at trace time, the updates eager refuses on such a tensor.
 @pytest.mark.parametrize(
     "update",
     [lambda x: x.fill_(1.5), lambda x: x.zero_()],
@@ -308,9 +305,12 @@ def test_update_eager_allows_on_an_expanded_input_with_an_aliasing_argument(upda
     expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
     for a, e in zip([*actual, *t_in], [*expected, *e_in]):
         torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True)
-    (e_grad,) = torch.autograd.grad(sum(e.sum() for e in expected) + (e_in[1] * 3).sum(), e_leaf)
+    # eager's backward refuses (its CopySlices writes the gradient through the expanded view); thunder's is the
+    # hand-computed one: every value read after the call is the written constant, so the leaf's gradient is zero
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.autograd.grad(sum(e.sum() for e in expected) + (e_in[1] * 3).sum(), e_leaf)
     (t_grad,) = torch.autograd.grad(sum(a.sum() for a in actual) + (t_in[1] * 3).sum(), t_leaf)
-    torch.testing.assert_close(t_grad, e_grad)
+    torch.testing.assert_close(t_grad, torch.zeros_like(t_leaf))
 
 
 def test_update_eager_refuses_on_an_expanded_input_is_refused():
@@ -323,3 +323,125 @@ def test_update_eager_refuses_on_an_expanded_input_is_refused():
     with pytest.raises(RuntimeError, match="single memory location") as ours:
         thunder.jit(fn)(*_expanded_and_its_transpose(_leaf(1, 3)))
     assert type(ours.value) is type(eager.value)
+
+
+# update, and the leaf's gradient by hand where eager's backward refuses (a whole write through the expanded view;
+# the test's loss reads the input 3 * 2 + 5 = 11 times per row, 3 rows)
+_UPDATES_EAGER_ALLOWS = {
+    "fill_": (lambda x: x.fill_(-2.0), 0.0),
+    "zero_": (lambda x: x.zero_(), 0.0),
+    "fill_value_kw": (lambda x: x.fill_(value=0.25), 0.0),
+    "setitem_row": (lambda x: x.__setitem__(1, 4.0), None),
+    "setitem_row_of_values": (lambda x: x.__setitem__(2, torch.arange(3.0, dtype=x.dtype)), None),
+    "copy_itself": (lambda x: x.copy_(x), 33.0),
+}
+
+
+@pytest.mark.parametrize("update, hand_grad", list(_UPDATES_EAGER_ALLOWS.values()), ids=list(_UPDATES_EAGER_ALLOWS))
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "non_leaf"])
+def test_update_eager_allows_on_an_expanded_input(update, hand_grad, requires_grad):
+    # an input the caller expanded, no aliasing argument: eager writes each memory location once
+    def fn(a0):
+        update(a0)
+        return (a0 * 2,)
+
+    e_leaf, t_leaf = _leaf(1, 3), _leaf(1, 3)
+
+    def make(leaf):
+        base = leaf * 1 if requires_grad else torch.arange(1.0, 4.0, dtype=torch.float64)[None]
+        return (base.expand(3, -1),)
+
+    e_in, t_in = make(e_leaf), make(t_leaf)
+    expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
+    torch.testing.assert_close(actual[0].detach(), expected[0].detach())
+    assert actual[0].requires_grad == expected[0].requires_grad
+    torch.testing.assert_close(t_in[0].detach(), e_in[0].detach(), msg="input after the call differs")
+    torch.testing.assert_close(t_in[0]._base.detach(), e_in[0]._base.detach(), msg="its base differs")
+    if not requires_grad:
+        return
+    (t_grad,) = torch.autograd.grad((actual[0] * 3).sum() + (t_in[0] * 5).sum(), t_leaf)
+    if hand_grad is None:
+        (e_grad,) = torch.autograd.grad((expected[0] * 3).sum() + (e_in[0] * 5).sum(), e_leaf)
+    else:
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.autograd.grad((expected[0] * 3).sum() + (e_in[0] * 5).sum(), e_leaf)
+        e_grad = torch.full_like(e_leaf, hand_grad)
+    torch.testing.assert_close(t_grad, e_grad)
+
+
+_UPDATES_EAGER_REFUSES = {
+    "mul_": lambda x: x.mul_(2),
+    "fill_with_a_tensor": lambda x: x.fill_(torch.tensor(2.0, dtype=x.dtype)),
+    "copy_of_a_row": lambda x: x.copy_(torch.ones(3, dtype=x.dtype)),
+    "setitem_everything": lambda x: x.__setitem__(..., 1.0),
+    "relu_": lambda x: x.relu_(),
+}
+
+
+@pytest.mark.parametrize("update", list(_UPDATES_EAGER_REFUSES.values()), ids=list(_UPDATES_EAGER_REFUSES))
+def test_update_eager_refuses_on_an_expanded_input_names_the_users_line(update):
+    def fn(a0):
+        update(a0)
+        return a0 * 2
+
+    with pytest.raises(RuntimeError, match="single memory location"):
+        fn(torch.zeros(1, 3).expand(3, -1))
+    with pytest.raises(RuntimeError, match="single memory location") as ours:
+        thunder.jit(fn)(torch.zeros(1, 3).expand(3, -1))
+    notes = "\n".join(getattr(ours.value, "__notes__", []))
+    assert f'File "{__file__}"' in notes, "the error names the user's line (the update's lambda above)"
+
+
+def _empty_view_and_aliases(leaf):
+    a0 = (leaf * 1).mT[1:]  # (0, 2): no elements, but the base's storage
+    return a0, a0[..., :1], a0[..., :1]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _empty_view_and_aliases,
+        lambda leaf: ((leaf * 1).mT[1:], (leaf * 1).mT),  # a1 another view of another base: its own storage
+        lambda leaf: (lambda base: (base[1:], base))((leaf * 1).mT),  # a1 the (non-empty) base itself
+    ],
+    ids=["empty_aliases", "other_storage", "the_base"],
+)
+def test_update_of_an_empty_view_input_keeps_the_backward_of_an_argument_sharing_its_storage(make):
+    # fuzzer repro (campaign, issue 25): the backward raised "modified by an inplace operation ... AsStrided": an
+    # empty view was not recognised as sharing the storage of the other arguments, whose values the backward saved
+    def fn(a0, a1, *rest):
+        a0.mul_(2)
+        return (a0 / (a1.abs() + 1)).sum() + (a1 * 3).sum()
+
+    def leaf():
+        return torch.tensor([[1.5], [-2.0]], dtype=torch.float64)
+
+    e_leaf, t_leaf = leaf().detach().requires_grad_(), leaf().detach().requires_grad_()
+    e_in, t_in = make(e_leaf), make(t_leaf)
+    expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
+    torch.testing.assert_close(actual, expected)
+    for a, e in zip(t_in, e_in):
+        torch.testing.assert_close(a.detach(), e.detach())
+    (e_grad,) = torch.autograd.grad(expected + (e_in[0] * 5).sum(), e_leaf)
+    (t_grad,) = torch.autograd.grad(actual + (t_in[0] * 5).sum(), t_leaf)
+    torch.testing.assert_close(t_grad, e_grad)
+
+
+def test_write_through_one_expanded_argument_counts_each_gradient_once():
+    # a1 = a0.mT, both expanded: the write through a1 reaches a0's three rows; every other memory location's gradient
+    # reaches the leaf once (writing each expanded element into the shared storage counted it three times)
+    def fn(a0, a1):
+        a1[0, 0] = 5.0
+        return (a0 * 2,)
+
+    def make():
+        leaf = torch.arange(1.0, 4.0, dtype=torch.float64)[None].requires_grad_()
+        a0 = (leaf * 1).expand(3, -1)
+        return leaf, (a0, a0.mT)
+
+    (e_leaf, e_in), (t_leaf, t_in) = make(), make()
+    expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
+    torch.testing.assert_close(actual[0].detach(), expected[0].detach())
+    (e_grad,) = torch.autograd.grad(expected[0].sum(), e_leaf)
+    (t_grad,) = torch.autograd.grad(actual[0].sum(), t_leaf)
+    torch.testing.assert_close(t_grad, e_grad)  # [[0, 6, 6]]: location 0 overwritten, 3 rows * 2 elsewhere

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -236,6 +236,12 @@ class Program:
     def make_inputs(self) -> list[torch.Tensor]:
         """Fresh input tensors (arguments that alias an earlier one alias the fresh one)."""
         return _make_all(self.inputs)
+
+    def make_float64_inputs(self) -> list[torch.Tensor]:
+        """``make_inputs`` with the float16/bfloat16 inputs in float64 (the same values, which those types hold
+        exactly): what the program computes without their rounding, the reference for low-precision results."""
+        low = (torch.float16, torch.bfloat16)
+        return _make_all([replace(s, dtype=torch.float64) if s.dtype in low else s for s in self.inputs])
 
     def repro(self) -> str:
         """A standalone script that runs the program eagerly and through thunder.jit."""

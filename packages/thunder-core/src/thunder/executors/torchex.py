@@ -340,7 +340,22 @@ def device_put(a, device):
 
 def copy_(src, dst):
     with torch.no_grad():
+        if 0 in dst.stride():
+            return _copy_to_each_location_once(src, dst)
         return dst.copy_(src)
+
+
+def _copy_to_each_location_once(src, dst):
+    """The write-back into an expanded tensor (``fill_``/``zero_`` of an expanded input, which eager allows): the
+    elements along a 0-stride dim are one memory location, holding one value, written once (PyTorch's
+    ``copy_`` refuses to write a location twice)."""
+    out = dst
+    src = src.expand(dst.shape)
+    for d in range(dst.dim()):
+        if dst.stride(d) == 0 and dst.shape[d] > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return out
 
 
 for _prim, _impl in (

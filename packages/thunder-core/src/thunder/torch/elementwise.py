@@ -295,7 +295,7 @@ register_torch_alias(T.__rpow__, lambda a, b: pow(b, a))
 register_torch_alias(T.pow_, InplaceOp(pow))
 
 
-@torchsymbol(torch.where, T.where, method_name="where")
+@torchsymbol(torch.where)
 def where(condition, input=None, other=None):
     check(
         input is not None and other is not None,
@@ -303,6 +303,10 @@ def where(condition, input=None, other=None):
         NotImplementedError,
     )
     return clang.where(condition, input, other)
+
+
+# x.where(condition, y) is torch.where(condition, x, y): the tensor is the value, not the condition
+register_torch_alias(T.where, lambda self, condition, other: where(condition, self, other))
 
 
 @torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method_name="clamp")

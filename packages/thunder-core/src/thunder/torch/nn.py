@@ -60,6 +60,19 @@ def baddbmm(a, b1, b2, *, beta=1, alpha=1):
     return clang.add(clang.mul(a, beta) if beta != 1 else a, clang.mul(prod, alpha) if alpha != 1 else prod)
 
 
+@torchsymbol(torch.addbmm, T.addbmm, method_name="addbmm")
+def addbmm(a, b1, b2, *, beta=1, alpha=1):
+    check(b1.ndim == 3 and b2.ndim == 3, "batch1 and batch2 must be 3D tensors")
+    prod = clang.sum(prims.matmul(b1, b2), 0)
+    prod = clang.mul(prod, alpha) if alpha != 1 else prod
+    if beta == 0:  # as in eager, the input is then ignored (its NaNs and infinities too)
+        return clang.expand(prod, clang.compute_broadcast_shape(a.shape, prod.shape))
+    return clang.add(clang.mul(a, beta) if beta != 1 else a, prod)
+
+
+register_torch_alias(T.addbmm_, InplaceOp(addbmm))
+
+
 @torchsymbol(F.embedding)
 def embedding(a, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     check(

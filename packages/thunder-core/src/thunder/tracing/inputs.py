@@ -311,9 +311,11 @@ class _InputBuilder:
         groups: dict[int, list[tuple[_TensorInput, torch.Tensor]]] = {}
         for ti in self.tensors:
             value = ti.original if ti.is_module_state else ti.example
-            if value is None or value.numel() == 0 or value.is_meta or not value.layout == torch.strided:
+            if value is None or value.is_meta or not value.layout == torch.strided:
                 continue
             ptr = value.untyped_storage().data_ptr()
+            if ptr == 0:  # (no allocation: empty tensors made on their own share no memory)
+                continue
             members = groups.setdefault(ptr, [])
             if all(m[1] is not value for m in members):
                 members.append((ti, value))

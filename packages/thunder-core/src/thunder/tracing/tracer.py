@@ -75,7 +75,6 @@ from thunder.tracing.views import (
     _METADATA_INPLACE,
     _OVERWRITES,
     _SIZE_QUERIES,
-    _UNIFORM_WRITES,
     _can_defer_shadows,
     _changes_layout,
     _check_hidden_function_apply,
@@ -92,11 +91,13 @@ from thunder.tracing.views import (
     _write_view,
     _written_region,
     adopt_shadows,
+    checked_written_region,
     layout_query,
     may_alias,
     run_on_shadows,
     set_input_layout,
     shadow,
+    write_into_overlapping_root,
 )
 from thunder.tracing.views import (
     alias_of_storage as alias_of_storage,
@@ -524,25 +525,34 @@ class Tracer:
             value = ltorch_to(value, old.dtype.torch_dtype)
         if nondiff_result:
             value = _nondifferentiable_update(self.trace, func, old, value)
-        view = wrapper._tt_view
-        if view is None:
-            wrapper._tt_value = value
-            wrapper._tt_version += 1
-            return
         name = getattr(func, "__name__", None)
         if name == "copy_" and len(args) > 1 and args[1] is wrapper:
-            return  # x.copy_(x) does nothing in eager (even on an expanded x)
-        region = _written_region(name, wrapper, args)
-        if name not in _UNIFORM_WRITES and _overlaps_itself(region):
-            raise RuntimeError(
-                f"{_func_name(func)}: unsupported operation: more than one element of the written-to tensor refers "
-                "to a single memory location. Please clone() the tensor before performing the operation."
-            )
+            if wrapper._tt_view is not None:
+                return  # x.copy_(x) does nothing in eager (even on an expanded x)
+            region = None
+        else:
+            region = checked_written_region(func, wrapper, args, kwargs or {})
+        view = wrapper._tt_view
+        root = wrapper if view is None else view[0]
+        # an input the caller expanded, written directly or through a view: every element at a written memory
+        # location shows the write, as in eager
+        overlapping_root = region is not None and _overlaps_itself(input_shadow(root))
+        if overlapping_root:
+            written = value
+            if region is not shadow(wrapper):  # x[key] = v: only x[key]'s elements are written
+                written = torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1]))
+            new_root = write_into_overlapping_root(root, region, written)
+        if view is None:
+            wrapper._tt_value = new_root if overlapping_root else value
+            wrapper._tt_version += 1
+            return
         # an update through a view writes the root; the root's other views re-derive lazily
         base, steps = view
         old_base = base._tt_value
         partial = region is not wrapper._tt_meta and _overlaps_itself(wrapper._tt_meta)
-        if partial:
+        if overlapping_root:
+            new_base = new_root
+        elif partial:
             # x[key] = v on an x whose elements overlap (expand): only x[key]'s elements are written
             part = TracingTensor(torch_to_thunder[T.__getitem__](value, _unwrap_leaf(args[1])))
             part._tt_meta = region
@@ -569,7 +579,7 @@ class Tracer:
         base._tt_version += 1
         wrapper._tt_value = value
         # (a partly written x whose elements overlap re-derives: other elements show the write too)
-        wrapper._tt_seen = -1 if partial else base._tt_version
+        wrapper._tt_seen = -1 if partial or overlapping_root else base._tt_version
         family = getattr(wrapper, "_tt_family", None)
         if (
             family is not None

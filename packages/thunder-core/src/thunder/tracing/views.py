@@ -167,8 +167,10 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
         )
 
 
-# in-place ops writing one value everywhere: well defined through a view whose elements overlap
-_UNIFORM_WRITES = frozenset(("fill_", "zero_"))
+_OVERLAP_ERROR = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
 # in-place ops whose new values do not read the tensor's former ones
 _OVERWRITES = frozenset(("copy_", "fill_", "zero_"))
 
@@ -196,6 +198,57 @@ def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | 
         if isinstance(region, torch.Tensor) and _storage_id(region) == _storage_id(m):
             return region
     return m
+
+
+def _writes_one_value_everywhere(name: str | None, args, kwargs) -> bool:
+    """``zero_`` and ``fill_`` with a number: eager's only whole-tensor updates without an internal-overlap check
+    (most in-place kernels call ``assert_no_internal_overlap``; ``fill_`` with a tensor runs as a ``copy_``, which
+    does), and well defined on such a tensor: every memory location gets the one value."""
+    if name == "zero_":
+        return True
+    if name != "fill_":
+        return False
+    value = args[1] if len(args) > 1 else kwargs.get("value")
+    return not isinstance(value, torch.Tensor)
+
+
+def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor | None:
+    """The shadow of the elements the in-place ``func`` writes into ``w`` (see ``_written_region``); raises
+    eager's error when two of them are one memory location (an expanded tensor) and ``func`` is an update eager
+    refuses on such a tensor: all but ``zero_`` and ``fill_`` with a number."""
+    name = getattr(func, "__name__", None)
+    if w._tt_view is None:
+        input_shadow(w)  # (an input's shadow has the caller's strides: made now if not yet)
+    region = _written_region(name, w, args)
+    if _overlaps_itself(region) and not _writes_one_value_everywhere(name, args, kwargs):
+        raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
+    return region
+
+
+def write_into_overlapping_root(root: TracingTensor, written: torch.Tensor, value: TensorProxy) -> TensorProxy:
+    """The new value of ``root``, a tensor whose elements share memory locations (an input the caller expanded),
+    after ``value`` is written into the elements of ``written`` (a shadow sharing the root's storage): every
+    element at a written memory location shows the write, as in eager. Runs through a stand-in of the storage."""
+    from thunder import clang
+
+    rm = shadow(root)
+    old = root._tt_value
+    with torch._C.DisableTorchFunction():
+        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
+        storage_meta = torch.empty((n,), dtype=rm.dtype, device="meta")
+        whole_meta = storage_meta.as_strided(rm.shape, rm.stride(), rm.storage_offset())
+        part_meta = storage_meta.as_strided(written.shape, written.stride(), written.storage_offset())
+    with _recording_directly():
+        storage = TracingTensor(clang.full((n,), 0, device=old.device, dtype=old.dtype))
+    storage._tt_meta = storage_meta
+    whole, part = TracingTensor(old), TracingTensor(value)
+    whole._tt_meta, part._tt_meta = whole_meta, part_meta
+    storage._tt_value = _write_strided(storage, whole, old)
+    storage._tt_value = _write_strided(storage, part, value)
+    new = _derive_strided(storage, whole)
+    if old.requires_grad or value.requires_grad:
+        new.requires_grad = True  # (recorded as prims, which leave the flag unset)
+    return new
 
 
 def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> None:
@@ -553,10 +606,18 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
     specialize(base.shape)  # (as in _derive_strided_impl)
     specialize(value.shape)
     idx = _strided_index(rm, vm, base.device)
-    n, m = base.numel(), idx.numel()
+    n = base.numel()
     if vm.is_conj() != rm.is_conj():  # a conjugate view (x.mH): the root holds the conjugate
         value = fallback_symbol(torch.conj_physical)(value)
-    flat_val = clang.reshape(clang.expand(value, tuple(vm.shape)), (m,))
+    value = clang.expand(value, tuple(vm.shape))
+    for d in range(vm.ndim):
+        if vm.stride(d) == 0 and vm.shape[d] > 1:
+            # an expanded view: its elements along this dim are one memory location, written once (from the
+            # first; a scatter's gradient would reach every duplicate, counting the location's gradient n times)
+            idx = clang.slice_in_dim(idx, 0, 1, dim=d)
+            value = clang.slice_in_dim(value, 0, 1, dim=d)
+    m = idx.numel()
+    flat_val = clang.reshape(value, (m,))
     out = prims.scatter(clang.reshape(base, (n,)), clang.reshape(idx, (m,)), flat_val, 0)
     out = clang.reshape(out, base.shape)
     if as_pairs == "real":

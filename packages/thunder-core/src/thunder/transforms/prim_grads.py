@@ -373,19 +373,38 @@ def _sum_grad(a, dims):
 
 @register_grad(prims.prod)
 def _prod_grad(a, dims):
-    """PyTorch's prod_backward, zeros included: an element's gradient is the product of the others."""
+    """PyTorch's prod_backward: ``g * result / a`` when the input holds no zero; else each element's gradient is
+    the product of the others in its slice (NaN where another is NaN, or an infinity meets a zero), and, for a full
+    reduction, zero when the input holds two zeros or more."""
     out = prims.prod(a, dims)
     g = get_grad(out)
     if not dims:
         put_grad(a, g)
         return out
+    fdt = a.dtype.torch_dtype
+
+    def others_count(mask):  # per element: how many of the other elements of its slice are in ``mask``
+        m = ltorch.to(mask, fdt)
+        return ltorch.sub(_restore_reduced(prims.sum(m, dims), a, dims), m)
+
     is_zero = ltorch.eq(a, 0)
-    safe = ltorch.where(is_zero, 1.0, a)
-    others = _restore_reduced(prims.prod(safe, dims), a, dims)  # the product of the non-zero elements
-    zeros = _restore_reduced(prims.sum(ltorch.to(is_zero, a.dtype.torch_dtype), dims), a, dims)
-    at_zero = ltorch.where(ltorch.eq(zeros, 1), others, 0.0)  # the only zero: the product of the rest
-    elsewhere = ltorch.where(ltorch.eq(zeros, 0), ltorch.true_divide(others, safe), 0.0)
-    put_grad(a, M(_restore_reduced(g, a, dims), ltorch.where(is_zero, at_zero, elsewhere)))
+    ordinary = ltorch.logical_and(ltorch.isfinite(a), ltorch.logical_not(is_zero))
+    safe = ltorch.where(ordinary, a, 1.0)
+    base = ltorch.true_divide(_restore_reduced(prims.prod(safe, dims), a, dims), safe)  # the other ordinary ones
+    is_inf = ltorch.isinf(a)
+    neg_inf = others_count(ltorch.logical_and(is_inf, ltorch.lt(a, 0)))
+    with_inf = ltorch.mul(base, ltorch.where(ltorch.eq(ltorch.remainder(neg_inf, 2), 1), -math.inf, math.inf))
+    zeros, infs = others_count(is_zero), others_count(is_inf)
+    others = ltorch.where(ltorch.gt(infs, 0), with_inf, base)
+    others = ltorch.where(ltorch.gt(zeros, 0), ltorch.where(ltorch.gt(infs, 0), math.nan, 0.0), others)
+    others = ltorch.where(ltorch.gt(others_count(ltorch.isnan(a)), 0), math.nan, others)
+    # eager decides on the count of zeros in the whole input
+    total = prims.sum(ltorch.to(is_zero, fdt), tuple(range(a.ndim)))
+    no_zero = ltorch.true_divide(_restore_reduced(out, a, dims), a)
+    if len(dims) == a.ndim:  # a full reduction: no gradient at all once two elements are zero
+        others = ltorch.where(ltorch.gt(total, 1), 0.0, others)
+    local = ltorch.where(ltorch.eq(total, 0), no_zero, others)
+    put_grad(a, M(_restore_reduced(g, a, dims), local))
     return out
 
 
