@@ -295,7 +295,7 @@ register_torch_alias(T.__rpow__, lambda a, b: pow(b, a))
 register_torch_alias(T.pow_, InplaceOp(pow))
 
 
-@torchsymbol(torch.where, T.where, method_name="where")
+@torchsymbol(torch.where, method_name="where")
 def where(condition, input=None, other=None):
     check(
         input is not None and other is not None,
@@ -303,6 +303,14 @@ def where(condition, input=None, other=None):
         NotImplementedError,
     )
     return clang.where(condition, input, other)
+
+
+def _tensor_where(self, condition, other):
+    """``x.where(condition, y)`` is ``torch.where(condition, x, y)`` (the tensor is the values taken where true)."""
+    return where(condition, self, other)
+
+
+register_torch_alias(T.where, _tensor_where)
 
 
 @torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method_name="clamp")
