@@ -29,7 +29,9 @@ T = torch.Tensor
 VALUE_READS = frozenset({T.__bool__, T.item, T.tolist, T.__int__, T.__float__, T.__index__, T.__complex__})
 
 # torch functions that make a tensor from the numbers they are given (their values are known)
-_FROM_NUMBERS = frozenset({torch.tensor, torch.as_tensor, torch.scalar_tensor, torch.full, torch.zeros, torch.ones})
+_FROM_NUMBERS = frozenset(
+    {torch.tensor, torch.as_tensor, torch.asarray, torch.scalar_tensor, torch.full, torch.zeros, torch.ones}
+)
 # torch-language modules whose symbols compute values from values, deterministically (arithmetic, casts)
 _VALUE_MODULES = frozenset({"thunder.torch.elementwise", "thunder.torch.conversion"})
 

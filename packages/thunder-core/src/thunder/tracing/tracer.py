@@ -52,6 +52,7 @@ from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
 )
 from thunder.tracing.known_values import VALUE_READS, KnownValues
+from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -163,6 +164,8 @@ class Tracer:
             return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
+            if func is T.numpy and isinstance(args[0], TracingTensor):
+                return array_of(args[0], **kwargs)  # NumPy calls on it are translated (numpy_arrays.py)
             if func in VALUE_READS and self.known:
                 value = self.known.value(args[0])
                 if value is not None:  # a 0-d tensor computed from sizes and numbers (int(n) in Longformer)
@@ -187,6 +190,8 @@ class Tracer:
         known = self.known
         if not known and func not in known.candidates:
             return self.record_call(func, mapped, args, kwargs)
+        if func in FROM_ARRAY and args and type(args[0]) is TracedArray:
+            return tensor_of(func, args[0], kwargs)  # torch.as_tensor(x.numpy()) and friends
         try:
             out = self.record_call(func, mapped, args, kwargs)
         except TypeError:

@@ -144,6 +144,7 @@ class _TracingMode(TorchFunctionMode):
         self._patches.enter_context(self._function_apply)
         self._patches.enter_context(self._vmap)
         self._patches.enter_context(patched_rng())
+        self._patches.enter_context(_numpy_arrays.patched_from_numpy())
         try:
             return super().__enter__()
         except BaseException:
@@ -232,6 +233,8 @@ _NOT_TRACEABLE = {
 _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
 
 
-# views.py imports TracingTensor from here; TracingTensor reads views' derivations at run time (imported last,
-# as a module, so either module may be imported first)
+# views.py and numpy_arrays.py import TracingTensor from here; TracingTensor reads views' derivations and the
+# tracing mode patches torch.from_numpy (numpy_arrays) at run time (imported last, as modules, so either module
+# may be imported first)
+import thunder.tracing.numpy_arrays as _numpy_arrays  # noqa: E402
 import thunder.tracing.views as _views  # noqa: E402
