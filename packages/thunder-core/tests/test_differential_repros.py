@@ -205,7 +205,6 @@ def test_bool_inplace_add_with_alpha():
 # --- op_db: defects not named in the issues ------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="tensor-where-method-argument-order (op_db where method)")
 def test_tensor_where_method():
     _assert_same(lambda a, c: a.where(c, 0.5), _x(2, 3, requires_grad=False), torch.tensor([True, False, True]))
 

@@ -213,7 +213,7 @@ def _torch_callable(node: torch.fx.Node):
     return fn
 
 
-def _is_number_tensor(node: torch.fx.Node, number_tensors: set) -> bool:
+def _is_number_tensor(node: torch.fx.Node, number_tensors: dict) -> bool:
     """Whether ``node`` makes a 0-d CPU tensor from numbers only (``torch.div(seq_len, w)``, then ``n - 1``):
     a tensor literal, or arithmetic whose tensor arguments are such tensors themselves."""
     value = node.meta.get("example_value")
@@ -242,10 +242,10 @@ def recompute_number_tensors(gm: torch.fx.GraphModule) -> None:
     tracer knows its value (``thunder/tracing/known_values.py``) and the region compiles.
     """
     graph = gm.graph
-    number_tensors: set[torch.fx.Node] = set()
+    number_tensors: dict[torch.fx.Node, None] = {}  # (in graph order)
     for node in graph.nodes:
         if node.op in ("call_function", "call_method") and _is_number_tensor(node, number_tensors):
-            number_tensors.add(node)
+            number_tensors[node] = None
     if not number_tensors:
         return
     for user in list(graph.nodes):
@@ -263,7 +263,7 @@ def recompute_number_tensors(gm: torch.fx.GraphModule) -> None:
             user.args, user.kwargs = torch.fx.node.map_arg(
                 (user.args, user.kwargs), lambda a: copy_of(a) if a in number_tensors else a
             )
-    for node in reversed(list(number_tensors)):
+    for node in reversed(number_tensors):  # (users before what they use)
         if not node.users:
             graph.erase_node(node)
     gm.recompile()
