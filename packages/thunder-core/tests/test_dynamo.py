@@ -272,6 +272,26 @@ def test_new_shapes_are_compiled_or_served_by_thunders_cache():
     assert thunder.cache_misses(last) == 2 and thunder.cache_hits(last) == 2
 
 
+def test_tensor_computed_from_sizes_and_used_as_a_size_after_a_split(recwarn):
+    # Longformer: chunks = torch.div(seq_len, w, rounding_mode="trunc") - 1 in one region, x.new_zeros((b, chunks + 1,
+    # ...)) in a later one. Passed between regions, chunks was an input whose value thunder cannot know, so the
+    # second region fell back ("int() argument must be ... not 'TensorProxy'")
+    def f(x):
+        chunks = torch.div(x.shape[1], 4, rounding_mode="trunc") - 1
+        y = torch.cumprod(x * 2, 1)  # no torch-language symbol: a fallback region in between
+        z = y.view(x.shape[0], chunks + 1, 4) + y.new_zeros((x.shape[0], chunks + 1, 4))
+        return z.sum(-1) * int(chunks)
+
+    cf = thunderfx(f)
+    x = torch.randn(2, 16, requires_grad=True)
+    actual, expected = cf(x), f(x)
+    torch.testing.assert_close(actual, expected)
+    _assert_grads_equal(actual, expected, (x,))
+    assert not [w for w in recwarn if "ThunderFX" in str(w.message)]
+    kinds = [r.kind for r in cf.subgraph_infos[0].regions]
+    assert kinds == ["thunder", "fallback", "thunder"], cf.report()
+
+
 def test_region_thunder_cannot_compile_falls_back_with_the_reason():
     def broken_transform(trace):
         raise NotImplementedError("this transform is broken")

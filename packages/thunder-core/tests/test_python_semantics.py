@@ -6,6 +6,7 @@ Each test runs the same function eagerly and jitted and compares what Python see
 from __future__ import annotations
 
 import collections
+import math
 
 import pytest
 import torch
@@ -35,6 +36,40 @@ def test_tensor_class_and_type_string_are_the_real_ones():
     torch.testing.assert_close(actual[0], expected[0])
     assert actual[1:] == expected[1:]
     assert expected[1:3] == ("Tensor", "Tensor") and expected[3] == "torch.FloatTensor"
+
+
+def _branches_on_the_class(x, w):
+    y = x * 2
+    plain = x + 1 if x.__class__ is torch.Tensor else x - 1
+    param = w * 3 if w.__class__ is torch.nn.Parameter else w * 5
+    return plain, param, (y.__class__ is torch.Tensor, isinstance(w, torch.nn.Parameter), w.__class__.__name__)
+
+
+def test_class_attribute_is_the_real_tensors_class():
+    # x.__class__ read torch.Tensor's stand-in class (TracingTensor), so code that branched on it took the other side
+    x = torch.randn(3)
+    w = torch.nn.Parameter(torch.randn(3), requires_grad=False)
+    jf = thunder.jit(_branches_on_the_class)
+    for a, b in ((x, w), (x, x), (w, x)):  # each pair its own program: the class is part of the input's check
+        actual, expected = jf(a, b), _branches_on_the_class(a, b)
+        torch.testing.assert_close(actual[:2], expected[:2])
+        assert actual[2] == expected[2]
+    assert thunder.cache_misses(jf) == 3
+    jf(x, w)
+    assert thunder.cache_hits(jf) == 1
+
+
+def test_class_attribute_of_a_module_parameter_is_parameter():
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return x * self.weight if self.weight.__class__ is torch.nn.Parameter else x
+
+    m, x = Scale(), torch.randn(3)
+    torch.testing.assert_close(thunder.jit(m)(x), m(x))
 
 
 def test_type_conversion_with_a_tensor_type():
@@ -221,7 +256,7 @@ def test_returned_closure_captures_real_tensors():
     torch.testing.assert_close(jf(x2)[0](z), f(x2)[0](z))
 
 
-def test_numpy_constants_trace_and_numpy_on_a_tensor_is_refused_naming_the_line():
+def test_numpy_constants_trace_and_untranslated_numpy_on_a_tensor_is_refused_naming_the_line():
     np = pytest.importorskip("numpy")
 
     def constant(x):
@@ -231,12 +266,12 @@ def test_numpy_constants_trace_and_numpy_on_a_tensor_is_refused_naming_the_line(
     torch.testing.assert_close(thunder.jit(constant)(x), constant(x))
 
     def on_tensor(x):
-        return torch.from_numpy(np.exp(x.numpy()))  # values needed while tracing
+        return torch.from_numpy(np.fft.rfft(x.numpy()))  # no torch translation (test_numpy_on_tensors.py)
 
     with pytest.raises(Exception, match="NumPy") as info:
         thunder.jit(on_tensor)(x)
     message = str(info.value)
-    assert "np.exp(x.numpy())" in message and "x.sum() for np.sum" in message
+    assert "np.fft.rfft(x.numpy())" in message and "x.sum() for np.sum" in message
 
 
 def test_torch_div_of_two_numbers_is_a_0d_tensor_as_in_eager():
@@ -252,3 +287,76 @@ def test_torch_div_of_two_numbers_is_a_0d_tensor_as_in_eager():
     for actual, expected in zip(thunder.jit(f)(x), f(x)):
         assert type(actual) is type(expected) and actual.dtype == expected.dtype and actual.shape == expected.shape
         torch.testing.assert_close(actual, expected)
+
+
+def _reads_a_value_computed_from_sizes(x):
+    # Longformer's chunking: a 0-d tensor from sizes, used where Python needs a number
+    n = torch.div(x.shape[1], 4, rounding_mode="trunc")
+    chunks = n - 1
+    y = x.view(x.shape[0], n, 4)  # a size (__index__)
+    z = x.new_zeros((x.shape[0], chunks + 1, 4))
+    scale = float(n) + math.floor(n / 3) + n.item()
+    return y * scale + z, int(chunks), bool(n > 2), chunks.tolist(), x[:, chunks]
+
+
+def test_value_of_a_tensor_computed_from_sizes_is_known_while_tracing():
+    jf = thunder.jit(_reads_a_value_computed_from_sizes)
+    for width in (16, 12, 16):  # each size its own program (the value follows the size); the third call hits
+        x = torch.randn(2, width)
+        actual, expected = jf(x), _reads_a_value_computed_from_sizes(x)
+        torch.testing.assert_close(actual[0], expected[0])
+        torch.testing.assert_close(actual[4], expected[4])
+        assert actual[1:4] == expected[1:4] and type(actual[1]) is int
+    assert (thunder.cache_misses(jf), thunder.cache_hits(jf)) == (2, 1)
+
+
+def test_value_computed_from_a_symbolic_size_specialises_it():
+    jf = thunder.jit(_reads_a_value_computed_from_sizes, cache="symbolic values")
+    for width in (16, 12, 20, 12):
+        x = torch.randn(2, width)
+        actual, expected = jf(x), _reads_a_value_computed_from_sizes(x)
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1:4] == expected[1:4]
+    assert thunder.cache_hits(jf) == 1  # (the last call: a width seen before)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda x: int(x.sum()),
+        lambda x: float(torch.rand(())),
+        lambda x: bool(x[0] > 0),
+        lambda x: int(x.shape[0] + x[0]),
+    ],
+    ids=["sum", "random", "element", "mixed"],
+)
+def test_value_that_depends_on_tensor_data_is_still_refused(read):
+    def f(x):
+        return x * read(x)
+
+    with pytest.raises(
+        thunder.tracing.errors.DataDependentControlFlowError, match="value only exists when the program runs"
+    ):
+        thunder.jit(f)(torch.randn(3))
+
+
+def test_tensor_where_method_takes_the_tensor_where_true():
+    # x.where(mask, y) is torch.where(mask, x, y); thunder called torch.where(x, mask, y) (Longformer's masks)
+    def f(x, m, y):
+        return x.where(m, y), x.where(condition=m, other=2.0), (m.float()).where(m, y)
+
+    x, y = torch.randn(5), torch.randn(5)
+    m = x > 0
+    for a, e in zip(thunder.jit(f)(x, m, y), f(x, m, y)):
+        torch.testing.assert_close(a, e)
+
+
+def test_new_ones_with_size_keyword():
+    def f(x):
+        return x.new_ones(size=(2, 3)), x.new_zeros((1, 2)), x.new_empty(3).shape
+
+    x = torch.randn(2, dtype=torch.float64)
+    actual, expected = thunder.jit(f)(x), f(x)
+    for a, e in zip(actual[:2], expected[:2]):
+        torch.testing.assert_close(a, e)  # (values, shapes and the float64 dtype of x)
+    assert actual[2] == expected[2]

@@ -15,6 +15,7 @@ import inspect
 import warnings
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
@@ -44,6 +45,8 @@ FEATURES = {
     "special_values": "NaN, ±inf, ±0 and ties among float input values, 0-d and empty inputs",
     "low_precision": "float16/bfloat16 inputs beside float64 ones",
     "rounding": "rounding division, floor_divide, remainder, fmod, and in-place ops with a bool result on floats",
+    "size_values": "0-d tensors computed from sizes (torch.div(x.shape[-1], 2)) read as Python numbers and used as sizes",
+    "numpy": "NumPy on a tensor's values (x.detach().numpy(), np.exp, np.maximum, np.mean) and back (torch.from_numpy)",
 }
 
 _UNARY = [
@@ -174,6 +177,19 @@ _INPUT_VIEWS = {
 _SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 0.5, -0.5, 2.5]
 _VIEW_OF_TARGET = ["{t}[0]", "{t}.t()", "{t}.mT", "{t}[..., 1:]", "{t}.diagonal()", "{t}.view(-1)", "{t}.select(-1, 0)"]
 _DETACH = ["{a}.detach()", "{a} * {b}.detach()", "{a} + (torch.round({a}) - {a}).detach()", "{a}.detach() * {a}"]
+_SIZE_VALUES = [
+    "{a} * torch.div({a}.shape[-1] + 2, 2, rounding_mode='trunc')",
+    "{a} * int(torch.div({a}.numel() + 1, 2, rounding_mode='floor') - 1)",
+    "{a}[..., : int(torch.div({a}.shape[-1], 2, rounding_mode='trunc')) + 1]",
+    "{a}.new_zeros((torch.tensor({a}.shape[0]) + 1,)).sum() + {a} * float(torch.tensor({a}.ndim) / 2)",
+]
+_NUMPY = [
+    "torch.from_numpy(np.exp({a}.detach().numpy() * 0.1))",
+    "{a} * torch.as_tensor(np.maximum({a}.detach().numpy(), 0.25))",
+    "{a} + torch.as_tensor(np.mean({a}.detach().numpy()))",
+    "torch.from_numpy(np.where({a}.detach().numpy() > 0, {a}.detach().numpy(), 0.5) / 3) * {a}",
+    "{a} - torch.tensor(np.sum({a}.detach().numpy(), axis=-1, keepdims=True))",
+]
 _FUNCTION = ["ScaleGrad.apply({a})", "MulSaved.apply({a}, {b})", "ClampST.apply({a}, -0.25)", "SinCos.apply({a})[0]"]
 
 
@@ -229,7 +245,7 @@ class Program:
         return f"def fn({params}):\n" + "\n".join(body) + "\n"
 
     def make_function(self):
-        namespace = {"torch": torch, "F": F, **FUNCTIONS}
+        namespace = {"torch": torch, "F": F, "np": np, **FUNCTIONS}
         exec(compile(self.function_source(), "<differential program>", "exec"), namespace)
         return namespace["fn"]
 
@@ -246,7 +262,7 @@ class Program:
     def repro(self) -> str:
         """A standalone script that runs the program eagerly and through thunder.jit."""
         used = [name for name in FUNCTIONS if f"{name}.apply" in self.function_source()]
-        parts = ["import torch", "import torch.nn.functional as F", "", "import thunder", ""]
+        parts = ["import numpy as np", "import torch", "import torch.nn.functional as F", "", "import thunder", ""]
         if used:
             parts.append("from torch.autograd.function import once_differentiable")
             parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
@@ -398,6 +414,13 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
             a, b = pick(floats), pick(tensors)
             stmt = a and f"{new} = " + draw(st.sampled_from(_UNARY + _BINARY)).format(a=a, b=b)
         return stmt and f"with torch.no_grad(): {stmt}"
+    if feature == "size_values":
+        a = pick(_names(env, lambda t: t.is_floating_point() and t.ndim > 0))
+        return a and f"{new} = " + draw(st.sampled_from(_SIZE_VALUES)).format(a=a)
+    if feature == "numpy":
+        # (NumPy has no bfloat16: eager's .numpy() refuses it; 0-d arrays reduced with axis=-1 would too)
+        a = pick(_names(env, lambda t: t.dtype in (torch.float32, torch.float64) and t.ndim > 0))
+        return a and f"{new} = " + draw(st.sampled_from(_NUMPY)).format(a=a)
     if feature == "autograd_function":
         a = pick(floats)
         if a is None:
@@ -442,7 +465,7 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
                 inputs[i] = InputSpec(
                     None, inputs[0].dtype, inputs[0].requires_grad, alias=draw(st.sampled_from(views))
                 )
-    env: dict = {"torch": torch, "F": F, **FUNCTIONS}
+    env: dict = {"torch": torch, "F": F, "np": np, **FUNCTIONS}
     for i, t in enumerate(_make_all(inputs)):
         env[f"a{i}"] = t
     lines: list[str] = []

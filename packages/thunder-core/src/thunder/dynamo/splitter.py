@@ -26,6 +26,7 @@ from torch.fx.passes.split_module import split_module
 
 from thunder.dynamo.report import SplitReason, location_from_stack_trace
 from thunder.torch.registry import torch_to_thunder
+from thunder.tracing.known_values import value_candidates
 from thunder.tracing.tracer import _METADATA, _NONE_ATTRIBUTES  # what the tracer answers without recording
 
 __all__ = ["GLOBAL_STATE_FUNCTIONS", "NodeSupport", "node_support", "split_graph"]
@@ -197,6 +198,77 @@ class _Partition:
     state: bool = False  # a grad-mode or autocast change
 
 
+def _torch_callable(node: torch.fx.Node):
+    """The torch callable a ``call_function``/``call_method`` node runs (``operator.add`` on a tensor is
+    ``Tensor.__add__``), or None."""
+    if node.op == "call_method":
+        return getattr(torch.Tensor, node.target, None)
+    if node.op != "call_function":
+        return None
+    fn = node.target
+    names = _OPERATOR_DUNDERS.get(fn)
+    if names is not None and node.args:
+        name = names[0] if _is_tensor_value(_example(node.args[0])) or names[1] is None else names[1]
+        fn = getattr(torch.Tensor, name, None)
+    return fn
+
+
+def _is_number_tensor(node: torch.fx.Node, number_tensors: dict) -> bool:
+    """Whether ``node`` makes a 0-d CPU tensor from numbers only (``torch.div(seq_len, w)``, then ``n - 1``):
+    a tensor literal, or arithmetic whose tensor arguments are such tensors themselves."""
+    value = node.meta.get("example_value")
+    if not isinstance(value, torch.Tensor) or value.shape != () or value.device.type != "cpu":
+        return False
+    if _torch_callable(node) not in value_candidates():
+        return False
+    tensors_ok = True
+
+    def visit(a):
+        nonlocal tensors_ok
+        if isinstance(a, torch.fx.Node) and _is_tensor_value(_example(a)) and a not in number_tensors:
+            tensors_ok = False
+        return a
+
+    torch.fx.node.map_aggregate((node.args, node.kwargs), visit)
+    return tensors_ok
+
+
+def recompute_number_tensors(gm: torch.fx.GraphModule) -> None:
+    """Gives each user of a tensor computed from numbers only its own copy of that computation.
+
+    Longformer's ``n = torch.div(seq_len, w, rounding_mode="trunc")`` is a 0-d tensor used, much later, as a
+    size (``x.new_zeros((b, n + 1, w, d))``). Passed from one region to the next it would be an input, whose
+    value thunder cannot know while tracing; recomputed where it is used (a few 0-d operations), thunder's
+    tracer knows its value (``thunder/tracing/known_values.py``) and the region compiles.
+    """
+    graph = gm.graph
+    number_tensors: dict[torch.fx.Node, None] = {}  # (in graph order)
+    for node in graph.nodes:
+        if node.op in ("call_function", "call_method") and _is_number_tensor(node, number_tensors):
+            number_tensors[node] = None
+    if not number_tensors:
+        return
+    for user in list(graph.nodes):
+        if user in number_tensors or user.op == "output":
+            continue
+        copies: dict[torch.fx.Node, torch.fx.Node] = {}
+
+        def copy_of(n: torch.fx.Node) -> torch.fx.Node:
+            if n not in copies:
+                with graph.inserting_before(user):
+                    copies[n] = graph.node_copy(n, lambda a: copy_of(a) if a in number_tensors else a)
+            return copies[n]
+
+        if any(a in number_tensors for a in user.all_input_nodes):
+            user.args, user.kwargs = torch.fx.node.map_arg(
+                (user.args, user.kwargs), lambda a: copy_of(a) if a in number_tensors else a
+            )
+    for node in reversed(number_tensors):  # (users before what they use)
+        if not node.users:
+            graph.erase_node(node)
+    gm.recompile()
+
+
 def split_graph(
     gm: torch.fx.GraphModule, *, opaque_ops: str = "fallback"
 ) -> tuple[torch.fx.GraphModule, dict[str, _Partition]]:
@@ -204,8 +276,10 @@ def split_graph(
 
     Returns the split ``GraphModule`` (one ``call_module`` per region, named ``submod_<i>``)
     and, per submodule name, whether Thunder supports it, whether it computes anything and the
-    reasons for unsupported nodes.
+    reasons for unsupported nodes. Tensors computed from numbers only are first recomputed in each
+    region that uses them (:func:`recompute_number_tensors`).
     """
+    recompute_number_tensors(gm)
     partitions: dict[int, _Partition] = {}
     node_partition: dict[torch.fx.Node, int] = {}
     current = -1

@@ -101,7 +101,8 @@ register_torch_alias(torch.full_like, _full_like)
 
 
 def _new(fill):
-    def adapter(a, *size, dtype=None, device=None, layout=None, requires_grad=False, pin_memory=False):
+    def adapter(a, *sizes, size=None, dtype=None, device=None, layout=None, requires_grad=False, pin_memory=False):
+        size = sizes if size is None else (size,)  # x.new_ones(2, 3), x.new_ones((2, 3)) or x.new_ones(size=(2, 3))
         device = devices.to_torch_device(device if device is not None else a.device)
         dtype = dtype if dtype is not None else dtypes.to_torch_dtype(a.dtype)
         return full(_shape(size), fill, device=device, dtype=dtype)

@@ -126,6 +126,8 @@ class _InputBuilder:
             self.first_read.setdefault(id(value), expr)
             if isinstance(value, torch.nn.Parameter):
                 wrapper._is_param = True
+            if type(value) is not torch.Tensor:
+                wrapper._tt_class = type(value)  # (x.__class__ in the traced code: nn.Parameter, a subclass)
             self.tensors.append(_TensorInput(expr, proxy, wrapper, False, example=value))
             return wrapper
         t = type(value)
@@ -293,6 +295,8 @@ class _InputBuilder:
             set_input_layout(wrapper, t)
             if kind == "_parameters":
                 wrapper._is_param = True
+            if type(t) is not torch.Tensor:
+                wrapper._tt_class = type(t)
             self.by_id[id(t)] = wrapper
             self.first_read[id(t)] = expr
             self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))

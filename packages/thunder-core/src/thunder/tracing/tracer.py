@@ -51,6 +51,8 @@ from thunder.tracing.inplace_grad import (
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
 )
+from thunder.tracing.known_values import VALUE_READS, KnownValues
+from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -140,6 +142,7 @@ class Tracer:
         self.autodiff = torch.is_grad_enabled()
         self.pending_shadows: list[_PendingShadows] = []
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
+        self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -163,6 +166,13 @@ class Tracer:
             return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)
         if what is not None:
+            if func is T.numpy and isinstance(args[0], TracingTensor):
+                return array_of(args[0], **kwargs)  # NumPy calls on it are translated (numpy_arrays.py)
+            if func in VALUE_READS and self.known:
+                value = self.known.value(args[0])
+                if value is not None:  # a 0-d tensor computed from sizes and numbers (int(n) in Longformer)
+                    with torch._C.DisableTorchFunction():
+                        return func(value, *args[1:], **kwargs)
             raise data_dependent_error(what, user_frame(2))
         if func in _NOT_TRACEABLE:
             raise TracingError(f"thunder.jit cannot {_NOT_TRACEABLE[func]}\n  {describe_location(user_frame(2))}")
@@ -179,7 +189,22 @@ class Tracer:
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
         mapped = torch_to_thunder.get(func)
-        return self.record_call(func, mapped, args, kwargs)
+        known = self.known
+        if not known and func not in known.candidates:
+            return self.record_call(func, mapped, args, kwargs)
+        if func in FROM_ARRAY and args and type(args[0]) is TracedArray:
+            return tensor_of(func, args[0], kwargs)  # torch.as_tensor(x.numpy()) and friends
+        try:
+            out = self.record_call(func, mapped, args, kwargs)
+        except TypeError:
+            # a known 0-d tensor where the op needs a number (x.view(b, n, w) with n = torch.div(seq_len, w)):
+            # eager reads its value (__index__), as the tracer can for a known value
+            numbers = known.as_numbers((args, kwargs)) if known else None
+            if numbers is None:
+                raise
+            out = self.record_call(func, mapped, *numbers)
+        known.record(func, args, kwargs, out)
+        return out
 
     def symbol_called(self, sym: Symbol, args, kwargs):
         """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""

@@ -23,7 +23,12 @@ _current_tracer: list = [None]
 
 
 class TracingTensor(torch.Tensor):
-    """A tensor-like stand-in seen by user code while tracing; ``_thunder_proxy`` is its current value."""
+    """A tensor-like stand-in seen by user code while tracing; ``_thunder_proxy`` is its current value.
+
+    ``x.__class__`` is the class of the tensor it stands for (``torch.Tensor``; ``nn.Parameter`` for a
+    parameter; the input's own class), so ``x.__class__ is torch.Tensor`` answers as in eager. ``type(x)``
+    is this class: ``type(x) is torch.Tensor`` is False inside the traced code (docs/sharp_edges.md).
+    """
 
     # per-instance state, with the class holding the defaults (a stand-in is made for every op's result)
     # (root wrapper, derivation steps or None) when this tensor is a view of another; steps None:
@@ -38,6 +43,7 @@ class TracingTensor(torch.Tensor):
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
     _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)
+    _tt_class = torch.Tensor  # what x.__class__ answers: the class of the tensor it stands for
 
     @staticmethod
     def __new__(cls, proxy: TensorProxy):
@@ -81,6 +87,11 @@ class TracingTensor(torch.Tensor):
     def _thunder_proxy(self, value: TensorProxy) -> None:
         self._tt_value = value
 
+    @property
+    def __class__(self):
+        # (a property: isinstance(x, C) reads it when the type check fails, about 0.3 us each)
+        return self._tt_class
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         tracer = _current_tracer[-1]
@@ -104,9 +115,7 @@ class TracingTensor(torch.Tensor):
         return f'TracingTensor({p.name}: "{p.type_string()}")'
 
 
-# type(x).__name__ and x.__class__.__name__ in user code read "Tensor", as for the tensor it stands for.
-# (type(x) itself stays the stand-in's class: a __class__ property answering torch.Tensor would run on every
-# isinstance(x, C) that fails, about 0.7 us each, all over tracing)
+# type(x).__name__ in user code reads "Tensor", as for the tensor it stands for
 TracingTensor.__name__ = "Tensor"
 
 
@@ -135,6 +144,7 @@ class _TracingMode(TorchFunctionMode):
         self._patches.enter_context(self._function_apply)
         self._patches.enter_context(self._vmap)
         self._patches.enter_context(patched_rng())
+        self._patches.enter_context(_numpy_arrays.patched_from_numpy())
         try:
             return super().__enter__()
         except BaseException:
@@ -223,6 +233,8 @@ _NOT_TRACEABLE = {
 _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
 
 
-# views.py imports TracingTensor from here; TracingTensor reads views' derivations at run time (imported last,
-# as a module, so either module may be imported first)
+# views.py and numpy_arrays.py import TracingTensor from here; TracingTensor reads views' derivations and the
+# tracing mode patches torch.from_numpy (numpy_arrays) at run time (imported last, as modules, so either module
+# may be imported first)
+import thunder.tracing.numpy_arrays as _numpy_arrays  # noqa: E402
 import thunder.tracing.views as _views  # noqa: E402

@@ -1,0 +1,466 @@
+"""NumPy on tensors inside ``thunder.jit``: NumPy calls translated to torch operations.
+
+``x.numpy()`` in the traced code returns a :class:`TracedArray`, an ndarray stand-in backed by the traced tensor.
+NumPy hands every ufunc (``np.exp``, ``np.maximum``, ``a + b``) and every array function (``np.sum``,
+``np.mean``, ``np.where``) called on it to the stand-in (NEP 13 ``__array_ufunc__`` and NEP 18
+``__array_function__``), which records the torch operation of the same meaning. ``torch.from_numpy(a)``,
+``torch.as_tensor(a)`` and ``torch.tensor(a)`` turn it back into a tensor; an array the function returns is a
+real ``np.ndarray`` of the program's output, as in eager.
+
+Dtypes and shapes are NumPy's, asked from NumPy itself: for a ufunc, ``ufunc.resolve_dtypes`` gives the dtype
+each input is computed in and the result's dtype (``np.sqrt`` of int32 values is float64, ``np.exp`` of int8
+values float16); for an array function, NumPy runs on a zero-strided array of each input's dtype and shape
+(no memory), and the torch result is cast to what NumPy returned, its shape checked against it. Anything
+else (in-place updates of an array, ``out=``, NumPy functions without a translation, reading values) is
+refused, naming the user's line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import torch
+
+from thunder.core.pytree import register_node
+from thunder.tracing.errors import TracingError, describe_location
+from thunder.tracing.tracing_tensor import TracingTensor
+
+__all__ = ["TracedArray", "array_of", "tensor_of", "FROM_ARRAY", "patched_from_numpy"]
+
+T = torch.Tensor
+
+# torch functions that make a tensor of an array: (shares the array's memory in eager)
+FROM_ARRAY = {torch.as_tensor: True, torch.asarray: True, torch.tensor: False}
+
+# NumPy ufuncs whose torch function has another name (the others have NumPy's name: exp, maximum, add, ...)
+_UFUNC_NAMES = {
+    "power": "pow",
+    "absolute": "abs",
+    "mod": "remainder",
+    "conjugate": "conj_physical",
+    "invert": "bitwise_not",
+    "left_shift": "bitwise_left_shift",
+    "right_shift": "bitwise_right_shift",
+    "equal": "eq",  # (torch.equal compares whole tensors)
+    "not_equal": "ne",
+}
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def _line() -> str:
+    """Where the user's code is (the innermost frame outside thunder, torch and NumPy)."""
+    from thunder.tracing.errors import _THUNDER_DIR, _TORCH_DIR
+
+    skipped = (_THUNDER_DIR, _TORCH_DIR, os.path.dirname(_numpy().__file__))
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(skipped):
+        f = f.f_back
+    return describe_location(f)
+
+
+def _refuse(what: str) -> TracingError:
+    return TracingError(
+        f"thunder.jit cannot {what} on a NumPy array made from a tensor inside the jitted function: NumPy calls on "
+        "such arrays are translated to torch operations, and this one has no translation\n"
+        f"  {_line()}\n"
+        "Use the torch function of the same meaning on the tensor (x.sum() for np.sum(x.numpy())), or move this "
+        "code out of the jitted function."
+    )
+
+
+def _torch_dtype(np_dtype) -> torch.dtype:
+    np = _numpy()
+    return torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    with torch._C.DisableTorchFunction():
+        return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+class TracedArray:
+    """An ``np.ndarray`` stand-in inside the traced code: its values are those of the traced tensor ``_tensor``."""
+
+    __slots__ = ("_tensor", "_scalar")
+
+    def __init__(self, tensor, scalar: bool = False):
+        self._tensor = tensor
+        self._scalar = scalar  # a NumPy scalar (np.sum(a) is an np.float32, not a 0-d array)
+
+    # ------------------------------------------------------------ what NumPy hands over
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            raise _refuse(f"run np.{ufunc.__name__}.{method}")
+        if kwargs:
+            raise _refuse(f"pass {', '.join(kwargs)}= to np.{ufunc.__name__}")
+        fn = getattr(torch, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
+        if fn is None or ufunc.nout != 1:
+            raise _refuse(f"run np.{ufunc.__name__}")
+        np = _numpy()
+        operands = [_operand(x) for x in inputs]
+        described = tuple(
+            _numpy_dtype(x.dtype)
+            if isinstance(x, torch.Tensor)
+            else type(x)
+            if type(x) in (bool, int, float, complex)
+            # (a Python number is a "weak" scalar for NumPy: it takes the array's dtype)
+            else np.asarray(x).dtype
+            for x in operands
+        )
+        try:
+            dtypes = ufunc.resolve_dtypes(described + (None,))
+        except (TypeError, np.exceptions.DTypePromotionError) as e:
+            raise TypeError(f"{e}\n  {_line()}") from None
+        loop = [_torch_dtype(d) for d in dtypes[: ufunc.nin]]
+        # computed in the dtype NumPy computes in (a Python number as a 0-d tensor of it: torch.maximum takes tensors)
+        args = [
+            x.to(d) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=d)
+            for x, d in zip(operands, loop, strict=True)
+        ]
+        scalar = all(x._scalar for x in inputs if isinstance(x, TracedArray))
+        return TracedArray(fn(*args).to(_torch_dtype(dtypes[-1])), scalar)
+
+    def __array_function__(self, func, types, args, kwargs):
+        translate = _FUNCTIONS.get(func.__name__)
+        if translate is None:
+            raise _refuse(f"run np.{func.__name__}")
+        np = _numpy()
+        expected = _what_numpy_returns(np, func, args, kwargs)
+        result = translate(*_tree(args, _operand), **_tree(kwargs, _operand))
+        if not isinstance(result, torch.Tensor):
+            return result
+        if expected is not None:
+            if tuple(result.shape) != expected.shape:
+                raise _refuse(f"run np.{func.__name__} with these arguments (shape {tuple(expected.shape)})")
+            result = result.to(_torch_dtype(expected.dtype))
+        return TracedArray(result, isinstance(expected, np.generic))
+
+    # ------------------------------------------------------------ array attributes
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._tensor.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self._tensor.ndim
+
+    @property
+    def size(self) -> int:
+        return self._tensor.numel()
+
+    @property
+    def dtype(self):
+        return _numpy_dtype(self._tensor.dtype)
+
+    @property
+    def T(self) -> TracedArray:
+        return TracedArray(self._tensor.permute(*reversed(range(self._tensor.ndim))))
+
+    def __len__(self) -> int:
+        return len(self._tensor)
+
+    def __getitem__(self, key):
+        return TracedArray(self._tensor[_tree(key, _operand)])
+
+    def astype(self, dtype, copy=True) -> TracedArray:
+        return TracedArray(self._tensor.to(_torch_dtype(_numpy().dtype(dtype)), copy=copy))
+
+    def copy(self) -> TracedArray:
+        return TracedArray(self._tensor.clone())
+
+    def reshape(self, *shape, order="C") -> TracedArray:
+        if order != "C":
+            raise _refuse(f"reshape with order={order!r}")
+        return TracedArray(self._tensor.reshape(*shape))
+
+    def transpose(self, *axes) -> TracedArray:
+        return _numpy().transpose(self, axes[0] if len(axes) == 1 else axes or None)
+
+    def __repr__(self) -> str:
+        return f"TracedArray({self._tensor!r})"
+
+    def __array__(self, *args, **kwargs):
+        raise _refuse("make a real ndarray (the values only exist when the program runs; np.asarray, printing)")
+
+    def __setitem__(self, key, value):
+        raise _refuse("update an array in place (a[...] = v writes the tensor it was made from)")
+
+    def _value(self, *args, **kwargs):
+        raise _refuse("read an array's values as Python numbers (bool, int, float, .item(), .tolist())")
+
+    __bool__ = __int__ = __float__ = __index__ = item = tolist = _value
+
+
+def _array_method(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(_numpy(), name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in "sum mean prod max min std var argmax argmin any all clip cumsum ravel squeeze".split():
+    setattr(TracedArray, _name, _array_method(_name))
+TracedArray.flatten = TracedArray.ravel
+
+
+def _binary(ufunc_name: str, reflected: bool = False):
+    def method(self, other):
+        ufunc = getattr(_numpy(), ufunc_name)
+        return ufunc(other, self) if reflected else ufunc(self, other)
+
+    return method
+
+
+_BINARY = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "truediv": "true_divide",
+    "floordiv": "floor_divide",
+    "mod": "remainder",
+    "pow": "power",
+    "matmul": "matmul",
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+}
+for _op, _ufunc in _BINARY.items():
+    setattr(TracedArray, f"__{_op}__", _binary(_ufunc))
+    setattr(TracedArray, f"__r{_op}__", _binary(_ufunc, reflected=True))
+
+
+def _in_place(self, other):
+    raise _refuse("update an array in place (a += b writes the tensor it was made from)")
+
+
+for _op in _BINARY:
+    setattr(TracedArray, f"__i{_op}__", _in_place)
+for _op, _ufunc in {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}.items():
+    setattr(TracedArray, f"__{_op}__", _binary(_ufunc))
+TracedArray.__eq__ = _binary("equal")
+TracedArray.__ne__ = _binary("not_equal")
+TracedArray.__hash__ = None
+TracedArray.__neg__ = lambda self: _numpy().negative(self)
+TracedArray.__abs__ = lambda self: _numpy().absolute(self)
+TracedArray.__invert__ = lambda self: _numpy().invert(self)
+
+
+# ---------------------------------------------------------------- NumPy functions as torch calls
+def _dims(axis, ndim: int):
+    if axis is None:
+        return tuple(range(ndim))
+    return axis if isinstance(axis, tuple) else (axis,)
+
+
+def _reduction(torch_fn, *, float_input: bool = False):
+    def translate(a, axis=None, dtype=None, out=None, keepdims=False, **rest):
+        if out is not None or rest:
+            raise _refuse(f"pass {', '.join(['out'] if out is not None else [] + sorted(rest))}= to a NumPy reduction")
+        if float_input and not (a.is_floating_point() or a.is_complex()):
+            a = a.to(torch.float64)  # (NumPy averages integers in float64)
+        if dtype is not None:
+            a = a.to(_torch_dtype(_numpy().dtype(dtype)))
+        return torch_fn(a, _dims(axis, a.ndim), keepdims)
+
+    return translate
+
+
+def _std_var(torch_fn):
+    def translate(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        if out is not None:
+            raise _refuse("pass out= to a NumPy reduction")
+        if not (a.is_floating_point() or a.is_complex()):
+            a = a.to(torch.float64)
+        return torch_fn(a, dim=_dims(axis, a.ndim), correction=ddof, keepdim=keepdims)
+
+    return translate
+
+
+def _arg_reduction(torch_fn):
+    def translate(a, axis=None, out=None, keepdims=False):
+        if out is not None:
+            raise _refuse("pass out= to a NumPy reduction")
+        if axis is None:
+            result = torch_fn(a.reshape(-1), 0)
+            return result.reshape((1,) * a.ndim) if keepdims else result
+        return torch_fn(a, axis, keepdims)
+
+    return translate
+
+
+def _cumsum(a, axis=None, dtype=None, out=None):
+    if out is not None:
+        raise _refuse("pass out= to np.cumsum")
+    if axis is None:
+        a, axis = a.reshape(-1), 0
+    return torch.cumsum(a, axis, dtype=None if dtype is None else _torch_dtype(_numpy().dtype(dtype)))
+
+
+def _same(a, dtype=None, copy=None, **kwargs):
+    if kwargs or dtype is not None:
+        raise _refuse("convert an array with dtype= or other options")
+    return a.clone() if copy else a
+
+
+_FUNCTIONS = {
+    "sum": _reduction(lambda a, dims, keep: torch.sum(a, dims, keepdim=keep)),
+    "prod": _reduction(lambda a, dims, keep: _prod(a, dims, keep)),
+    "mean": _reduction(lambda a, dims, keep: torch.mean(a, dims, keepdim=keep), float_input=True),
+    "max": _reduction(lambda a, dims, keep: torch.amax(a, dims, keepdim=keep)),
+    "amax": _reduction(lambda a, dims, keep: torch.amax(a, dims, keepdim=keep)),
+    "min": _reduction(lambda a, dims, keep: torch.amin(a, dims, keepdim=keep)),
+    "amin": _reduction(lambda a, dims, keep: torch.amin(a, dims, keepdim=keep)),
+    "any": _reduction(lambda a, dims, keep: torch.any(a, dims, keepdim=keep)),
+    "all": _reduction(lambda a, dims, keep: torch.all(a, dims, keepdim=keep)),
+    "std": _std_var(torch.std),
+    "var": _std_var(torch.var),
+    "argmax": _arg_reduction(torch.argmax),
+    "argmin": _arg_reduction(torch.argmin),
+    "cumsum": _cumsum,
+    "where": lambda condition, x, y: torch.where(condition, x, y),
+    "clip": lambda a, a_min=None, a_max=None, **kw: torch.clamp(a, kw.get("min", a_min), kw.get("max", a_max)),
+    "transpose": lambda a, axes=None: a.permute(*(reversed(range(a.ndim)) if axes is None else axes)),
+    "reshape": lambda a, shape=None, order="C", **kw: a.reshape(kw.get("newshape", shape)),
+    "ravel": lambda a, order="C": a.reshape(-1),
+    "squeeze": lambda a, axis=None: a.squeeze() if axis is None else a.squeeze(axis),
+    "expand_dims": lambda a, axis: a.unsqueeze(axis),
+    "concatenate": lambda arrays, axis=0: torch.cat(list(arrays), axis),
+    "stack": lambda arrays, axis=0: torch.stack(list(arrays), axis),
+    "zeros_like": lambda a, dtype=None: torch.zeros_like(a),
+    "ones_like": lambda a, dtype=None: torch.ones_like(a),
+    "asarray": _same,
+    "array": lambda a, dtype=None, copy=True, **kw: _same(a, dtype, copy, **kw),
+}
+
+
+def _prod(a, dims, keep):
+    for d in sorted(dims, reverse=True):
+        a = torch.prod(a, d, keepdim=keep)
+    return a
+
+
+def _operand(x):
+    """An argument as the torch call takes it: the tensor of a stand-in array, a tensor of a real array."""
+    if isinstance(x, TracedArray):
+        return x._tensor
+    np = _numpy()
+    if isinstance(x, np.ndarray):
+        return torch.as_tensor(x)  # (a constant of the program)
+    if isinstance(x, np.generic):  # (a NumPy scalar has its own dtype, unlike a Python number)
+        return torch.tensor(x.item(), dtype=_torch_dtype(x.dtype))
+    return x
+
+
+def _tree(x, leaf):
+    if isinstance(x, (tuple, list)):
+        return type(x)(_tree(y, leaf) for y in x)
+    if isinstance(x, dict):
+        return {k: _tree(v, leaf) for k, v in x.items()}
+    return leaf(x)
+
+
+def _what_numpy_returns(np, func, args, kwargs):
+    """NumPy's own result of ``func`` on zero-strided arrays of the inputs' dtypes and shapes (its dtype and shape)."""
+
+    def example(x):
+        if isinstance(x, TracedArray):
+            return np.broadcast_to(np.zeros((), dtype=x.dtype), x.shape)
+        return x
+
+    try:
+        with np.errstate(all="ignore"):
+            result = func(*_tree(args, example), **_tree(kwargs, example))
+    except Exception as e:
+        raise type(e)(f"{e}\n  {_line()}") from None
+    return result if isinstance(result, (np.ndarray, np.generic)) else None
+
+
+# ---------------------------------------------------------------- between tensors and arrays
+def array_of(x: TracingTensor, force: bool = False) -> TracedArray:
+    """``x.numpy()`` in the traced code: eager's errors, then the stand-in array (sharing ``x``'s values)."""
+    if x.requires_grad and not force:
+        raise RuntimeError(
+            "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.\n  " + _line()
+        )
+    if x.device.type != "cpu" and not force:
+        raise TypeError(
+            f"can't convert {x.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+            f"memory first.\n  {_line()}"
+        )
+    _numpy_dtype(x.dtype)  # (eager's TypeError for a dtype NumPy lacks, bfloat16)
+    if force:
+        x = x.detach().cpu()
+    return TracedArray(x)
+
+
+def tensor_of(func, array: TracedArray, kwargs) -> torch.Tensor:
+    """``torch.as_tensor(a)``, ``torch.asarray(a)`` (sharing ``a``'s values) or ``torch.tensor(a)`` (a copy)."""
+    t = array._tensor
+    shares = FROM_ARRAY[func]
+    unknown = set(kwargs) - {"dtype", "device", "copy"}
+    if unknown:
+        raise _refuse(f"pass {', '.join(sorted(unknown))}= to {func.__name__} of an array")
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    if shares and not kwargs.get("copy") and dtype in (None, t.dtype) and device in (None, t.device):
+        return t.view(t.shape)  # a new tensor over the same values, as in eager
+    out = t.to(dtype=dtype or t.dtype, device=device or t.device)
+    return out.clone() if out is t else out
+
+
+def _from_numpy(array):
+    if not isinstance(array, TracedArray):
+        return _original_from_numpy[0](array)
+    return array._tensor.view(array._tensor.shape)
+
+
+_original_from_numpy: list = [torch.from_numpy]
+
+
+class patched_from_numpy:
+    """While tracing (in this thread): ``torch.from_numpy`` of a stand-in array is its tensor (re-entrant).
+
+    (``torch.from_numpy`` is not a torch function the tracing mode sees: it takes only ndarrays.)"""
+
+    _depth = [0]
+
+    def __enter__(self):
+        if self._depth[0] == 0:
+            original = torch.from_numpy
+            _original_from_numpy[0] = original
+            thread = threading.get_ident()
+
+            def from_numpy(array):
+                if threading.get_ident() != thread:  # eager code in another thread while this one traces
+                    return original(array)
+                return _from_numpy(array)
+
+            from_numpy.__wrapped__ = original
+            torch.from_numpy = from_numpy
+        self._depth[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._depth[0] -= 1
+        if self._depth[0] == 0:
+            torch.from_numpy = _original_from_numpy[0]
+        return False
+
+
+def _unflatten_array(scalar, children):
+    (t,) = children
+    if isinstance(t, torch.Tensor) and not isinstance(t, TracingTensor):
+        array = t.detach().numpy()  # the program's output: eager's real ndarray (or NumPy scalar)
+        return array[()] if scalar else array
+    return TracedArray(t, scalar)
+
+
+# an array the function returns: its tensor is an output of the program, made an ndarray after the call
+register_node(TracedArray, lambda a: ([a._tensor], a._scalar), _unflatten_array)
