@@ -145,6 +145,16 @@ def test_fsdp_mixed_precision_matches_torch_fully_shard():
     run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
 
 
+def test_tensor_parallel_litgpt():
+    """LitGPT's attention (heads split), MLP and embedding (vocab) split over 2 ranks: AdamW steps equal eager."""
+    run_world(2, "tensor_parallel:alone")
+
+
+def test_tensor_parallel_with_fsdp_on_a_2d_mesh():
+    """4 ranks, DeviceMesh (dp 2, tp 2): fsdp over dp of the tensor-parallel slices; losses and gradients equal eager."""
+    run_world(4, "tensor_parallel:fsdp")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 
