@@ -737,7 +737,9 @@ def tensor_parallel(rank: int, world: int, layout: str) -> None:
             if layout == "fsdp":
                 expected = shard_tensor(expected, dp_rank, dp)[0]
             assert p.shape == expected.shape, (name, p.shape, expected.shape)
-            torch.testing.assert_close(p.grad.cpu(), expected, **GPT_TOL, msg=lambda m, n=name: f"step {step}: {n}: {m}")
+            torch.testing.assert_close(
+                p.grad.cpu(), expected, **GPT_TOL, msg=lambda m, n=name: f"step {step}: {n}: {m}"
+            )
         opt.step()
         opt.zero_grad()
         ref_opt.step()

@@ -16,8 +16,8 @@ from __future__ import annotations
 from thunder_distributed.checkpoint import get_model_state_dict, load_model_state_dict
 from thunder_distributed.ddp import ddp
 from thunder_distributed.fsdp import FSDPBucketingStrategy, FSDPType, fsdp
-from thunder_distributed.tensor_parallel import litgpt_plan, tensor_parallel
 from thunder_distributed.ops import all_gather, all_reduce, dist_ex, reduce_scatter, synchronize, wait
+from thunder_distributed.tensor_parallel import litgpt_plan, tensor_parallel
 
 __version__ = "0.1.0"
 

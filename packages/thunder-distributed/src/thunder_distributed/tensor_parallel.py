@@ -290,7 +290,9 @@ def _check_module(name: str, m: torch.nn.Module, style: str, size: int, parent) 
         if style == "qkv":
             config = getattr(parent, "config", None)
             if config is None or not all(hasattr(config, a) for a in ("n_head", "n_query_groups", "head_size")):
-                raise TypeError(f"{what}: style 'qkv' is for LitGPT's CausalSelfAttention.qkv (its module has a config)")
+                raise TypeError(
+                    f"{what}: style 'qkv' is for LitGPT's CausalSelfAttention.qkv (its module has a config)"
+                )
             if config.n_query_groups % size:
                 raise ValueError(
                     f"{what}: {config.n_query_groups} query groups (n_query_groups) cannot be split across {size} ranks"
