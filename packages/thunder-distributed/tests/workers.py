@@ -331,46 +331,44 @@ def buffers(rank: int, world: int, mode: str, usage: str = "jit") -> None:
 DCP_BATCH = 8  # divisible by every world size the checkpoint is resumed at
 
 
-def eager_losses(steps: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
-    """Uninterrupted single-process training on the full batches: the model after ``steps`` and every step's loss."""
-    model = make_model("mlp")
-    opt = make_optimizer("sgd", model.parameters())
-    losses = []
-    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
-        if i == steps:
-            snapshot = copy.deepcopy(model)
-        loss = loss_fn("mlp", model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach())
-    return snapshot, losses
+def dcp_data(first: int = 0, last: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches ``first:last`` of the 4 full batches the checkpoint scenarios train on."""
+    return list(batches("mlp", 4, batch=DCP_BATCH))[first:last]
 
 
-def distributed_steps(rank: int, world: int, module, first: int) -> list[torch.Tensor]:
-    """Steps ``first``.. of the training data on this rank's rows; the losses averaged over the ranks (= full-batch loss)."""
-    opt = make_optimizer("sgd", module.parameters())
+def train_steps(module, opt, data, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+    """One optimizer step per batch on this rank's rows; each step's loss averaged over the ranks (= the full-batch loss)."""
     losses = []
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
+    for x, y in data:
         loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
         loss.backward()
         opt.step()
         opt.zero_grad()
         mean = loss.detach().clone()
-        dist.all_reduce(mean)
+        if world > 1:
+            dist.all_reduce(mean)
         losses.append(mean / world)
     return losses
+
+
+def eager_run(opt_name: str, steps: int) -> tuple[torch.nn.Module, dict, list[torch.Tensor]]:
+    """Uninterrupted single-process training on the full batches: the model and the optimizer state (by parameter name)
+    after ``steps``, and every step's loss."""
+    model = make_model("mlp")
+    opt = make_optimizer(opt_name, model.parameters())
+    losses = train_steps(model, opt, dcp_data(last=steps))
+    snapshot = copy.deepcopy(model)
+    names = [n for n, _ in model.named_parameters()]
+    state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
+    losses += train_steps(model, opt, dcp_data(first=steps))
+    return snapshot, state, losses
 
 
 def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
     """Two steps, then torch.distributed.checkpoint saves ``module.state_dict()`` (DTensor shards); torch's state-dict API sees full shapes."""
     tm = thunder.jit(wrap(make_model("mlp"), mode))
-    opt = make_optimizer("sgd", tm.parameters())
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
-        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
-        opt.step()
-        opt.zero_grad()
-    expected, losses = eager_losses(2)
+    train_steps(tm, make_optimizer("sgd", tm.parameters()), dcp_data(last=2), rank, world)
+    expected, _, losses = eager_run("sgd", 2)
     sd = tm.state_dict()
     for name, p in expected.named_parameters():
         assert isinstance(sd[name], DTensor) and sd[name].shape == p.shape, (name, type(sd[name]), sd[name].shape)
@@ -389,7 +387,7 @@ def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
     # set_model_state_dict with a full state dict shards it again
     set_model_state_dict(tm, {k: v.clone() for k, v in full.items()}, options=StateDictOptions(full_state_dict=True))
     check_close(td.get_model_state_dict(tm), expected, "set_model_state_dict(full)", TOL)
-    resumed = distributed_steps(rank, world, tm, 2)
+    resumed = train_steps(tm, make_optimizer("sgd", tm.parameters()), dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
 
@@ -404,44 +402,14 @@ def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
     sd = module.state_dict()
     dcp.load(sd, checkpoint_id=path)
     module.load_state_dict(sd)
-    expected, losses = eager_losses(2)
+    expected, _, losses = eager_run("sgd", 2)
     params = dict(module.named_parameters()) if mode == "plain" else full_params(module)
     check_close(params, expected, f"loaded at world size {world}", TOL)
     if mode == "plain":
         return
-    resumed = distributed_steps(rank, world, module, 2)
+    resumed = train_steps(module, make_optimizer("sgd", module.parameters()), dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
-
-
-def eager_adam(steps: int):
-    """Uninterrupted single-process Adam training on the full batches: model and optimizer state after ``steps``, every loss."""
-    model = make_model("mlp")
-    opt = make_optimizer("adam", model.parameters())
-    losses = []
-    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
-        if i == steps:
-            names = [n for n, _ in model.named_parameters()]
-            state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
-        loss = loss_fn("mlp", model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach())
-    return state, losses
-
-
-def adam_steps(rank: int, world: int, module, opt, first: int) -> list[torch.Tensor]:
-    losses = []
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
-        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        losses.append(mean / world)
-    return losses
 
 
 def check_optimizer_state(osd: dict, expected: dict, what: str) -> None:
@@ -458,11 +426,8 @@ def optim_save(rank: int, world: int, path: str) -> None:
     """Adam over fsdp shards: torch's get/set_optimizer_state_dict give full shapes; DCP saves model and optimizer."""
     tm = thunder.jit(td.fsdp(make_model("mlp")))
     opt = make_optimizer("adam", tm.parameters())
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
-        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
-        opt.step()
-        opt.zero_grad()
-    expected, losses = eager_adam(2)
+    train_steps(tm, opt, dcp_data(last=2), rank, world)
+    _, expected, losses = eager_run("adam", 2)
     full = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True))
     check_optimizer_state(full, expected, "get_optimizer_state_dict(full_state_dict=True)")
     offloaded = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -480,7 +445,7 @@ def optim_save(rank: int, world: int, path: str) -> None:
     dcp.save({"model": get_model_state_dict(tm), "optim": sharded}, checkpoint_id=path)
     set_optimizer_state_dict(tm, opt, full, options=StateDictOptions(full_state_dict=True))
     check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, "after set_optimizer_state_dict(full)")
-    resumed = adam_steps(rank, world, tm, opt, 2)
+    resumed = train_steps(tm, opt, dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
 
@@ -494,9 +459,9 @@ def optim_load(rank: int, world: int, path: str) -> None:
     dcp.load(sd, checkpoint_id=path)
     set_model_state_dict(tm, sd["model"])
     set_optimizer_state_dict(tm, opt, sd["optim"])
-    expected, losses = eager_adam(2)
+    _, expected, losses = eager_run("adam", 2)
     check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, f"loaded at world size {world}")
-    resumed = adam_steps(rank, world, tm, opt, 2)
+    resumed = train_steps(tm, opt, dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step} at world {world}: {m}")
 
