@@ -268,6 +268,30 @@ def test_nccl_two_gpus():
     run_world(2, "train:mlp:ddp:layer:sgd", "train:mlp:zero3:block:sgd", "train:gpt:zero2:none:sgd", backend="nccl")
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL); this machine has fewer")
+def test_nccl_two_gpus_init_precision_optimizer_state_tensor_parallel(tmp_path):
+    """The NCCL variants of the meta-device init, mixed precision, optimizer-state DCP and tensor-parallel scenarios."""
+    path = str(tmp_path / "dcp_optim")
+    run_world(
+        2,
+        "deferred_init:reset",
+        "mixed_precision:zero3:layer",
+        f"optim_save:{path}",
+        f"optim_load:{path}",
+        "tensor_parallel:alone",
+        backend="nccl",
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 4, reason="needs 4 CUDA GPUs (NCCL, dp 2 x tp 2); this machine has fewer"
+)
+def test_nccl_four_gpus_tensor_parallel_with_fsdp():
+    run_world(4, "tensor_parallel:fsdp", backend="nccl")
+
+
 def test_without_the_plugin_thunder_distributed_says_how_to_install():
     code = (
         "import thunder.plugins as p\n"

@@ -36,6 +36,7 @@ GPT_TOL = dict(rtol=1e-3, atol=1e-4)
 # bf16 computation: thunder's backward and PyTorch's round some gradients differently (one bf16 step, 2**-8 relative)
 BF16_TOL = dict(rtol=1.6e-2, atol=1e-3)
 BACKEND = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
+DEVICE_TYPE = "cuda" if BACKEND == "nccl" else "cpu"  # where the ranks compute (NCCL: cuda:LOCAL_RANK)
 
 
 def mlp() -> torch.nn.Module:
@@ -103,7 +104,7 @@ def trace_text(traces) -> str:
 def check_close(actual: dict, expected: torch.nn.Module, what: str, tol: dict) -> None:
     for name, p in expected.named_parameters():
         torch.testing.assert_close(
-            actual[name].cpu(), p.detach(), **tol, msg=lambda m, name=name: f"{what}: {name}: {m}"
+            actual[name].cpu(), p.detach().cpu(), **tol, msg=lambda m, name=name: f"{what}: {name}: {m}"
         )
 
 
@@ -339,15 +340,16 @@ def dcp_data(first: int = 0, last: int | None = None) -> list[tuple[torch.Tensor
 def train_steps(module, opt, data, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
     """One optimizer step per batch on this rank's rows; each step's loss averaged over the ranks (= the full-batch loss)."""
     losses = []
+    dev = next(module.parameters()).device  # cuda:LOCAL_RANK with NCCL
     for x, y in data:
-        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+        loss = loss_fn("mlp", module(local(x, rank, world).to(dev)), local(y, rank, world).to(dev))
         loss.backward()
         opt.step()
         opt.zero_grad()
         mean = loss.detach().clone()
         if world > 1:
             dist.all_reduce(mean)
-        losses.append(mean / world)
+        losses.append(mean.cpu() / world)
     return losses
 
 
@@ -554,8 +556,9 @@ def deferred_init(rank: int, world: int, init: str) -> None:
     import pytest
 
     init_fn = normal_init if init == "init_fn" else None
-    torch.manual_seed(7)  # the reference: built and initialised on one process
-    reference = deep_mlp()
+    torch.manual_seed(7)  # the reference: built and initialised on one process (on the device: its random generator)
+    with torch.device(DEVICE_TYPE):
+        reference = deep_mlp()
     if init_fn is not None:
         torch.manual_seed(7)
         for m in reference.modules():
@@ -581,13 +584,13 @@ def deferred_init(rank: int, world: int, init: str) -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        ref_loss = loss_fn("mlp", reference(x), y)
+        ref_loss = loss_fn("mlp", reference(x.to(dev)), y.to(dev))
         ref_loss.backward()
         ref_opt.step()
         ref_opt.zero_grad()
         mean = loss.detach().clone()
         dist.all_reduce(mean)
-        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach(), **TOL)
+        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach().cpu(), **TOL)
     check_close(full_params(tm), reference, f"deferred init ({init}) after training", TOL)
 
     class NoReset(torch.nn.Module):
@@ -611,19 +614,22 @@ def mixed_precision(rank: int, world: int, mode: str, bucketing: str) -> None:
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_model("mlp")
     reference = copy.deepcopy(model)
+    mesh = init_device_mesh(DEVICE_TYPE, (world,))
     for layer in reference:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
-    fully_shard(reference, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(reference, mesh=mesh, mp_policy=policy)
     strategy = {"zero2": td.FSDPType.ZERO2, "zero3": td.FSDPType.ZERO3}[mode]
     tm = thunder.jit(td.fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing, mixed_precision=policy))
     opt, ref_opt = make_optimizer("adam", tm.parameters()), make_optimizer("adam", reference.parameters())
+    dev = next(tm.parameters()).device
     for x, y in batches("mlp", 3, batch=2 * world):
-        out = tm(local(x, rank, world))
-        ref_out = reference(local(x, rank, world))
+        x, y = local(x, rank, world).to(dev), local(y, rank, world).to(dev)
+        out = tm(x)
+        ref_out = reference(x)
         assert out.dtype == ref_out.dtype == torch.bfloat16, (out.dtype, ref_out.dtype)
-        loss = loss_fn("mlp", out.float(), local(y, rank, world))
-        ref_loss = loss_fn("mlp", ref_out.float(), local(y, rank, world))
+        loss = loss_fn("mlp", out.float(), y)
+        ref_loss = loss_fn("mlp", ref_out.float(), y)
         torch.testing.assert_close(loss, ref_loss, **BF16_TOL)
         loss.backward()
         ref_loss.backward()
@@ -676,7 +682,7 @@ def tensor_parallel(rank: int, world: int, layout: str) -> None:
 
     tp = 2
     dp = world // tp
-    mesh = init_device_mesh("cpu" if BACKEND == "gloo" else "cuda", (dp, tp), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(DEVICE_TYPE, (dp, tp), mesh_dim_names=("dp", "tp"))
     dp_rank, tp_rank = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
     model = make_model("gpt")
     reference = copy.deepcopy(model)
@@ -759,7 +765,9 @@ def main() -> None:
     """
     from datetime import timedelta
 
-    backend = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
+    backend = BACKEND
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if sys.argv[1] == "env":
         specs = sys.argv[2:]
         # a rank left waiting for a dead peer fails after this instead of hanging
