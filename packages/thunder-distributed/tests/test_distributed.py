@@ -145,14 +145,16 @@ def test_fsdp_mixed_precision_matches_torch_fully_shard():
     run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
 
 
-def test_tensor_parallel_litgpt():
-    """LitGPT's attention (heads split), MLP and embedding (vocab) split over 2 ranks: AdamW steps equal eager."""
-    run_world(2, "tensor_parallel:alone")
+def test_tensor_parallel_litgpt(tmp_path):
+    """LitGPT's attention (heads split), MLP and embedding (vocab) split over 2 ranks: AdamW steps equal eager; the
+    state dict has the full shapes (DTensors) and round-trips through DCP into a split and a plain model."""
+    run_world(2, f"tensor_parallel:alone:{tmp_path / 'dcp'}")
 
 
-def test_tensor_parallel_with_fsdp_on_a_2d_mesh():
-    """4 ranks, DeviceMesh (dp 2, tp 2): fsdp over dp of the tensor-parallel slices; losses and gradients equal eager."""
-    run_world(4, "tensor_parallel:fsdp")
+def test_tensor_parallel_with_fsdp_on_a_2d_mesh(tmp_path):
+    """4 ranks, DeviceMesh (dp 2, tp 2): fsdp over dp of the tensor-parallel slices; losses and gradients equal eager;
+    the state dict has 2-D DTensors (tp, dp) and round-trips through DCP."""
+    run_world(4, f"tensor_parallel:fsdp:{tmp_path / 'dcp'}")
 
 
 def test_ddp_checkpoint_and_misuse(tmp_path):
@@ -279,7 +281,7 @@ def test_nccl_two_gpus_init_precision_optimizer_state_tensor_parallel(tmp_path):
         "mixed_precision:zero3:layer",
         f"optim_save:{path}",
         f"optim_load:{path}",
-        "tensor_parallel:alone",
+        f"tensor_parallel:alone:{tmp_path / 'dcp_tp'}",
         backend="nccl",
     )
 
@@ -288,8 +290,8 @@ def test_nccl_two_gpus_init_precision_optimizer_state_tensor_parallel(tmp_path):
 @pytest.mark.skipif(
     torch.cuda.device_count() < 4, reason="needs 4 CUDA GPUs (NCCL, dp 2 x tp 2); this machine has fewer"
 )
-def test_nccl_four_gpus_tensor_parallel_with_fsdp():
-    run_world(4, "tensor_parallel:fsdp", backend="nccl")
+def test_nccl_four_gpus_tensor_parallel_with_fsdp(tmp_path):
+    run_world(4, f"tensor_parallel:fsdp:{tmp_path / 'dcp'}", backend="nccl")
 
 
 def test_without_the_plugin_thunder_distributed_says_how_to_install():

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from thunder.core.proxies import TensorProxy
 from thunder_distributed._common import broadcast_module, check_same_device, resolve_group, target_device
 from thunder_distributed.ops import dist_ex
+from thunder_distributed.tensor_parallel_state_dict import install_tensor_parallel_state_dict
 
 __all__ = [
     "tensor_parallel",
@@ -172,12 +173,15 @@ class TensorParallelLayout:
 class TensorParallelState:
     """What ``tensor_parallel`` set up: the group, this rank, and each split parameter's layout (by name)."""
 
-    __slots__ = ("group", "rank", "size", "layouts", "plan")
+    __slots__ = ("group", "rank", "size", "layouts", "plan", "mesh", "tp_dp_mesh", "hook_handles")
 
     def __init__(self, group, rank: int, size: int, layouts: dict[str, TensorParallelLayout], plan: dict[str, str]):
         self.group, self.rank, self.size = group, rank, size
         self.layouts = layouts
         self.plan = plan
+        self.mesh: Any = None  # the 1-D DeviceMesh over the group (state dict DTensors)
+        self.tp_dp_mesh: Any = None  # with fsdp over the slices: the 2-D mesh (tp, dp); False if none fits
+        self.hook_handles: list = []
 
     def __repr__(self) -> str:
         return f"<thunder.distributed.tensor_parallel rank {self.rank} of {self.size}>"
@@ -403,7 +407,9 @@ def tensor_parallel(
             elif style == "rowwise":
                 m.in_features //= size
             m.__class__ = _parallel_class(type(m), _MIXINS[style])
-    model._thunder_tensor_parallel = TensorParallelState(group, rank, size, layouts, resolved)
+    state = TensorParallelState(group, rank, size, layouts, resolved)
+    model._thunder_tensor_parallel = state
+    install_tensor_parallel_state_dict(model, state)  # split parameters at their full shapes in state dicts
     setups = list(getattr(model, "_thunder_jit_setup", ()))
     setups.append(_add_communication_executor)
     model._thunder_jit_setup = setups
