@@ -148,7 +148,7 @@ def test_fsdp_mixed_precision_matches_torch_fully_shard():
 def test_tensor_parallel_litgpt(tmp_path):
     """LitGPT's attention (heads split), MLP and embedding (vocab) split over 2 ranks: AdamW steps equal eager; the
     state dict has the full shapes (DTensors) and round-trips through DCP into a split and a plain model."""
-    run_world(2, f"tensor_parallel:alone:{tmp_path / 'dcp'}")
+    run_world(2, f"tensor_parallel:alone:{tmp_path / 'dcp'}", "tensor_parallel_checks")
 
 
 def test_tensor_parallel_with_fsdp_on_a_2d_mesh(tmp_path):
@@ -239,6 +239,8 @@ def test_no_process_group_is_a_clear_error():
         td.ddp(torch.nn.Linear(2, 2))
     with pytest.raises(RuntimeError, match="init_process_group"):
         td.fsdp(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        td.tensor_parallel(torch.nn.Linear(2, 2), {"": "colwise"})
 
 
 def test_unsupported_module_type():

@@ -414,14 +414,18 @@ def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
 
 
-def check_optimizer_state(osd: dict, expected: dict, what: str) -> None:
+def check_optimizer_state(osd: dict, expected: dict, what: str, tols: dict | None = None) -> None:
+    """``osd``'s per-parameter state (DTensors gathered) equals ``expected`` (by parameter name), per key within ``tols``."""
     assert set(osd["state"]) == set(expected), (what, set(osd["state"]), set(expected))
     for name, per_param in expected.items():
         for key, value in per_param.items():
             got = osd["state"][name][key]
             got = got.full_tensor() if isinstance(got, DTensor) else got
             assert got.shape == value.shape, (what, name, key, got.shape, value.shape)
-            torch.testing.assert_close(got.cpu(), value, **TOL, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}")
+            tol = (tols or {}).get(key, TOL)
+            torch.testing.assert_close(
+                got.cpu(), value.cpu(), **tol, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}"
+            )
 
 
 def optim_save(rank: int, world: int, path: str) -> None:
@@ -740,22 +744,32 @@ def tensor_parallel(rank: int, world: int, layout: str, path: str) -> None:
             assert value.placements[0] == Shard(1 if name.endswith("proj.weight") else 0), (name, value.placements)
         full = value.full_tensor() if isinstance(value, DTensor) else value
         torch.testing.assert_close(full.cpu(), ref.detach(), rtol=1e-3, atol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
-    dcp.save(sd, checkpoint_id=path)
+    # the optimizer's state likewise: Adam's moments at full shapes, eager's values
+    full_options = StateDictOptions(full_state_dict=True)
+    expected_state = {n: ref_opt.state[p] for n, p in reference.named_parameters()}
+    # (Adam's moments of gradients equal to eager's within GPT_TOL: exp_avg ~ 1e-3, exp_avg_sq ~ 1e-6)
+    tols = {"exp_avg": dict(rtol=1e-3, atol=1e-5), "exp_avg_sq": dict(rtol=1e-2, atol=1e-9)}
+    check_optimizer_state(get_optimizer_state_dict(tm, opt, options=full_options), expected_state, "TP optimizer", tols)
+    dcp.save({"model": sd, "optim": get_optimizer_state_dict(tm, opt)}, checkpoint_id=path)
     torch.manual_seed(123)  # other weights: loading must overwrite all of them
     fresh = tiny_gpt()
     fresh_module = td.tensor_parallel(fresh, td.litgpt_plan(fresh), mesh["tp"])
     if layout == "fsdp":
         fresh_module = td.fsdp(fresh_module, process_group=mesh["dp"].get_group())
     fresh_tm = thunder.jit(fresh_module)
-    fresh_sd = fresh_tm.state_dict()
-    dcp.load(fresh_sd, checkpoint_id=path)
-    fresh_tm.load_state_dict(fresh_sd)
+    fresh_opt = torch.optim.AdamW(fresh_tm.parameters(), lr=1e-2)
+    loaded = {"model": fresh_tm.state_dict(), "optim": get_optimizer_state_dict(fresh_tm, fresh_opt)}
+    dcp.load(loaded, checkpoint_id=path)
+    fresh_tm.load_state_dict(loaded["model"])
+    set_optimizer_state_dict(fresh_tm, fresh_opt, loaded["optim"])
     for (name, p), q in zip(tm._model.named_parameters(), fresh_tm.parameters()):
         assert torch.equal(p, q), f"{name} differs after the DCP round trip"
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt.state[p][key], fresh_opt.state[q][key]), f"{name} {key} differs after the round trip"
     plain = tiny_gpt()
-    plain_sd = plain.state_dict()
+    plain_sd = {"model": plain.state_dict()}
     dcp.load(plain_sd, checkpoint_id=path)
-    plain.load_state_dict(plain_sd)
+    plain.load_state_dict(plain_sd["model"])
     check_close(
         dict(plain.named_parameters()),
         reference,
@@ -764,8 +778,49 @@ def tensor_parallel(rank: int, world: int, layout: str, path: str) -> None:
     )
 
 
+def tensor_parallel_checks(rank: int, world: int) -> None:
+    """tensor_parallel without thunder.jit gives eager's loss and gradients; misuse is a clear error naming the entry."""
+    import pytest
+
+    model = make_model("gpt")
+    reference = copy.deepcopy(model)
+    module = td.tensor_parallel(model, td.litgpt_plan(model))
+    x, y = next(batches("gpt", 1, batch=2))
+    dev = next(module.parameters()).device
+    loss = loss_fn("gpt", module(x.to(dev)), y.to(dev))
+    loss.backward()
+    ref_loss = loss_fn("gpt", reference(x), y)
+    ref_loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss.detach(), **GPT_TOL)
+    for (name, p), ref in zip(module.named_parameters(), reference.parameters()):
+        expected = expected_tp_slice(name, ref.grad, reference.config, rank, world)
+        torch.testing.assert_close(p.grad.cpu(), expected, **GPT_TOL, msg=lambda m, n=name: f"eager TP: {n}: {m}")
+
+    with pytest.raises(ValueError, match=r"plan\['0'\] = 'diagonal' is not one of colwise, rowwise, vocab, qkv"):
+        td.tensor_parallel(mlp(), {"0": "diagonal"})
+    with pytest.raises(ValueError, match=r"plan entry 'encoder\.\*' names no submodule"):
+        td.tensor_parallel(mlp(), {"encoder.*": "colwise"})
+    with pytest.raises(TypeError, match=r"'1' \(Tanh\): style 'colwise' is for torch.nn.Linear"):
+        td.tensor_parallel(mlp(), {"1": "colwise"})
+    with pytest.raises(
+        ValueError, match=r"'0' \(Linear\): size 7 along dim 0 is not divisible by the tensor-parallel size"
+    ):
+        td.tensor_parallel(mlp(), {"0": "colwise"})  # 7 output features
+    with pytest.raises(TypeError, match=r"'2' \(Linear\): style 'qkv' is for LitGPT's CausalSelfAttention.qkv"):
+        td.tensor_parallel(mlp(), {"2": "qkv"})
+    with pytest.raises(TypeError, match=r"apply it before ddp/fsdp"):
+        td.tensor_parallel(td.fsdp(mlp()), {"2": "colwise"})
+    with pytest.raises(TypeError, match=r"before thunder.jit"):
+        td.tensor_parallel(thunder.jit(mlp()), {"2": "colwise"})
+    with pytest.raises(ValueError, match="2-D DeviceMesh"):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        td.tensor_parallel(mlp(), {"2": "colwise"}, init_device_mesh(DEVICE_TYPE, (1, world)))
+
+
 SCENARIOS = {
     "tensor_parallel": tensor_parallel,
+    "tensor_parallel_checks": tensor_parallel_checks,
     "optim_save": optim_save,
     "optim_load": optim_load,
     "mixed_precision": mixed_precision,

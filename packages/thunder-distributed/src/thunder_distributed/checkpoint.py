@@ -99,7 +99,21 @@ def install_dtensor_state_dict(state) -> None:
                 state_dict[key] = _as_padded_shard(key, value, layout, state)
 
     for name, p in module.named_parameters():
-        if name in layouts:
+        if name in tp_layouts:
+            from thunder_distributed.optimizer_state import register_converters
+            from thunder_distributed.tensor_parallel_state_dict import fsdp_optimizer_converters
+
+            converters = fsdp_optimizer_converters(
+                name,
+                layouts[name],
+                tp_layouts[name],
+                tp_state,
+                state,
+                lambda s, layout=layouts[name]: _gather(s, layout, state),
+                _as_padded_shard,
+            )
+            register_converters(p, *converters)
+        elif name in layouts:
             register_shard(p, layouts[name], state)
     install_optimizer_hook()  # optimizers over the shards give their state as DTensors too
     state.hook_handles["state_dict"] = [

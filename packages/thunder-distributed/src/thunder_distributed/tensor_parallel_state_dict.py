@@ -14,8 +14,9 @@ Each split parameter is stored as this rank's slice; in ``module.state_dict()`` 
 So ``torch.distributed.checkpoint`` saves and loads them at their full shapes (no rank's slice is
 mistaken for a replicated copy), and the state dict loads into the plain model. ``load_state_dict``
 takes, for a split parameter, a ``DTensor`` of any sharding, the full tensor or this rank's slice.
-The optimizer's state (Adam's moments) of the split parameters stays per-rank slices: it is not
-converted yet.
+An optimizer over the split parameters gives its per-parameter state (Adam's moments) the same
+way in ``optimizer.state_dict()`` and takes it back, so ``get/set_optimizer_state_dict`` and DCP
+handle it too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
-__all__ = ["install_tensor_parallel_state_dict", "dtensor_of_fsdp_shard"]
+from thunder_distributed.optimizer_state import install_optimizer_hook, register_converters
+
+__all__ = ["install_tensor_parallel_state_dict", "dtensor_of_fsdp_shard", "fsdp_optimizer_converters"]
 
 
 def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -56,18 +59,7 @@ def install_tensor_parallel_state_dict(module: torch.nn.Module, state) -> None:
             value = state_dict.get(key)
             if value is None or isinstance(value, DTensor):
                 continue
-            value = value.detach()
-            if len(layout.sections) > 1:
-                state_dict[key] = _full_from_slice(value, layout, state.group)
-            else:
-                state_dict[key] = DTensor.from_local(
-                    value,
-                    state.mesh,
-                    [Shard(layout.dim)],
-                    run_check=False,
-                    shape=torch.Size(layout.shape),
-                    stride=_contiguous_stride(layout.shape),
-                )
+            state_dict[key] = _global_of_slice(value.detach(), layout, state)
 
     def to_local(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors) -> None:
         # runs before fsdp's pre-hook (registered first): fsdp then takes this rank's slice as its full tensor
@@ -81,6 +73,76 @@ def install_tensor_parallel_state_dict(module: torch.nn.Module, state) -> None:
         module.register_state_dict_post_hook(to_global),
         module.register_load_state_dict_pre_hook(to_local),
     ]
+    # optimizers over the slices give their state (Adam's moments) the same way (fsdp replaces this when it shards)
+    for name, p in module.named_parameters():
+        if name in state.layouts:
+            register_converters(p, *_optimizer_converters(name, state.layouts[name], state))
+    install_optimizer_hook()
+
+
+def _global_of_slice(value: torch.Tensor, layout, state) -> torch.Tensor:
+    """This rank's slice as a ``DTensor`` of the full shape (``Shard(dim)`` on the group's mesh), or the full tensor."""
+    if len(layout.sections) > 1:
+        return _full_from_slice(value, layout, state.group)
+    return DTensor.from_local(
+        value,
+        state.mesh,
+        [Shard(layout.dim)],
+        run_check=False,
+        shape=torch.Size(layout.shape),
+        stride=_contiguous_stride(layout.shape),
+    )
+
+
+def _local_shape(layout) -> tuple[int, ...]:
+    shape = list(layout.shape)
+    shape[layout.dim] //= layout.size
+    return tuple(shape)
+
+
+def _is_state_tensor(value, name: str) -> bool:
+    return isinstance(value, torch.Tensor) and name != "step"
+
+
+def _optimizer_converters(param_name: str, layout, state):
+    """``(to_global, to_local)`` for the optimizer state of a split parameter (tensor parallelism alone)."""
+
+    def to_global(value, name: str):
+        if (
+            _is_state_tensor(value, name)
+            and not isinstance(value, DTensor)
+            and tuple(value.shape) == _local_shape(layout)
+        ):
+            return _global_of_slice(value, layout, state)
+        return value
+
+    def to_local(value, name: str):
+        if _is_state_tensor(value, name) and (isinstance(value, DTensor) or tuple(value.shape) == layout.shape):
+            return _local_slice(f"optimizer state {name!r} of {param_name!r}", value, layout, state)
+        return value
+
+    return to_global, to_local
+
+
+def fsdp_optimizer_converters(param_name: str, fsdp_layout, tp_layout, tp_state, fsdp_state, gather, as_padded_shard):
+    """``(to_global, to_local)`` for the optimizer state of a split parameter fsdp shards further: 2-D DTensors."""
+    from thunder_distributed.checkpoint import _local_rows
+
+    padded = (fsdp_layout.rows_per_rank, *fsdp_layout.shape[1:])
+
+    def to_global(value, name: str):
+        if _is_state_tensor(value, name) and not isinstance(value, DTensor) and tuple(value.shape) == padded:
+            local = value[: _local_rows(fsdp_layout, fsdp_state.rank)]
+            return dtensor_of_fsdp_shard(local, value, tp_layout, tp_state, fsdp_state, gather)
+        return value
+
+    def to_local(value, name: str):
+        if _is_state_tensor(value, name) and (isinstance(value, DTensor) or tuple(value.shape) == tp_layout.shape):
+            what = f"optimizer state {name!r} of {param_name!r}"
+            return as_padded_shard(what, _local_slice(what, value, tp_layout, tp_state), fsdp_layout, fsdp_state)
+        return value
+
+    return to_global, to_local
 
 
 def _local_slice(key: str, value: torch.Tensor, layout, state) -> torch.Tensor:
@@ -96,13 +158,12 @@ def _local_slice(key: str, value: torch.Tensor, layout, state) -> torch.Tensor:
         value = value.full_tensor()  # another sharding: every rank takes part in gathering it
     if tuple(value.shape) == layout.shape:  # the full tensor: this rank's slice of it
         return layout.local(value, state.rank)
-    local_shape = list(layout.shape)
-    local_shape[layout.dim] //= layout.size
-    if list(value.shape) == local_shape:  # already this rank's slice
+    local_shape = _local_shape(layout)
+    if tuple(value.shape) == local_shape:  # already this rank's slice
         return value
     raise ValueError(
         f"load_state_dict: {key!r} has shape {tuple(value.shape)}; expected the full shape {layout.shape}, a DTensor "
-        f"of it, or this rank's tensor-parallel slice {tuple(local_shape)}"
+        f"of it, or this rank's tensor-parallel slice {local_shape}"
     )
 
 
