@@ -1,4 +1,4 @@
-"""thunder-distributed: data-parallel training for Thunder as trace transforms over ``torch.distributed``.
+"""thunder-distributed: data-parallel and tensor-parallel training for Thunder as trace transforms over ``torch.distributed``.
 
 Installed, it is what ``thunder.distributed`` re-exports::
 
@@ -7,8 +7,9 @@ Installed, it is what ``thunder.distributed`` re-exports::
     torch.distributed.init_process_group(backend="nccl")  # or "gloo" on CPUs
     model = thunder.jit(thunder.distributed.fsdp(model))  # or thunder.distributed.ddp(model)
 
-The communication (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``wait``) appears in the
-forward and backward traces (``thunder.last_traces``, ``thunder.last_backward_traces``).
+Tensor parallelism: ``thunder.jit(thunder.distributed.tensor_parallel(model, thunder.distributed.litgpt_plan(model)))``.
+The communication (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``wait``, ``tensor_parallel_copy``,
+``tensor_parallel_reduce``) appears in the forward and backward traces (``thunder.last_traces``, ``thunder.last_backward_traces``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ conjugate gradient rule):
 rowwise), the MLP (``fc``/``fc_1``/``fc_2`` colwise, ``proj`` rowwise) and the token embedding
 (vocab). Every rank of the group must see the same input. With ``fsdp`` over the other dimension
 of a 2-D ``DeviceMesh`` (``fsdp(tensor_parallel(model, plan, mesh["tp"]),
-process_group=mesh["dp"].get_group())``) FSDP shards these slices further.
+process_group=mesh["dp"].get_group())``) FSDP shards these slices further. In state dicts the split
+parameters (and an optimizer's state of them) have their full shapes: see ``tensor_parallel_state_dict``.
 """
 
 from __future__ import annotations
