@@ -812,6 +812,12 @@ def tensor_parallel_checks(rank: int, world: int) -> None:
         td.tensor_parallel(td.fsdp(mlp()), {"2": "colwise"})
     with pytest.raises(TypeError, match=r"before thunder.jit"):
         td.tensor_parallel(thunder.jit(mlp()), {"2": "colwise"})
+    with torch.device("meta"):
+        on_meta = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(
+        ValueError, match="meta device; deferred initialisation is not supported with tensor parallelism"
+    ):
+        td.tensor_parallel(on_meta, {"0": "colwise"})
     with pytest.raises(ValueError, match="2-D DeviceMesh"):
         from torch.distributed.device_mesh import init_device_mesh
 

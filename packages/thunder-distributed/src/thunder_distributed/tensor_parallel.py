@@ -377,6 +377,11 @@ def tensor_parallel(
         if id(p) in planned_params and name.rpartition(".")[0] not in resolved:
             raise ValueError(f"thunder.distributed.tensor_parallel: parameter {name!r} is shared with a split module")
     check_same_device("tensor_parallel", model)
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        raise ValueError(
+            "thunder.distributed.tensor_parallel: the model has tensors on the meta device; deferred initialisation "
+            "is not supported with tensor parallelism yet: build the model on the CPU or GPU first"
+        )
     model.to(target_device(group, device))
     if size > 1 and broadcast_from is not None:
         broadcast_module(model, group, broadcast_from)
