@@ -1,9 +1,11 @@
-"""Data-parallel training of a small LitGPT on 2 CPU processes (gloo): DDP, FSDP ZeRO-2, FSDP ZeRO-3, vs PyTorch's.
+"""Distributed training of a small LitGPT on CPU processes (gloo): DDP, FSDP ZeRO-2/3 vs PyTorch's, tensor parallelism.
 
 Prints one JSON object: for a single-process ``thunder.jit`` run (the reference) and for
 ``thunder.distributed.ddp``/``fsdp`` on ``--world`` processes, and for PyTorch's own
 ``DistributedDataParallel`` (``torch_ddp``) and FSDP2 ``fully_shard`` per block and root
-(``fsdp2``) on the eager model in the same run, the median step time (forward,
+(``fsdp2``) on the eager model in the same run, and for ``thunder.distributed.tensor_parallel`` with
+``litgpt_plan`` (``tp``: tensor-parallel over the ``--world`` processes, every rank the same batch;
+``tp_fsdp``: 4 processes, a 2-D mesh of dp 2 x tp 2, fsdp over dp), the median step time (forward,
 cross-entropy, backward, AdamW step) and, per rank, the memory of a step: the most heap bytes in
 use (glibc ``mallinfo2``, sampled after every aten operation, as in ``training_step.py``) above
 those in use when the step starts, and the bytes held by this rank's parameters, gradients and
@@ -25,7 +27,8 @@ import subprocess
 import sys
 import time
 
-MODES = ("reference", "ddp", "zero2", "zero3", "torch_ddp", "fsdp2")
+MODES = ("reference", "ddp", "zero2", "zero3", "torch_ddp", "fsdp2", "tp", "tp_fsdp")
+TP_FSDP_WORLD = 4  # tp_fsdp: dp 2 x tp 2
 MIB = 2**20
 
 
@@ -77,6 +80,18 @@ def run_worker(mode: str, rank: int, world: int, port: int, args: argparse.Names
         config = Config.from_name("llama-tiny", n_layer=args.layers)
         model = GPT(config)
         full_param_bytes = _nbytes(model.parameters())
+        data_rank = rank  # which part of the batch this rank trains on
+        if mode in ("tp", "tp_fsdp"):
+            from torch.distributed.device_mesh import init_device_mesh
+
+            import thunder.distributed as td
+
+            tp = world if mode == "tp" else 2
+            mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+            data_rank = mesh["dp"].get_local_rank()  # the ranks of a tp group train on the same batch
+            model = td.tensor_parallel(model, td.litgpt_plan(model), mesh["tp"])
+            if mode == "tp_fsdp":
+                model = td.fsdp(model, process_group=mesh["dp"].get_group())
         if mode == "ddp":
             import thunder.distributed as td
 
@@ -97,7 +112,7 @@ def run_worker(mode: str, rank: int, world: int, port: int, args: argparse.Names
         else:
             tm = thunder.jit(model)
         optimizer = torch.optim.AdamW(tm.parameters(), lr=1e-3)
-        g = torch.Generator().manual_seed(1 + rank)  # each rank its own part of the batch
+        g = torch.Generator().manual_seed(1 + data_rank)  # each rank (tp: each tp group) its own part of the batch
         x = torch.randint(0, config.padded_vocab_size, (args.batch, args.seq), generator=g)
         y = torch.randint(0, config.padded_vocab_size, (args.batch, args.seq), generator=g)
         grad_bytes: list[int] = []
@@ -244,7 +259,12 @@ def main() -> None:
     out: dict = {
         "model": f"LitGPT llama-tiny, {args.layers} layers, n_embd 256, vocabulary 1024, float32, CPU",
         "batch_per_rank": f"{args.batch} x {args.seq} tokens",
+        "tensor_parallel": (
+            "tp and tp_fsdp: the ranks of a tp group share one batch (tp trains the reference's batch per step); "
+            "tp_fsdp has 2 tp groups, so 2 batches per step"
+        ),
         "world_size": args.world,
+        "tp_fsdp_world_size": TP_FSDP_WORLD,
         "optimizer": "AdamW",
         "timing": f"median of {args.steps} steps after {args.warmup} warm-up steps; max over ranks",
         "memory": (
@@ -255,7 +275,7 @@ def main() -> None:
     }
     t_all = time.perf_counter()
     for mode in args.modes:
-        world = 1 if mode == "reference" else args.world
+        world = {"reference": 1, "tp_fsdp": TP_FSDP_WORLD}.get(mode, args.world)
         _log(f"{mode}: {world} process(es)")
         t0 = time.perf_counter()
         out[mode] = _summary(_launch(mode, world, args))

@@ -145,6 +145,18 @@ def test_fsdp_mixed_precision_matches_torch_fully_shard():
     run_world(2, "mixed_precision:zero2:none", "mixed_precision:zero3:layer")
 
 
+def test_tensor_parallel_litgpt(tmp_path):
+    """LitGPT's attention (heads split), MLP and embedding (vocab) split over 2 ranks: AdamW steps equal eager; the
+    state dict has the full shapes (DTensors) and round-trips through DCP into a split and a plain model."""
+    run_world(2, f"tensor_parallel:alone:{tmp_path / 'dcp'}", "tensor_parallel_checks")
+
+
+def test_tensor_parallel_with_fsdp_on_a_2d_mesh(tmp_path):
+    """4 ranks, DeviceMesh (dp 2, tp 2): fsdp over dp of the tensor-parallel slices; losses and gradients equal eager;
+    the state dict has 2-D DTensors (tp, dp) and round-trips through DCP."""
+    run_world(4, f"tensor_parallel:fsdp:{tmp_path / 'dcp'}")
+
+
 def test_ddp_checkpoint_and_misuse(tmp_path):
     run_world(2, f"checkpoint:mlp:ddp:{tmp_path / 'full.pt'}", "misuse", "interop")
 
@@ -227,6 +239,8 @@ def test_no_process_group_is_a_clear_error():
         td.ddp(torch.nn.Linear(2, 2))
     with pytest.raises(RuntimeError, match="init_process_group"):
         td.fsdp(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        td.tensor_parallel(torch.nn.Linear(2, 2), {"": "colwise"})
 
 
 def test_unsupported_module_type():
@@ -256,6 +270,30 @@ def test_thunder_distributed_reexports_the_package():
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL); this machine has fewer")
 def test_nccl_two_gpus():
     run_world(2, "train:mlp:ddp:layer:sgd", "train:mlp:zero3:block:sgd", "train:gpt:zero2:none:sgd", backend="nccl")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL); this machine has fewer")
+def test_nccl_two_gpus_init_precision_optimizer_state_tensor_parallel(tmp_path):
+    """The NCCL variants of the meta-device init, mixed precision, optimizer-state DCP and tensor-parallel scenarios."""
+    path = str(tmp_path / "dcp_optim")
+    run_world(
+        2,
+        "deferred_init:reset",
+        "mixed_precision:zero3:layer",
+        f"optim_save:{path}",
+        f"optim_load:{path}",
+        f"tensor_parallel:alone:{tmp_path / 'dcp_tp'}",
+        backend="nccl",
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 4, reason="needs 4 CUDA GPUs (NCCL, dp 2 x tp 2); this machine has fewer"
+)
+def test_nccl_four_gpus_tensor_parallel_with_fsdp(tmp_path):
+    run_world(4, f"tensor_parallel:fsdp:{tmp_path / 'dcp'}", backend="nccl")
 
 
 def test_without_the_plugin_thunder_distributed_says_how_to_install():

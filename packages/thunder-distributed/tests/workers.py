@@ -35,6 +35,8 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 GPT_TOL = dict(rtol=1e-3, atol=1e-4)
 # bf16 computation: thunder's backward and PyTorch's round some gradients differently (one bf16 step, 2**-8 relative)
 BF16_TOL = dict(rtol=1.6e-2, atol=1e-3)
+BACKEND = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
+DEVICE_TYPE = "cuda" if BACKEND == "nccl" else "cpu"  # where the ranks compute (NCCL: cuda:LOCAL_RANK)
 
 
 def mlp() -> torch.nn.Module:
@@ -102,7 +104,7 @@ def trace_text(traces) -> str:
 def check_close(actual: dict, expected: torch.nn.Module, what: str, tol: dict) -> None:
     for name, p in expected.named_parameters():
         torch.testing.assert_close(
-            actual[name].cpu(), p.detach(), **tol, msg=lambda m, name=name: f"{what}: {name}: {m}"
+            actual[name].cpu(), p.detach().cpu(), **tol, msg=lambda m, name=name: f"{what}: {name}: {m}"
         )
 
 
@@ -330,46 +332,45 @@ def buffers(rank: int, world: int, mode: str, usage: str = "jit") -> None:
 DCP_BATCH = 8  # divisible by every world size the checkpoint is resumed at
 
 
-def eager_losses(steps: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
-    """Uninterrupted single-process training on the full batches: the model after ``steps`` and every step's loss."""
-    model = make_model("mlp")
-    opt = make_optimizer("sgd", model.parameters())
-    losses = []
-    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
-        if i == steps:
-            snapshot = copy.deepcopy(model)
-        loss = loss_fn("mlp", model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach())
-    return snapshot, losses
+def dcp_data(first: int = 0, last: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches ``first:last`` of the 4 full batches the checkpoint scenarios train on."""
+    return list(batches("mlp", 4, batch=DCP_BATCH))[first:last]
 
 
-def distributed_steps(rank: int, world: int, module, first: int) -> list[torch.Tensor]:
-    """Steps ``first``.. of the training data on this rank's rows; the losses averaged over the ranks (= full-batch loss)."""
-    opt = make_optimizer("sgd", module.parameters())
+def train_steps(module, opt, data, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+    """One optimizer step per batch on this rank's rows; each step's loss averaged over the ranks (= the full-batch loss)."""
     losses = []
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
-        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
+    dev = next(module.parameters()).device  # cuda:LOCAL_RANK with NCCL
+    for x, y in data:
+        loss = loss_fn("mlp", module(local(x, rank, world).to(dev)), local(y, rank, world).to(dev))
         loss.backward()
         opt.step()
         opt.zero_grad()
         mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        losses.append(mean / world)
+        if world > 1:
+            dist.all_reduce(mean)
+        losses.append(mean.cpu() / world)
     return losses
+
+
+def eager_run(opt_name: str, steps: int) -> tuple[torch.nn.Module, dict, list[torch.Tensor]]:
+    """Uninterrupted single-process training on the full batches: the model and the optimizer state (by parameter name)
+    after ``steps``, and every step's loss."""
+    model = make_model("mlp")
+    opt = make_optimizer(opt_name, model.parameters())
+    losses = train_steps(model, opt, dcp_data(last=steps))
+    snapshot = copy.deepcopy(model)
+    names = [n for n, _ in model.named_parameters()]
+    state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
+    losses += train_steps(model, opt, dcp_data(first=steps))
+    return snapshot, state, losses
 
 
 def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
     """Two steps, then torch.distributed.checkpoint saves ``module.state_dict()`` (DTensor shards); torch's state-dict API sees full shapes."""
     tm = thunder.jit(wrap(make_model("mlp"), mode))
-    opt = make_optimizer("sgd", tm.parameters())
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
-        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
-        opt.step()
-        opt.zero_grad()
-    expected, losses = eager_losses(2)
+    train_steps(tm, make_optimizer("sgd", tm.parameters()), dcp_data(last=2), rank, world)
+    expected, _, losses = eager_run("sgd", 2)
     sd = tm.state_dict()
     for name, p in expected.named_parameters():
         assert isinstance(sd[name], DTensor) and sd[name].shape == p.shape, (name, type(sd[name]), sd[name].shape)
@@ -388,7 +389,7 @@ def dcp_save(rank: int, world: int, mode: str, path: str) -> None:
     # set_model_state_dict with a full state dict shards it again
     set_model_state_dict(tm, {k: v.clone() for k, v in full.items()}, options=StateDictOptions(full_state_dict=True))
     check_close(td.get_model_state_dict(tm), expected, "set_model_state_dict(full)", TOL)
-    resumed = distributed_steps(rank, world, tm, 2)
+    resumed = train_steps(tm, make_optimizer("sgd", tm.parameters()), dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
 
@@ -403,65 +404,36 @@ def dcp_load(rank: int, world: int, mode: str, path: str) -> None:
     sd = module.state_dict()
     dcp.load(sd, checkpoint_id=path)
     module.load_state_dict(sd)
-    expected, losses = eager_losses(2)
+    expected, _, losses = eager_run("sgd", 2)
     params = dict(module.named_parameters()) if mode == "plain" else full_params(module)
     check_close(params, expected, f"loaded at world size {world}", TOL)
     if mode == "plain":
         return
-    resumed = distributed_steps(rank, world, module, 2)
+    resumed = train_steps(module, make_optimizer("sgd", module.parameters()), dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step}: {m}")
 
 
-def eager_adam(steps: int):
-    """Uninterrupted single-process Adam training on the full batches: model and optimizer state after ``steps``, every loss."""
-    model = make_model("mlp")
-    opt = make_optimizer("adam", model.parameters())
-    losses = []
-    for i, (x, y) in enumerate(batches("mlp", 4, batch=DCP_BATCH)):
-        if i == steps:
-            names = [n for n, _ in model.named_parameters()]
-            state = {names[k]: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
-        loss = loss_fn("mlp", model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach())
-    return state, losses
-
-
-def adam_steps(rank: int, world: int, module, opt, first: int) -> list[torch.Tensor]:
-    losses = []
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[first:]:
-        loss = loss_fn("mlp", module(local(x, rank, world)), local(y, rank, world))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        losses.append(mean / world)
-    return losses
-
-
-def check_optimizer_state(osd: dict, expected: dict, what: str) -> None:
+def check_optimizer_state(osd: dict, expected: dict, what: str, tols: dict | None = None) -> None:
+    """``osd``'s per-parameter state (DTensors gathered) equals ``expected`` (by parameter name), per key within ``tols``."""
     assert set(osd["state"]) == set(expected), (what, set(osd["state"]), set(expected))
     for name, per_param in expected.items():
         for key, value in per_param.items():
             got = osd["state"][name][key]
             got = got.full_tensor() if isinstance(got, DTensor) else got
             assert got.shape == value.shape, (what, name, key, got.shape, value.shape)
-            torch.testing.assert_close(got.cpu(), value, **TOL, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}")
+            tol = (tols or {}).get(key, TOL)
+            torch.testing.assert_close(
+                got.cpu(), value.cpu(), **tol, msg=lambda m, n=name, k=key: f"{what}: {n}.{k}: {m}"
+            )
 
 
 def optim_save(rank: int, world: int, path: str) -> None:
     """Adam over fsdp shards: torch's get/set_optimizer_state_dict give full shapes; DCP saves model and optimizer."""
     tm = thunder.jit(td.fsdp(make_model("mlp")))
     opt = make_optimizer("adam", tm.parameters())
-    for x, y in list(batches("mlp", 4, batch=DCP_BATCH))[:2]:
-        loss_fn("mlp", tm(local(x, rank, world)), local(y, rank, world)).backward()
-        opt.step()
-        opt.zero_grad()
-    expected, losses = eager_adam(2)
+    train_steps(tm, opt, dcp_data(last=2), rank, world)
+    _, expected, losses = eager_run("adam", 2)
     full = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True))
     check_optimizer_state(full, expected, "get_optimizer_state_dict(full_state_dict=True)")
     offloaded = get_optimizer_state_dict(tm, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -479,7 +451,7 @@ def optim_save(rank: int, world: int, path: str) -> None:
     dcp.save({"model": get_model_state_dict(tm), "optim": sharded}, checkpoint_id=path)
     set_optimizer_state_dict(tm, opt, full, options=StateDictOptions(full_state_dict=True))
     check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, "after set_optimizer_state_dict(full)")
-    resumed = adam_steps(rank, world, tm, opt, 2)
+    resumed = train_steps(tm, opt, dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"uninterrupted step {step}: {m}")
 
@@ -493,9 +465,9 @@ def optim_load(rank: int, world: int, path: str) -> None:
     dcp.load(sd, checkpoint_id=path)
     set_model_state_dict(tm, sd["model"])
     set_optimizer_state_dict(tm, opt, sd["optim"])
-    expected, losses = eager_adam(2)
+    _, expected, losses = eager_run("adam", 2)
     check_optimizer_state(get_optimizer_state_dict(tm, opt), expected, f"loaded at world size {world}")
-    resumed = adam_steps(rank, world, tm, opt, 2)
+    resumed = train_steps(tm, opt, dcp_data(first=2), rank, world)
     for step, (a, b) in enumerate(zip(resumed, losses[2:]), 3):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, step=step: f"resumed step {step} at world {world}: {m}")
 
@@ -588,8 +560,9 @@ def deferred_init(rank: int, world: int, init: str) -> None:
     import pytest
 
     init_fn = normal_init if init == "init_fn" else None
-    torch.manual_seed(7)  # the reference: built and initialised on one process
-    reference = deep_mlp()
+    torch.manual_seed(7)  # the reference: built and initialised on one process (on the device: its random generator)
+    with torch.device(DEVICE_TYPE):
+        reference = deep_mlp()
     if init_fn is not None:
         torch.manual_seed(7)
         for m in reference.modules():
@@ -615,13 +588,13 @@ def deferred_init(rank: int, world: int, init: str) -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        ref_loss = loss_fn("mlp", reference(x), y)
+        ref_loss = loss_fn("mlp", reference(x.to(dev)), y.to(dev))
         ref_loss.backward()
         ref_opt.step()
         ref_opt.zero_grad()
         mean = loss.detach().clone()
         dist.all_reduce(mean)
-        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach(), **TOL)
+        torch.testing.assert_close(mean.cpu() / world, ref_loss.detach().cpu(), **TOL)
     check_close(full_params(tm), reference, f"deferred init ({init}) after training", TOL)
 
     class NoReset(torch.nn.Module):
@@ -645,19 +618,22 @@ def mixed_precision(rank: int, world: int, mode: str, bucketing: str) -> None:
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_model("mlp")
     reference = copy.deepcopy(model)
+    mesh = init_device_mesh(DEVICE_TYPE, (world,))
     for layer in reference:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
-    fully_shard(reference, mesh=init_device_mesh("cpu", (world,)), mp_policy=policy)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(reference, mesh=mesh, mp_policy=policy)
     strategy = {"zero2": td.FSDPType.ZERO2, "zero3": td.FSDPType.ZERO3}[mode]
     tm = thunder.jit(td.fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing, mixed_precision=policy))
     opt, ref_opt = make_optimizer("adam", tm.parameters()), make_optimizer("adam", reference.parameters())
+    dev = next(tm.parameters()).device
     for x, y in batches("mlp", 3, batch=2 * world):
-        out = tm(local(x, rank, world))
-        ref_out = reference(local(x, rank, world))
+        x, y = local(x, rank, world).to(dev), local(y, rank, world).to(dev)
+        out = tm(x)
+        ref_out = reference(x)
         assert out.dtype == ref_out.dtype == torch.bfloat16, (out.dtype, ref_out.dtype)
-        loss = loss_fn("mlp", out.float(), local(y, rank, world))
-        ref_loss = loss_fn("mlp", ref_out.float(), local(y, rank, world))
+        loss = loss_fn("mlp", out.float(), y)
+        ref_loss = loss_fn("mlp", ref_out.float(), y)
         torch.testing.assert_close(loss, ref_loss, **BF16_TOL)
         loss.backward()
         ref_loss.backward()
@@ -688,7 +664,169 @@ def _full_module(sharded: torch.nn.Module) -> torch.nn.Module:
     return full
 
 
+def expected_tp_slice(name: str, full: torch.Tensor, config, rank: int, size: int) -> torch.Tensor:
+    """This rank's slice of a LitGPT parameter (or of its gradient) under litgpt_plan, cut by hand from the full tensor."""
+    if name == "transformer.wte.weight" or name.endswith(("mlp.fc_1.weight", "mlp.fc_2.weight", "mlp.fc.weight")):
+        return full.chunk(size, 0)[rank]
+    if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+        return full.chunk(size, 1)[rank]
+    if name.endswith("attn.qkv.weight"):  # queries of every head, then keys, then values of every group
+        q_rows, kv_rows = config.n_head * config.head_size, config.n_query_groups * config.head_size
+        q, k, v = full.split([q_rows, kv_rows, kv_rows])
+        return torch.cat([q.chunk(size)[rank], k.chunk(size)[rank], v.chunk(size)[rank]])
+    return full
+
+
+def tensor_parallel(rank: int, world: int, layout: str, path: str) -> None:
+    """LitGPT under tensor_parallel(litgpt_plan) (TP = 2), alone or with fsdp on a 2-D mesh (FSDP 2 x TP 2): AdamW losses
+    and every parameter's gradient equal single-process eager on the full batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from thunder_distributed.fsdp import shard_tensor
+
+    tp = 2
+    dp = world // tp
+    mesh = init_device_mesh(DEVICE_TYPE, (dp, tp), mesh_dim_names=("dp", "tp"))
+    dp_rank, tp_rank = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
+    model = make_model("gpt")
+    reference = copy.deepcopy(model)
+    module = td.tensor_parallel(model, td.litgpt_plan(model), mesh["tp"])
+    if layout == "fsdp":
+        module = td.fsdp(module, process_group=mesh["dp"].get_group())
+    tm = thunder.jit(module)
+    opt = torch.optim.AdamW(tm.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    dev = next(tm.parameters()).device
+    names = [n for n, _ in reference.named_parameters()]
+    assert [n for n, _ in tm._model.named_parameters()] == names
+    for step, (x, y) in enumerate(batches("gpt", 3, batch=2 * dp)):
+        loss = loss_fn("gpt", tm(local(x, dp_rank, dp).to(dev)), local(y, dp_rank, dp).to(dev))
+        loss.backward()
+        ref_loss = loss_fn("gpt", reference(x), y)
+        ref_loss.backward()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=mesh["dp"].get_group())
+        torch.testing.assert_close(mean.cpu() / dp, ref_loss.detach(), **GPT_TOL, msg=lambda m: f"step {step}: {m}")
+        for (name, p), ref in zip(tm._model.named_parameters(), reference.parameters()):
+            expected = expected_tp_slice(name, ref.grad, reference.config, tp_rank, tp)
+            if layout == "fsdp":
+                expected = shard_tensor(expected, dp_rank, dp)[0]
+            assert p.shape == expected.shape, (name, p.shape, expected.shape)
+            torch.testing.assert_close(
+                p.grad.cpu(), expected, **GPT_TOL, msg=lambda m, n=name: f"step {step}: {n}: {m}"
+            )
+        opt.step()
+        opt.zero_grad()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    # the split weights are this rank's slices of eager's after training (AdamW's step is about lr = 1e-2 wherever a
+    # gradient is tiny, whatever its rounding: an element may differ by a few 1e-4 after 3 steps)
+    for (name, p), ref in zip(tm._model.named_parameters(), reference.parameters()):
+        expected = expected_tp_slice(name, ref.detach(), reference.config, tp_rank, tp)
+        if layout == "fsdp":
+            expected = shard_tensor(expected, dp_rank, dp)[0]
+        torch.testing.assert_close(p.detach().cpu(), expected, rtol=1e-3, atol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+    split = [n for n, p in tm._model.named_parameters() if p.numel() < dict(reference.named_parameters())[n].numel()]
+    assert "transformer.h.0.attn.qkv.weight" in split and "transformer.wte.weight" in split, split
+    forward, backward = str(thunder.last_traces(tm)[-1]), str(thunder.last_backward_traces(tm)[-1])
+    assert "tensor_parallel_copy(" in forward and "tensor_parallel_reduce(" in forward, forward
+    assert "tensor_parallel_reduce(" in backward, backward  # the gradient of each copy (colwise input) is summed
+
+    # the state dict: split parameters at their full shapes with eager's values (DTensors; LitGPT's qkv, which no
+    # DTensor placement describes, as the full tensor); DCP saves it and a fresh split model and a plain one load it
+    from torch.distributed.tensor import Shard
+
+    sd = tm.state_dict()
+    for name, ref in reference.named_parameters():
+        value = sd[name]
+        if name in split and not name.endswith("qkv.weight"):
+            assert isinstance(value, DTensor), (name, type(value))
+            assert value.placements[0] == Shard(1 if name.endswith("proj.weight") else 0), (name, value.placements)
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        torch.testing.assert_close(full.cpu(), ref.detach(), rtol=1e-3, atol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+    # the optimizer's state likewise: Adam's moments at full shapes, eager's values
+    full_options = StateDictOptions(full_state_dict=True)
+    expected_state = {n: ref_opt.state[p] for n, p in reference.named_parameters()}
+    # (Adam's moments of gradients equal to eager's within GPT_TOL: exp_avg ~ 1e-3, exp_avg_sq ~ 1e-6)
+    tols = {"exp_avg": dict(rtol=1e-3, atol=1e-5), "exp_avg_sq": dict(rtol=1e-2, atol=1e-9)}
+    check_optimizer_state(get_optimizer_state_dict(tm, opt, options=full_options), expected_state, "TP optimizer", tols)
+    dcp.save({"model": sd, "optim": get_optimizer_state_dict(tm, opt)}, checkpoint_id=path)
+    torch.manual_seed(123)  # other weights: loading must overwrite all of them
+    fresh = tiny_gpt()
+    fresh_module = td.tensor_parallel(fresh, td.litgpt_plan(fresh), mesh["tp"])
+    if layout == "fsdp":
+        fresh_module = td.fsdp(fresh_module, process_group=mesh["dp"].get_group())
+    fresh_tm = thunder.jit(fresh_module)
+    fresh_opt = torch.optim.AdamW(fresh_tm.parameters(), lr=1e-2)
+    loaded = {"model": fresh_tm.state_dict(), "optim": get_optimizer_state_dict(fresh_tm, fresh_opt)}
+    dcp.load(loaded, checkpoint_id=path)
+    fresh_tm.load_state_dict(loaded["model"])
+    set_optimizer_state_dict(fresh_tm, fresh_opt, loaded["optim"])
+    for (name, p), q in zip(tm._model.named_parameters(), fresh_tm.parameters()):
+        assert torch.equal(p, q), f"{name} differs after the DCP round trip"
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt.state[p][key], fresh_opt.state[q][key]), f"{name} {key} differs after the round trip"
+    plain = tiny_gpt()
+    plain_sd = {"model": plain.state_dict()}
+    dcp.load(plain_sd, checkpoint_id=path)
+    plain.load_state_dict(plain_sd["model"])
+    check_close(
+        dict(plain.named_parameters()),
+        reference,
+        "the TP checkpoint loaded into a plain model",
+        dict(rtol=1e-3, atol=1e-3),
+    )
+
+
+def tensor_parallel_checks(rank: int, world: int) -> None:
+    """tensor_parallel without thunder.jit gives eager's loss and gradients; misuse is a clear error naming the entry."""
+    import pytest
+
+    model = make_model("gpt")
+    reference = copy.deepcopy(model)
+    module = td.tensor_parallel(model, td.litgpt_plan(model))
+    x, y = next(batches("gpt", 1, batch=2))
+    dev = next(module.parameters()).device
+    loss = loss_fn("gpt", module(x.to(dev)), y.to(dev))
+    loss.backward()
+    ref_loss = loss_fn("gpt", reference(x), y)
+    ref_loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss.detach(), **GPT_TOL)
+    for (name, p), ref in zip(module.named_parameters(), reference.parameters()):
+        expected = expected_tp_slice(name, ref.grad, reference.config, rank, world)
+        torch.testing.assert_close(p.grad.cpu(), expected, **GPT_TOL, msg=lambda m, n=name: f"eager TP: {n}: {m}")
+
+    with pytest.raises(ValueError, match=r"plan\['0'\] = 'diagonal' is not one of colwise, rowwise, vocab, qkv"):
+        td.tensor_parallel(mlp(), {"0": "diagonal"})
+    with pytest.raises(ValueError, match=r"plan entry 'encoder\.\*' names no submodule"):
+        td.tensor_parallel(mlp(), {"encoder.*": "colwise"})
+    with pytest.raises(TypeError, match=r"'1' \(Tanh\): style 'colwise' is for torch.nn.Linear"):
+        td.tensor_parallel(mlp(), {"1": "colwise"})
+    with pytest.raises(
+        ValueError, match=r"'0' \(Linear\): size 7 along dim 0 is not divisible by the tensor-parallel size"
+    ):
+        td.tensor_parallel(mlp(), {"0": "colwise"})  # 7 output features
+    with pytest.raises(TypeError, match=r"'2' \(Linear\): style 'qkv' is for LitGPT's CausalSelfAttention.qkv"):
+        td.tensor_parallel(mlp(), {"2": "qkv"})
+    with pytest.raises(TypeError, match=r"apply it before ddp/fsdp"):
+        td.tensor_parallel(td.fsdp(mlp()), {"2": "colwise"})
+    with pytest.raises(TypeError, match=r"before thunder.jit"):
+        td.tensor_parallel(thunder.jit(mlp()), {"2": "colwise"})
+    with torch.device("meta"):
+        on_meta = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(
+        ValueError, match="meta device; deferred initialisation is not supported with tensor parallelism"
+    ):
+        td.tensor_parallel(on_meta, {"0": "colwise"})
+    with pytest.raises(ValueError, match="2-D DeviceMesh"):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        td.tensor_parallel(mlp(), {"2": "colwise"}, init_device_mesh(DEVICE_TYPE, (1, world)))
+
+
 SCENARIOS = {
+    "tensor_parallel": tensor_parallel,
+    "tensor_parallel_checks": tensor_parallel_checks,
     "optim_save": optim_save,
     "optim_load": optim_load,
     "mixed_precision": mixed_precision,
@@ -723,7 +861,9 @@ def main() -> None:
     """
     from datetime import timedelta
 
-    backend = os.environ.get("THUNDER_TEST_BACKEND", "gloo")
+    backend = BACKEND
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if sys.argv[1] == "env":
         specs = sys.argv[2:]
         # a rank left waiting for a dead peer fails after this instead of hanging

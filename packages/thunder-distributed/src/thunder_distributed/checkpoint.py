@@ -64,11 +64,30 @@ def install_dtensor_state_dict(state) -> None:
     mesh = DeviceMesh.from_group(state.group, device_type)
     state.options["mesh"] = mesh
 
+    # parameters tensor_parallel split before fsdp sharded them: 2-D DTensors (tp, dp), see tensor_parallel_state_dict
+    tp_state = getattr(module, "_thunder_tensor_parallel", None)
+    tp_layouts = tp_state.layouts if tp_state is not None else {}
+    if tp_layouts:
+        from thunder_distributed.tensor_parallel_state_dict import _tp_dp_mesh, dtensor_of_fsdp_shard
+
+        _tp_dp_mesh(tp_state, state.group, device_type)  # made now, while every rank runs fsdp()
+
     def to_dtensors(module, state_dict, prefix, local_metadata) -> None:
         for name, layout in sharded.items():
             key = prefix + name
             value = state_dict.get(key)
             if value is None or isinstance(value, DTensor):
+                continue
+            if name in tp_layouts:
+                shard = value.detach()
+                state_dict[key] = dtensor_of_fsdp_shard(
+                    shard[: _local_rows(layout, state.rank)],
+                    shard,
+                    tp_layouts[name],
+                    tp_state,
+                    state,
+                    lambda s, layout=layout: _gather(s, layout, state),
+                )
                 continue
             state_dict[key] = _as_dtensor(value.detach(), layout, state, mesh)
 
@@ -80,7 +99,21 @@ def install_dtensor_state_dict(state) -> None:
                 state_dict[key] = _as_padded_shard(key, value, layout, state)
 
     for name, p in module.named_parameters():
-        if name in layouts:
+        if name in tp_layouts:
+            from thunder_distributed.optimizer_state import register_converters
+            from thunder_distributed.tensor_parallel_state_dict import fsdp_optimizer_converters
+
+            converters = fsdp_optimizer_converters(
+                name,
+                layouts[name],
+                tp_layouts[name],
+                tp_state,
+                state,
+                lambda s, layout=layouts[name]: _gather(s, layout, state),
+                _as_padded_shard,
+            )
+            register_converters(p, *converters)
+        elif name in layouts:
             register_shard(p, layouts[name], state)
     install_optimizer_hook()  # optimizers over the shards give their state as DTensors too
     state.hook_handles["state_dict"] = [

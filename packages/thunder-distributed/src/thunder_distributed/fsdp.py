@@ -23,7 +23,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transforms import get_grad, put_grads
-from thunder.executors.passes import EXECUTORS_TAG, claim_bound_symbols
+from thunder.extend import claim_bound_symbols, trace_executors
 from thunder_distributed._common import (
     TAG,
     DistState,
@@ -507,7 +507,7 @@ class _Zero3Rewrite:
 
     def _regather(self, trace: TraceCtx, bsyms, needed: set[int]):
         state = self.state
-        executors = trace.tags.get(EXECUTORS_TAG) or (dist_ex,)
+        executors = trace_executors(trace) or (dist_ex,)
         out = []
         done: set[int] = set()
         for b in bsyms:

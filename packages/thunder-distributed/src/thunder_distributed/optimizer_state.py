@@ -14,6 +14,8 @@ on a fresh optimizer too), two hooks:
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from functools import partial
 from itertools import chain
 
 import torch
@@ -21,25 +23,36 @@ from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["register_shard", "install_optimizer_hook"]
+__all__ = ["register_shard", "register_converters", "install_optimizer_hook"]
 
-#: shard parameter -> (its ShardLayout, the DistState of its module)
+#: shard parameter -> (to_global(value, name), to_local(value, name)): its optimizer state in and out of state dicts
 _shards: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _prepared: weakref.WeakSet = weakref.WeakSet()
 _hook_handle = None
 
 
 def register_shard(param: torch.nn.Parameter, layout, state) -> None:
-    """Records that ``param`` is a shard (so optimizers over it give DTensor state)."""
-    _shards[param] = (layout, state)
+    """Records that ``param`` is an fsdp shard (so optimizers over it give DTensor state)."""
+    _shards[param] = (
+        partial(_to_dtensor, layout=layout, state=state),
+        partial(_from_dtensor, layout=layout, state=state),
+    )
+
+
+def register_converters(param: torch.nn.Parameter, to_global: Callable, to_local: Callable) -> None:
+    """Records how ``param``'s optimizer state is given in state dicts (``to_global(value, name)``) and taken back
+    (``to_local(value, name)``); tensor_parallel registers its split parameters so (replacing fsdp's registration
+    when fsdp shards them further)."""
+    _shards[param] = (to_global, to_local)
 
 
 def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return list(chain.from_iterable(g["params"] for g in optimizer.param_groups))
 
 
-def _convert_state(optimizer, state_dict, convert) -> dict:
-    """``state_dict`` with new per-parameter dicts where ``convert(value, layout, state, name)`` changed a value.
+def _convert_state(optimizer, state_dict, direction: int) -> dict:
+    """``state_dict`` with new per-parameter dicts where a registered converter changed a value (``direction`` 0:
+    ``to_global``, 1: ``to_local``).
 
     A state dict names parameters by index (``Optimizer.state_dict``) or by FQN (PyTorch's
     ``set_optimizer_state_dict``); its ``param_groups`` list them in the optimizer's order.
@@ -49,14 +62,14 @@ def _convert_state(optimizer, state_dict, convert) -> dict:
         param_of.update(zip(saved.get("params", ()), group["params"]))
     new_state = {}
     for key, per_param in state_dict["state"].items():
-        info = _shards.get(param_of[key]) if key in param_of else None
-        if info is not None:
-            per_param = {name: convert(value, *info, name) for name, value in per_param.items()}
+        converters = _shards.get(param_of[key]) if key in param_of else None
+        if converters is not None:
+            per_param = {name: converters[direction](value, name) for name, value in per_param.items()}
         new_state[key] = per_param
     return {**state_dict, "state": new_state}
 
 
-def _to_dtensor(value, layout, state, name: str):
+def _to_dtensor(value, name: str, *, layout, state):
     from thunder_distributed.checkpoint import _as_dtensor
 
     if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
@@ -65,7 +78,7 @@ def _to_dtensor(value, layout, state, name: str):
     return value
 
 
-def _from_dtensor(value, layout, state, name: str):
+def _from_dtensor(value, name: str, *, layout, state):
     from thunder_distributed.checkpoint import _as_padded_shard
 
     if isinstance(value, DTensor) or (
@@ -76,11 +89,11 @@ def _from_dtensor(value, layout, state, name: str):
 
 
 def _to_dtensors(optimizer, state_dict) -> dict:
-    return _convert_state(optimizer, state_dict, _to_dtensor)
+    return _convert_state(optimizer, state_dict, 0)
 
 
 def _from_dtensors(optimizer, state_dict) -> dict:
-    return _convert_state(optimizer, state_dict, _from_dtensor)
+    return _convert_state(optimizer, state_dict, 1)
 
 
 def _prepare(optimizer: torch.optim.Optimizer, args, kwargs) -> None:

@@ -2,6 +2,7 @@
 
 from thunder.executors import pythonex, sdpaex, torch_compile, torchex
 from thunder.executors.base import Executor, FusionExecutor, ImplInfo, OperatorExecutor
+from thunder.executors.passes import EXECUTORS_TAG, claim_bound_symbols
 from thunder.executors.registry import (
     add_always_executor,
     add_default_executor,
@@ -35,7 +36,19 @@ __all__ = [
     "rematerialize_forward_backward",
     "saved_for_backward",
     "is_cheap_to_recompute",
+    "claim_bound_symbols",
+    "trace_executors",
 ]
+
+
+def trace_executors(trace) -> tuple[Executor, ...]:
+    """The executors the claiming pass handed ``trace``'s bound symbols to (empty for a trace not claimed yet).
+
+    A fusion executor's ``fusion_pass`` (or a pass executor's) that records new bound symbols into a
+    claimed trace claims them with ``claim_bound_symbols(bsyms, trace_executors(trace), trace)``.
+    """
+    return tuple(trace.tags.get(EXECUTORS_TAG, ()))
+
 
 for _ex in (torchex.ex, pythonex.ex):
     add_always_executor(_ex)
