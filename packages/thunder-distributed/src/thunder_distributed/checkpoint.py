@@ -43,7 +43,8 @@ def _local_rows(layout: ShardLayout, rank: int) -> int:
     return max(0, min(layout.rows_per_rank, layout.rows - rank * layout.rows_per_rank))
 
 
-def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (a DTensor's global layout)."""
     stride, acc = [], 1
     for n in reversed(shape):
         stride.append(acc)
@@ -132,7 +133,7 @@ def _as_dtensor(shard: torch.Tensor, layout: ShardLayout, state, mesh) -> torch.
         [Shard(0)],
         run_check=False,
         shape=torch.Size(layout.shape),
-        stride=_contiguous_stride(layout.shape),
+        stride=contiguous_stride(layout.shape),
     )
 
 

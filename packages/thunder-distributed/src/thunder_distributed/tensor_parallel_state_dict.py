@@ -25,17 +25,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
+from thunder_distributed.checkpoint import contiguous_stride
 from thunder_distributed.optimizer_state import install_optimizer_hook, register_converters
 
 __all__ = ["install_tensor_parallel_state_dict", "dtensor_of_fsdp_shard", "fsdp_optimizer_converters"]
-
-
-def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
-    stride, acc = [], 1
-    for n in reversed(shape):
-        stride.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(stride))
 
 
 def _full_from_slice(local: torch.Tensor, layout, group) -> torch.Tensor:
@@ -90,7 +83,7 @@ def _global_of_slice(value: torch.Tensor, layout, state) -> torch.Tensor:
         [Shard(layout.dim)],
         run_check=False,
         shape=torch.Size(layout.shape),
-        stride=_contiguous_stride(layout.shape),
+        stride=contiguous_stride(layout.shape),
     )
 
 
@@ -204,5 +197,5 @@ def dtensor_of_fsdp_shard(local_rows: torch.Tensor, padded_shard: torch.Tensor, 
         placements,
         run_check=False,
         shape=torch.Size(layout.shape),
-        stride=_contiguous_stride(layout.shape),
+        stride=contiguous_stride(layout.shape),
     )
