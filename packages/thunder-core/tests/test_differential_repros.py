@@ -301,3 +301,24 @@ def test_bfloat16_fmod_grad_at_a_rounding_boundary():
         return v0
 
     _assert_same(fn, torch.tensor([[1.1171875], [1.15625]], dtype=torch.bfloat16, requires_grad=True), grads=True)
+
+
+@pytest.mark.xfail(
+    strict=True, raises=RuntimeError, reason="view-input-updated-through-a-view-of-a-view-backward (issue 25)"
+)
+def test_view_input_updated_through_a_select_of_a_slice_then_returned():
+    # campaign seed 7102: eager backprops through the returned slice; thunder's backward raises autograd's
+    # "A view was created in no_grad mode and its base ... has been modified inplace with grad mode enabled"
+    def fn(a0):
+        v0 = a0[..., 1:]
+        v0.select(-1, 0).pow_(2)
+        return v0
+
+    leaf_e = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(3, 2).requires_grad_()
+    leaf_t = leaf_e.detach().clone().requires_grad_()
+    e = fn((leaf_e * 1)[::2])
+    t = thunder.jit(fn)((leaf_t * 1)[::2])
+    torch.testing.assert_close(t, e)
+    e.sum().backward()
+    t.sum().backward()
+    torch.testing.assert_close(leaf_t.grad, leaf_e.grad)
