@@ -60,7 +60,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     ),
     "thunderfx": ("thunderfx.py", ["--layers", "1", "--steps", "2", "--seq", "16", "--no-inductor"]),
     "distributed": ("distributed.py", ["--layers", "1", "--steps", "1", "--warmup", "1", "--seq", "16"]),
-    "vision": ("vision.py", ["--smoke"]),
+    "vision": ("vision.py", ["--smoke", "--control", "--cpu-time", "--stat", "min"]),
 }
 
 # runs that need thunder-core's [vision] extra (timm), so the core-vision env runs them

@@ -9,11 +9,17 @@ The variants' steps alternate, each round starting with the next variant (eager,
 thunder, torch.compile, eager; ...), so the machine's noise and the order fall on all of them alike;
 ``--control`` adds a second eager copy whose ratio to eager is the measurement's noise floor. Each
 model's outputs and gradients are checked against eager first.
+``--cpu-time`` measures the work of a step rather than its wall time: one intra-op thread, and the
+process's CPU time (``time.process_time``) instead of the clock, so that other processes on a shared
+machine do not enter the figure (they still share its caches). ``--stat min`` reports each variant's
+fastest step instead of the median. ``--fusion`` adds thunder with the ``torch_compile`` executor's
+(Inductor) regions, compiled before its first step returns (``fusion="wait"``).
 Prints one JSON object.
 
     python benchmarks/vision.py                       # every model, with torch.compile (minutes)
     python benchmarks/vision.py --smoke               # two small models, no torch.compile (CI: smoke.py vision)
     python benchmarks/vision.py --models resnet18 maxvit --steps 20 --no-torch-compile
+    python benchmarks/vision.py --steps 15 --control --cpu-time --fusion   # on a shared machine
 """
 
 from __future__ import annotations
@@ -33,10 +39,19 @@ def _step(model, x):
     return out
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
+_clock = time.perf_counter  # --cpu-time: time.process_time
+
+
+def _timed(fn, clock=None) -> float:
+    clock = clock or _clock
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
+
+
+def _first_call(fn) -> float:
+    # what a user waits for: wall time, also under --cpu-time (Inductor compiles in worker processes)
+    return _timed(fn, time.perf_counter)
 
 
 def _check(name, eager_model, model, x) -> None:
@@ -54,7 +69,15 @@ def _check(name, eager_model, model, x) -> None:
         p.grad = pe.grad = None
 
 
-def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, control: bool = False) -> dict:
+def bench_model(
+    name: str,
+    steps: int,
+    batch: int,
+    use_torch_compile: bool,
+    control: bool = False,
+    stat=statistics.median,
+    fusion: bool = False,
+) -> dict:
     import torch
 
     import thunder
@@ -65,14 +88,20 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, cont
     variants = {"eager": eager}
     first_call = {}
     jmodel = thunder.jit(create(name))
-    first_call["thunder"] = _timed(lambda: _step(jmodel, x))
+    first_call["thunder"] = _first_call(lambda: _step(jmodel, x))
     variants["thunder"] = jmodel
+    if fusion:  # thunder with Inductor regions, compiled before the first call returns
+        fmodel = thunder.jit(create(name), executors=["torch_compile", *thunder.get_default_executors()], fusion="wait")
+        first_call["thunder_fusion"] = _first_call(lambda: _step(fmodel, x))
+        variants["thunder_fusion"] = fmodel
     if use_torch_compile:
         cmodel = torch.compile(create(name))
-        first_call["torch_compile"] = _timed(lambda: _step(cmodel, x))
+        first_call["torch_compile"] = _first_call(lambda: _step(cmodel, x))
         variants["torch_compile"] = cmodel
     # the check runs on a fresh eager model and the compiled one (both start from the same weights)
     _check(name, create(name), jmodel, x)
+    if fusion:
+        _check(name, create(name), fmodel, x)
     for m in variants.values():  # warm-up
         _step(m, x)
     if control:  # a second eager copy: its ratio to eager is the benchmark's own noise floor
@@ -84,7 +113,7 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, cont
         # each round starts with the next variant, so that no variant always runs right after another
         for k in order[r % len(order) :] + order[: r % len(order)]:
             times[k].append(_timed(lambda m=variants[k]: _step(m, x)))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: stat(v) for k, v in times.items()}
     result = {
         "eager_step_ms": round(med["eager"] * 1e3, 2),
         "thunder_step_ms": round(med["thunder"] * 1e3, 2),
@@ -93,6 +122,14 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, cont
         # the first call less one steady step: tracing, transforms and building the program
         "thunder_compile_s": round(max(first_call["thunder"] - med["thunder"], 0.0), 3),
     }
+    if fusion:
+        result.update(
+            thunder_fusion_step_ms=round(med["thunder_fusion"] * 1e3, 2),
+            thunder_fusion_vs_eager=round(med["thunder_fusion"] / med["eager"], 3),
+            thunder_fusion_first_call_s=round(first_call["thunder_fusion"], 3),
+        )
+        if use_torch_compile:
+            result["thunder_fusion_vs_torch_compile"] = round(med["thunder_fusion"] / med["torch_compile"], 3)
     if control:
         result["eager_control_vs_eager"] = round(med["eager_control"] / med["eager"], 3)
     if use_torch_compile:
@@ -110,14 +147,34 @@ def bench_model(name: str, steps: int, batch: int, use_torch_compile: bool, cont
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="*", help="names from thunder.tests.vision_models.MODELS (default: all)")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per variant (median reported)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per variant (--stat of them reported)")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--no-torch-compile", action="store_true", help="eager and thunder only")
     parser.add_argument("--smoke", action="store_true", help="two small models, 3 steps, no torch.compile")
     parser.add_argument(
         "--control", action="store_true", help="also time a second eager copy: its ratio to eager is the noise floor"
     )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="one intra-op thread and process CPU time instead of wall time (the work of a step; robust to load)",
+    )
+    parser.add_argument(
+        "--fusion",
+        action="store_true",
+        help="also time thunder with the torch_compile (Inductor) executor's regions, compiled before the first step",
+    )
+    parser.add_argument(
+        "--stat", choices=["median", "min"], default="median", help="per-variant statistic of the steps"
+    )
     args = parser.parse_args(argv)
+    global _clock
+    if args.cpu_time:
+        import torch
+
+        torch.set_num_threads(1)
+        _clock = time.process_time
+    stat = min if args.stat == "min" else statistics.median
     try:
         import thunder  # noqa: F401
         from thunder.tests.vision_models import MODELS, SMOKE_MODELS, import_timm
@@ -134,13 +191,20 @@ def main(argv=None) -> None:
     results = {}
     for name in names:
         print(f"{name}...", file=sys.stderr, flush=True)
-        results[name] = bench_model(name, steps, args.batch, use_tc, args.control)
+        results[name] = bench_model(name, steps, args.batch, use_tc, args.control, stat, args.fusion)
         print(f"  {results[name]}", file=sys.stderr, flush=True)
     ratios = [r["thunder_vs_eager"] for r in results.values()]
     summary = {
         "median_thunder_vs_eager": round(statistics.median(ratios), 3),
         "max_thunder_vs_eager": max(ratios),
     }
+    if args.control:
+        controls = [r["eager_control_vs_eager"] for r in results.values()]
+        summary["control_range"] = [min(controls), max(controls)]
+    if args.fusion:
+        summary["median_thunder_fusion_vs_eager"] = round(
+            statistics.median(r["thunder_fusion_vs_eager"] for r in results.values()), 3
+        )
     if use_tc:
         summary["median_torch_compile_vs_eager"] = round(
             statistics.median(r["torch_compile_vs_eager"] for r in results.values()), 3
@@ -154,6 +218,8 @@ def main(argv=None) -> None:
                 "torch": torch.__version__,
                 "batch": args.batch,
                 "steps": steps,
+                "clock": "process_time, 1 thread" if args.cpu_time else "perf_counter",
+                "stat": args.stat,
                 "models": results,
                 **summary,
             },
