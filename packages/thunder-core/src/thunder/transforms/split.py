@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from thunder.core import dtypes, prims
-from thunder.core.aliasing import aliased_argument_positions
+from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
@@ -83,19 +83,14 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
     return updates
 
 
-def _viewed_arguments(b: BoundSymbol) -> list[str]:
-    """The names of the arguments an executor may run ``b`` as a view of (``thunder.core.aliasing``)."""
-    args = b.flat_args
-    return [args[i].name for i in aliased_argument_positions(b)]
-
-
 def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
     """Saved values that the forward overwrites in place (an input, or a view of one) are saved as clones
     taken before the write."""
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
-        bases = _viewed_arguments(b)
+        args = b.flat_args
+        bases = [args[i].name for i in aliased_argument_positions(b)]
         if not bases:
             continue
         group = aliases.setdefault(bases[0], {bases[0]})
@@ -105,10 +100,9 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
                 group.update(other)
                 for name in other:
                     aliases[name] = group
-        for o in b.flat_outs:
-            if isinstance(o, TensorProxy):
-                group.add(o.name)
-                aliases[o.name] = group
+        for o in aliased_outputs(b):
+            group.add(o.name)
+            aliases[o.name] = group
     # the arguments written back may share one storage (f(a, a.mT)): every saved value aliasing any of them is
     # copied before the first write
     overwritten: set[str] = set()
