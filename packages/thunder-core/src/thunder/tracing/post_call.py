@@ -155,11 +155,11 @@ def _aliases_of(trace, names: set[str]) -> set[str]:
     return may
 
 
-def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
+def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> list[tuple[TensorProxy, TensorProxy]]:
     """Records the copies writing each updated input (or constant) ``(new value, tensor)`` back at the
-    program's end. A new value that is (a view of) another written tensor's value as called
-    (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before that tensor is
-    overwritten: its write goes first, and any further such value is cloned before the writes."""
+    program's end, and returns them in the order written. A new value that is (a view of) another written
+    tensor's value as called (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before
+    that tensor is overwritten: its write goes first, and any further such value is cloned before the writes."""
     from thunder.core import prims
 
     if len(writes) > 1:
@@ -173,6 +173,7 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
             writes = reading + rest
     for new, proxy in writes:
         prims.copy_(new, proxy)
+    return writes
 
 
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:

@@ -56,30 +56,38 @@ class ForwardBackward:
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
-    """(new value, input index) for each input updated in place with a value depending on a grad input."""
+    """(new value, input index) for each input updated in place with a value depending on a grad input.
+
+    The updates are the program's aliasing record's (``thunder.core.aliasing_record``, made when it was
+    traced; a trace built by hand has none and updates nothing)."""
+    record = trace.tags.get("aliasing")
+    if not record or not record.updates:
+        return []
     position = {p.name: i for i, p in enumerate(trace.args) if isinstance(p, TensorProxy)}
     depends = set(requires_grad)
-    updates = []
-    kept_history = {}  # value -> the input whose gradient path it keeps (an update under no_grad)
+    values: dict[str, TensorProxy] = {}
     for b in trace.bound_symbols:
-        if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy):
-            kept_history[b.output.name] = b.args[0].name
-        if b.sym.id == prims.copy_.id:
-            src, dst = b.args[0], b.args[1]
-            if (
-                isinstance(src, TensorProxy)
-                and dst.name in position
-                # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
-                and kept_history.get(src.name) != dst.name
-                # (a tensor that did not require grad and gets a value that does, requires grad afterwards, as in
-                # eager; BatchNorm's running statistics are non-differentiable outputs, so they stay as they are)
-                and src.name in depends
-                and dtypes.is_inexact_dtype(dst.dtype)
-            ):
-                updates.append((src, position[dst.name]))
+        if b.sym.id == prims.copy_.id:  # (the write-back itself)
             continue
+        outs = b.flat_outs
+        for o in outs:
+            values[o.name] = o
         if any(a.name in depends for a in b.flat_args):
-            depends.update(o.name for o in b.flat_outs if not getattr(o, "nondifferentiable", False))
+            depends.update(o.name for o in outs if not getattr(o, "nondifferentiable", False))
+    updates = []
+    for u in record.updates:
+        src = values.get(u.new_value)
+        if (
+            src is not None
+            and u.input in position
+            # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
+            and not u.keeps_history
+            # (a tensor that did not require grad and gets a value that does, requires grad afterwards, as in
+            # eager; BatchNorm's running statistics are non-differentiable outputs, so they stay as they are)
+            and src.name in depends
+            and dtypes.is_inexact_dtype(trace.args[position[u.input]].dtype)
+        ):
+            updates.append((src, position[u.input]))
     return updates
 
 
@@ -150,6 +158,7 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
 
         bw = from_trace(work)
         bw.fn_name = "backward_fn"
+        bw.tags.pop("aliasing", None)  # (the backward writes no input)
         with tracectx(bw):
             cotangents = [TensorProxy(like=o, requires_grad=False, prefix="ct") for o in outputs]
         reached = joint.requires_grad
