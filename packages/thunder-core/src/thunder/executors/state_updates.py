@@ -90,11 +90,15 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
         for i, bsym in enumerate(bsyms):
             for p in bsym.flat_args:
                 uses.setdefault(p.name, []).append(i)
+        # the write-backs are the program's aliasing record's updates (thunder.core.aliasing_record); a trace
+        # without one (built by hand) has none to run in place
+        record = trace.tags.get("aliasing")
+        updates = {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
         write_back_of: dict[tuple[str, str], int] = {}  # (new value, destination) -> index of its copy_
         for i, bsym in enumerate(bsyms):
             if _is_write_back(bsym):
                 src, dst = bsym.args
-                if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy):
+                if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy) and (src.name, dst.name) in updates:
                     write_back_of[(src.name, dst.name)] = i
 
         def only_write_back(new, dst, at: int, *, reads_of_new: bool = False) -> int | None:
