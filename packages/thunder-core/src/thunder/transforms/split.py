@@ -91,9 +91,11 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
     return updates
 
 
-def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
-    """Saved values that the forward overwrites in place (an input, or a view of one) are saved as clones
-    taken before the write."""
+def _save_before_overwrite(
+    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str]
+) -> tuple[list, list]:
+    """Saved values that the forward overwrites in place (``written``: the inputs and constants the aliasing
+    record says it writes back, or a view of one) are saved as clones taken before the first write."""
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
@@ -114,14 +116,13 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
     # the arguments written back may share one storage (f(a, a.mT)): every saved value aliasing any of them is
     # copied before the first write
     overwritten: set[str] = set()
-    for b in forward:
-        if b.sym.id == prims.copy_.id:
-            overwritten.update(aliases.get(b.args[1].name, {b.args[1].name}))
+    for name in written:
+        overwritten.update(aliases.get(name, {name}))
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
     for b in forward:
-        if b.sym.id == prims.copy_.id:
+        if b.sym.id == prims.copy_.id and b.args[1].name in written:  # (a write-back)
             for name in sorted(overwritten):
                 if name in saved_names and name not in taken:
                     p = by_name[name]
@@ -195,7 +196,9 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw = from_trace(work)
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
-            forward, saved_values = _save_before_overwrite(list(joint.forward), saved)
+            record = trace.tags.get("aliasing")
+            written = {u.input for u in record.updates if u.new_value is not None} if record else set()
+            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written)
         fw.bound_symbols = forward + [
             prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
         ]
