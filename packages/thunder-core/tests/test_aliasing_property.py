@@ -5,7 +5,14 @@ import pytest
 import torch
 
 import thunder
-from thunder.core.aliasing import aliased_argument_positions, may_return_alias
+from thunder.core.aliasing import (
+    OPAQUE_KEEPING_RNG_STATE,
+    aliased_argument_positions,
+    aliased_outputs,
+    may_alias_an_argument,
+    may_return_alias,
+    returns_view_of_first_argument,
+)
 
 
 def _eager_aliased_inputs(fn, inputs) -> set[int]:
@@ -115,3 +122,59 @@ def test_may_return_alias_reads_the_symbols_tags():
     assert may_return_alias(ltorch.reshape) and may_return_alias(ltorch.detach)
     assert may_return_alias(prims.reshape)  # a shape prim
     assert not may_return_alias(ltorch.add) and not may_return_alias(prims.add)
+
+    assert returns_view_of_first_argument(ltorch.reshape) and not returns_view_of_first_argument(ltorch.detach)
+
+
+def _bsym(trace, name):
+    (bsym,) = [b for b in trace.bound_symbols if b.sym.name == name]
+    return bsym
+
+
+def test_an_executors_call_answers_for_the_calls_it_runs():
+    # a claimed symbol (run by the torch executor) may alias when the call it stands for declares it; the
+    # decomposition of that call does not matter: repeat_interleave's expand does not make its result a view
+    x = torch.randn(2, 3)
+    for fn, name, eager_alias in (
+        (lambda a: a.flatten(), "flatten", True),
+        (lambda a: a.mT, "transpose", True),
+        (lambda a: a.repeat_interleave(2, dim=0), "repeat_interleave", False),
+    ):
+        assert bool(_eager_aliased_inputs(fn, (x,))) == eager_alias
+        jfn = thunder.jit(fn)
+        jfn(x)
+        claimed = _bsym(thunder.last_traces(jfn)[-1], name)
+        assert claimed.sym.executor is not None
+        assert may_alias_an_argument(claimed) == eager_alias
+
+
+def test_an_unclaimed_symbol_answers_for_its_decomposition():
+    # before claiming, an executor may run the decomposition instead: repeat_interleave's broadcast and reshape
+    # may be views; batch_norm's decomposition reshapes only its statistics, never returns a view of an argument
+    jfn = thunder.jit(lambda a: a.repeat_interleave(2, dim=0))
+    jfn(torch.randn(2, 3))
+    bsym = _bsym(thunder.last_traces(jfn)[0], "repeat_interleave")
+    assert not may_return_alias(bsym.sym) and may_alias_an_argument(bsym)
+
+    def bn(a):
+        return torch.nn.functional.batch_norm(a, torch.zeros(3), torch.ones(3), training=True)
+
+    jbn = thunder.jit(bn)
+    jbn(torch.randn(4, 3))
+    assert _eager_aliased_inputs(bn, (torch.randn(4, 3),)) == set()
+    assert not may_alias_an_argument(_bsym(thunder.last_traces(jbn)[0], "batch_norm_functional"))
+
+
+def test_an_opaque_call_keeping_the_random_state_aliases_through_its_result_only():
+    # an opaque call whose gradient replays the random generator (the forward of a training program) may return
+    # a view of its argument, as eager's select does; the generator state it also returns is a fresh tensor
+    x = torch.randn(3, 4)
+    assert _eager_aliased_inputs(lambda a: a.select(-1, 0), (x,)) == {0}
+    jfn = thunder.jit(lambda a: a.select(-1, 0) * 2)
+    jfn(x.clone().requires_grad_())
+    forward = thunder.last_traces(jfn)[-1]
+    (bsym,) = [b for b in forward.bound_symbols if OPAQUE_KEEPING_RNG_STATE in b.sym.tags]
+    result, state = bsym.output
+    assert aliased_argument_positions(bsym) == (0,)
+    assert [o.name for o in aliased_outputs(bsym)] == [result.name]
+    assert may_alias_an_argument(bsym)

@@ -16,6 +16,7 @@ from thunder import extend  # noqa: F401  (registers the built-in executors)
 from thunder import torch as torch_language  # noqa: F401
 from thunder.compiler import CacheOption, CompileData, CompileStats, build_compile_data, make_compiled
 from thunder.core import devices, dtypes  # noqa: F401
+from thunder.core.aliasing_record import AliasingRecord
 from thunder.core.proxies import TensorProxy  # noqa: F401
 from thunder.core.trace import TraceCtx
 from thunder.executors.registry import get_all_executors, get_always_executors, get_default_executors  # noqa: F401
@@ -33,6 +34,7 @@ __all__ = [
     "last_traces",
     "last_backward_traces",
     "last_prologue_traces",
+    "last_aliasing",
     "cache_option",
     "cache_hits",
     "cache_misses",
@@ -144,6 +146,15 @@ def last_backward_traces(fn) -> list[TraceCtx]:
 def last_prologue_traces(fn) -> list[TraceCtx]:
     """Obtains the list of prologue traces that have been produced for the last run of the function."""
     return _require_run(fn, compile_stats(fn).last_prologue_traces, "prologue traces")
+
+
+def last_aliasing(fn) -> AliasingRecord:
+    """What the program of the last run of ``fn`` aliases and writes: the inputs sharing a storage, the inputs it
+    updates in place (in the order written back, with what autograd sees of each), the inputs it returns
+    themselves and the outputs that may be views of inputs (``thunder.core.aliasing_record.AliasingRecord``;
+    also printed as the header of ``last_traces(fn)[0]`` when not empty)."""
+    traces = _require_run(fn, compile_stats(fn).last_traces, "traces")
+    return traces[0].tags.get("aliasing") or AliasingRecord()
 
 
 def cache_option(fn) -> CacheOption:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from thunder.core.aliasing_record import AliasingRecord
+
 __all__ = ["examine", "ExamineReport"]
 
 
@@ -38,6 +40,8 @@ class ExamineReport:
     # executor), and what each cached program runs (thunder.fusion_states): "fused", "unfused", "failed", ...
     fusion_regions: Counter = field(default_factory=Counter)
     fusion_states: list[str] = field(default_factory=list)
+    # what the compiled program aliases and writes (thunder.last_aliasing): inputs updated in place, in order
+    aliasing: AliasingRecord = field(default_factory=AliasingRecord)
 
     @property
     def fully_supported(self) -> bool:
@@ -62,6 +66,8 @@ class ExamineReport:
         if self.fusion_regions:
             regions = ", ".join(f"{n} {name}" for name, n in sorted(self.fusion_regions.items()))
             lines.append(f"fusion regions: {regions} (cached programs: {', '.join(self.fusion_states)})")
+        if self.aliasing:
+            lines.extend(line[2:] for line in self.aliasing.comment_lines())
         if self.matches is True:
             lines.append("thunder's result matches eager PyTorch")
         elif self.matches is False:
@@ -156,6 +162,7 @@ def examine(
         report.backward_kernels = _backward_kernels(jfn)
         report.fusion_regions = _fusion_regions(jfn)
         report.fusion_states = thunder.fusion_states(jfn) if report.fusion_regions else []
+        report.aliasing = thunder.last_aliasing(jfn)
         tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
         try:
             torch.testing.assert_close(actual, expected, equal_nan=True, **tol)

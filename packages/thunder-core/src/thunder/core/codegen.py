@@ -184,6 +184,9 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
     header = []
     if trace.provenance is not None:
         header.append(repr(trace.provenance))
+    record = trace.tags.get("aliasing")  # (thunder.core.aliasing_record: what the program aliases and writes)
+    if record:
+        header.extend(record.comment_lines())
     header.extend(_imports(trace))
     header.append("")
     header.extend(trace.decorators)

@@ -27,7 +27,7 @@ as the new symbol's decomposition, so the printed trace shows what the in-place 
 from __future__ import annotations
 
 from thunder.core import prims
-from thunder.core.aliasing import may_return_alias
+from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.dce import has_side_effects
 from thunder.core.prims import OpTags
 from thunder.core.proxies import TensorProxy
@@ -90,11 +90,15 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
         for i, bsym in enumerate(bsyms):
             for p in bsym.flat_args:
                 uses.setdefault(p.name, []).append(i)
+        # the write-backs are the program's aliasing record's updates (thunder.core.aliasing_record); a trace
+        # without one (built by hand) has none to run in place
+        record = trace.tags.get("aliasing")
+        updates = {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
         write_back_of: dict[tuple[str, str], int] = {}  # (new value, destination) -> index of its copy_
         for i, bsym in enumerate(bsyms):
             if _is_write_back(bsym):
                 src, dst = bsym.args
-                if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy):
+                if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy) and (src.name, dst.name) in updates:
                     write_back_of[(src.name, dst.name)] = i
 
         def only_write_back(new, dst, at: int, *, reads_of_new: bool = False) -> int | None:
@@ -125,7 +129,7 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
                     user = bsyms[j]
                     if user.sym is prims.python_return or has_side_effects(user):
                         return False
-                    if _may_alias(user):
+                    if may_alias_an_argument(user):
                         for o in user.flat_outs:
                             if o.name not in seen:
                                 seen.add(o.name)
@@ -181,12 +185,6 @@ def _method_in_place(bsyms: list[BoundSymbol], at: int, only_write_back):
     if i is None:
         return None
     return _bound(sym, bsym.args, bsym.output, [bsym, bsyms[i]]), [i]
-
-
-def _may_alias(bsym: BoundSymbol) -> bool:
-    # the executor's call and the calls it stands for (a claimed symbol, a fusion region's members) declare it;
-    # their own decompositions do not matter (repeat_interleave's expand does not make its result a view)
-    return may_return_alias(bsym.sym) or any(may_return_alias(s.sym) for s in bsym.subsymbols)
 
 
 def _bound(sym: Symbol, args, output, replaced: list[BoundSymbol]) -> BoundSymbol:

@@ -88,6 +88,7 @@ class _InputBuilder:
         self.attribute_snapshots: dict[int, dict] = {}
         self.objects: list[_ObjectArgument] = []  # arguments holding tensors inside Python objects
         self.object_attributes: set[tuple[int, str]] = set()  # (id(module), attribute) held as such objects
+        self.shared_storages: list[tuple[str, tuple[str, ...]]] = []  # (storage input, the inputs viewing it)
 
     @property
     def originals(self) -> list:
@@ -339,6 +340,7 @@ class _InputBuilder:
             root = TracingTensor(proxy)
             set_input_layout(root, storage)
             self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
+            self.shared_storages.append((proxy.name, tuple(ti.proxy.name for ti, _ in members)))
             for ti, value in members:
                 alias_of_storage(ti.wrapper, root, value)
             seed_storage(root, [ti.wrapper for ti, _ in members])

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from thunder.core import pytree
-from thunder.core.aliasing import may_return_alias
+from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
@@ -146,35 +146,20 @@ class PostCall:
         return structure, finish_after_call, [*finish_args, *exprs]
 
 
-def _may_alias_argument(bsym) -> bool:
-    """Whether an executor may run ``bsym`` as a view of an argument (a shape op, a view, an opaque torch call,
-    or a composite one of whose outputs its decomposition computes as a view of an argument: ``flatten``, not
-    ``batch_norm``, whose decomposition reshapes only its statistics)."""
-    if may_return_alias(bsym.sym):
-        return True
-    if not bsym.subsymbols:
-        return False
-    may = {a.name for a in bsym.flat_args if isinstance(a, TensorProxy)}
-    for sub in bsym.subsymbols:
-        if any(isinstance(a, TensorProxy) and a.name in may for a in sub.flat_args) and _may_alias_argument(sub):
-            may.update(o.name for o in sub.flat_outs if isinstance(o, TensorProxy))
-    return any(isinstance(o, TensorProxy) and o.name in may for o in bsym.flat_outs)
-
-
 def _aliases_of(trace, names: set[str]) -> set[str]:
     """``names`` and the values of ``trace`` an executor may run as views of them."""
     may = set(names)
     for b in trace.bound_symbols:
-        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and _may_alias_argument(b):
+        if any(isinstance(a, TensorProxy) and a.name in may for a in b.flat_args) and may_alias_an_argument(b):
             may.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
     return may
 
 
-def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
+def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> list[tuple[TensorProxy, TensorProxy]]:
     """Records the copies writing each updated input (or constant) ``(new value, tensor)`` back at the
-    program's end. A new value that is (a view of) another written tensor's value as called
-    (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before that tensor is
-    overwritten: its write goes first, and any further such value is cloned before the writes."""
+    program's end, and returns them in the order written. A new value that is (a view of) another written
+    tensor's value as called (``b.copy_(a); a.mul_(2)``: ``b``'s new value is ``a``'s old one) is read before
+    that tensor is overwritten: its write goes first, and any further such value is cloned before the writes."""
     from thunder.core import prims
 
     if len(writes) > 1:
@@ -188,6 +173,7 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> None:
             writes = reading + rest
     for new, proxy in writes:
         prims.copy_(new, proxy)
+    return writes
 
 
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:

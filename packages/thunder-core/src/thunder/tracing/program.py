@@ -16,6 +16,7 @@ from thunder.core import prims
 from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards
+from thunder.tracing.aliasing_facts import build_aliasing_record
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
 from thunder.tracing.outputs import _collect_output, _copy_outputs_holding_overwritten_inputs
@@ -220,7 +221,8 @@ def trace_program(
             # (arguments sharing a storage are views of it: a write reaches them all)
             aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
             unalias_outputs(result, trace, written | aliased, set(post_call.exprs))
-        emit_writes(writes + tracer.constant_writes(), trace)
+        constant_writes = tracer.constant_writes()
+        writes = emit_writes(writes + constant_writes, trace)
         if size_env.order and tracer.layout_read:
             # the layout of an input with symbolic sizes is checked as "contiguous": others are specialised
             for ti in inputs.tensors:
@@ -247,6 +249,15 @@ def trace_program(
         post_call.plan((ti.wrapper for ti in inputs.tensors), result)
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
+        trace.tags["aliasing"] = build_aliasing_record(
+            trace,
+            {ti.proxy.name: post_call.exprs.get(id(ti.wrapper)) or ti.expr or ti.key for ti in inputs.tensors},
+            inputs.shared_storages,
+            writes,
+            {dst.name for _, dst in constant_writes},
+            post_call.steps,
+            post_call.returned,
+        )
 
     # the computation takes the user's tensors, then the module state the program used
     used = set()

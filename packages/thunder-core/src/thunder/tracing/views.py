@@ -9,7 +9,7 @@ import weakref
 import torch
 
 from thunder.core import dtypes
-from thunder.core.aliasing import may_return_alias
+from thunder.core.aliasing import may_return_alias, returns_view_of_first_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import ATOMIC_TYPES, Symbol
 from thunder.core.symbolic import hint, hints, specialize
@@ -394,7 +394,7 @@ def _can_defer_shadows(func, mapped: Symbol, args, wrapped) -> bool:
     """Whether a registered view op's shadow run can wait: its outputs are fresh tensors (none can be an
     argument itself, which must be known now: a view op that never returns its argument, or different
     shapes) of arguments that are not detached."""
-    if "view" not in mapped.tags or func in _DETACHING:
+    if not returns_view_of_first_argument(mapped) or func in _DETACHING:
         return False
     if type(wrapped) is TracingTensor:
         outs = (wrapped,)

@@ -16,6 +16,7 @@ from itertools import count
 import torch
 
 from thunder.core import dtypes
+from thunder.core.aliasing import OPAQUE_KEEPING_RNG_STATE
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol, flat_proxies
@@ -140,6 +141,15 @@ def _keeping_rng_state(sym: Symbol, name: str, device) -> Symbol:
         state = _rng_state(device)
         return sym.meta(*args, **kwargs), TensorProxy(shape=state.shape, dtype=state.dtype, device="cpu")
 
+    # (declared as such in thunder.core.aliasing: PyTorch may return a view of an argument as its first output,
+    # which the split must know to save a copy of it before an in-place update overwrites it)
     return Symbol(
-        name, meta, id=f"opaque_rng::{name}", is_prim=True, print_name=name, call_ctx={name: run}, executor=sym.executor
+        name,
+        meta,
+        id=f"opaque_rng::{name}",
+        is_prim=True,
+        print_name=name,
+        call_ctx={name: run},
+        executor=sym.executor,
+        tags=(OPAQUE_KEEPING_RNG_STATE,),
     )

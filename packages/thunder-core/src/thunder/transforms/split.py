@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from thunder.core import dtypes, prims
-from thunder.core.aliasing import aliased_argument_positions
+from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
@@ -56,46 +56,51 @@ class ForwardBackward:
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
-    """(new value, input index) for each input updated in place with a value depending on a grad input."""
+    """(new value, input index) for each input updated in place with a value depending on a grad input.
+
+    The updates are the program's aliasing record's (``thunder.core.aliasing_record``, made when it was
+    traced; a trace built by hand has none and updates nothing)."""
+    record = trace.tags.get("aliasing")
+    if not record or not record.updates:
+        return []
     position = {p.name: i for i, p in enumerate(trace.args) if isinstance(p, TensorProxy)}
     depends = set(requires_grad)
-    updates = []
-    kept_history = {}  # value -> the input whose gradient path it keeps (an update under no_grad)
+    values: dict[str, TensorProxy] = {}
     for b in trace.bound_symbols:
-        if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy):
-            kept_history[b.output.name] = b.args[0].name
-        if b.sym.id == prims.copy_.id:
-            src, dst = b.args[0], b.args[1]
-            if (
-                isinstance(src, TensorProxy)
-                and dst.name in position
-                # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
-                and kept_history.get(src.name) != dst.name
-                # (a tensor that did not require grad and gets a value that does, requires grad afterwards, as in
-                # eager; BatchNorm's running statistics are non-differentiable outputs, so they stay as they are)
-                and src.name in depends
-                and dtypes.is_inexact_dtype(dst.dtype)
-            ):
-                updates.append((src, position[dst.name]))
+        if b.sym.id == prims.copy_.id:  # (the write-back itself)
             continue
+        outs = b.flat_outs
+        for o in outs:
+            values[o.name] = o
         if any(a.name in depends for a in b.flat_args):
-            depends.update(o.name for o in b.flat_outs if not getattr(o, "nondifferentiable", False))
+            depends.update(o.name for o in outs if not getattr(o, "nondifferentiable", False))
+    updates = []
+    for u in record.updates:
+        src = values.get(u.new_value)
+        if (
+            src is not None
+            and u.input in position
+            # an update under no_grad is invisible to autograd: the caller's tensor keeps its history
+            and not u.keeps_history
+            # (a tensor that did not require grad and gets a value that does, requires grad afterwards, as in
+            # eager; BatchNorm's running statistics are non-differentiable outputs, so they stay as they are)
+            and src.name in depends
+            and dtypes.is_inexact_dtype(trace.args[position[u.input]].dtype)
+        ):
+            updates.append((src, position[u.input]))
     return updates
 
 
-def _viewed_arguments(b: BoundSymbol) -> list[str]:
-    """The names of the arguments an executor may run ``b`` as a view of (``thunder.core.aliasing``)."""
-    args = b.flat_args
-    return [args[i].name for i in aliased_argument_positions(b)]
-
-
-def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy]) -> tuple[list, list]:
-    """Saved values that the forward overwrites in place (an input, or a view of one) are saved as clones
-    taken before the write."""
+def _save_before_overwrite(
+    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str]
+) -> tuple[list, list]:
+    """Saved values that the forward overwrites in place (``written``: the inputs and constants the aliasing
+    record says it writes back, or a view of one) are saved as clones taken before the first write."""
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
-        bases = _viewed_arguments(b)
+        args = b.flat_args
+        bases = [args[i].name for i in aliased_argument_positions(b)]
         if not bases:
             continue
         group = aliases.setdefault(bases[0], {bases[0]})
@@ -105,21 +110,19 @@ def _save_before_overwrite(forward: list[BoundSymbol], saved: list[TensorProxy])
                 group.update(other)
                 for name in other:
                     aliases[name] = group
-        for o in b.flat_outs:
-            if isinstance(o, TensorProxy):
-                group.add(o.name)
-                aliases[o.name] = group
+        for o in aliased_outputs(b):
+            group.add(o.name)
+            aliases[o.name] = group
     # the arguments written back may share one storage (f(a, a.mT)): every saved value aliasing any of them is
     # copied before the first write
     overwritten: set[str] = set()
-    for b in forward:
-        if b.sym.id == prims.copy_.id:
-            overwritten.update(aliases.get(b.args[1].name, {b.args[1].name}))
+    for name in written:
+        overwritten.update(aliases.get(name, {name}))
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
     for b in forward:
-        if b.sym.id == prims.copy_.id:
+        if b.sym.id == prims.copy_.id and b.args[1].name in written:  # (a write-back)
             for name in sorted(overwritten):
                 if name in saved_names and name not in taken:
                     p = by_name[name]
@@ -156,6 +159,7 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
 
         bw = from_trace(work)
         bw.fn_name = "backward_fn"
+        bw.tags.pop("aliasing", None)  # (the backward writes no input)
         with tracectx(bw):
             cotangents = [TensorProxy(like=o, requires_grad=False, prefix="ct") for o in outputs]
         reached = joint.requires_grad
@@ -192,7 +196,9 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw = from_trace(work)
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
-            forward, saved_values = _save_before_overwrite(list(joint.forward), saved)
+            record = trace.tags.get("aliasing")
+            written = {u.input for u in record.updates if u.new_value is not None} if record else set()
+            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written)
         fw.bound_symbols = forward + [
             prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
         ]

@@ -1,0 +1,83 @@
+"""Builds a traced program's aliasing and mutation record (``thunder.core.aliasing_record``) from what tracing
+found: the inputs sharing a storage (``_InputBuilder.alias_overlapping``), the write-backs in their order
+(``emit_writes``), the updates autograd does not see (``keep_grad_of``), the layout steps and the returned
+inputs of the step after the call (``PostCall``), and the outputs the executors may compute as views of
+inputs (``thunder.core.aliasing``). Built once per traced program, at compile time."""
+
+from __future__ import annotations
+
+from thunder.core.aliasing import may_alias_an_argument
+from thunder.core.aliasing_record import AliasingRecord, InputUpdate, SharedStorage
+from thunder.core.proxies import TensorProxy
+from thunder.core.trace import TraceCtx
+
+__all__ = ["build_aliasing_record"]
+
+
+def _layout_step(kind: str, detail, input_names: dict[str, str]) -> str:
+    if kind == "storage_of":
+        return f"storage of {input_names.get(detail, detail)}"
+    return kind
+
+
+def build_aliasing_record(
+    trace: TraceCtx,
+    callers: dict[str, str],
+    shared_storages: list[tuple[str, tuple[str, ...]]],
+    writes: list[tuple[TensorProxy, TensorProxy]],
+    constants: set[str],
+    layout_steps: list[tuple],
+    returned: list[tuple],
+) -> AliasingRecord:
+    """The record of ``trace``, whose last symbol is its return.
+
+    ``callers``: input name -> how the prologue reads the caller's tensor; ``writes``: ``(new value, tensor)``
+    in the order written back; ``constants``: the names among the written tensors that are constants, not
+    inputs; ``layout_steps`` and ``returned``: ``PostCall.steps`` and ``PostCall.returned``."""
+    by_caller = {expr: name for name, expr in callers.items()}
+    written = {dst.name for _, dst in writes}
+    no_grad: set[tuple[str, str]] = set()  # (new value, tensor) of updates autograd does not see
+    origins: dict[str, frozenset[str]] = {name: frozenset((name,)) for name in callers}
+    for b in trace.bound_symbols:
+        if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy) and b.args[0].name in written:
+            no_grad.add((b.output.name, b.args[0].name))
+        from_inputs = [origins[a.name] for a in b.flat_args if isinstance(a, TensorProxy) and a.name in origins]
+        if from_inputs and may_alias_an_argument(b):
+            reached = frozenset().union(*from_inputs)
+            for o in b.flat_outs:
+                if isinstance(o, TensorProxy):
+                    origins[o.name] = reached
+    layouts = {expr: _layout_step(kind, detail, by_caller) for expr, kind, detail, _ in layout_steps}
+    updates = tuple(
+        InputUpdate(
+            input=dst.name,
+            caller=callers.get(dst.name, dst.name),
+            new_value=new.name,
+            keeps_history=(new.name, dst.name) in no_grad,
+            layout=layouts.get(callers.get(dst.name)),
+            constant=dst.name in constants,
+        )
+        for new, dst in writes
+    )
+    # inputs whose layout changes without a write of their elements
+    updates += tuple(
+        InputUpdate(input=by_caller.get(expr, expr), caller=expr, new_value=None, layout=layout)
+        for expr, layout in layouts.items()
+        if by_caller.get(expr) not in written
+    )
+    ret = trace.bound_symbols[-1]
+    outputs = [p for p in ret.flat_args if isinstance(p, TensorProxy)]
+    aliasing = []
+    seen = set()
+    for p in outputs:
+        if p.name in seen or p.name in callers:
+            continue
+        seen.add(p.name)
+        if p.name in origins:
+            aliasing.append((p.name, tuple(sorted(origins[p.name]))))
+    return AliasingRecord(
+        shared_storage=tuple(SharedStorage(storage, inputs) for storage, inputs in shared_storages),
+        updates=updates,
+        returned_inputs=tuple(dict.fromkeys(expr for _, expr, _ in returned)),
+        outputs_aliasing_inputs=tuple(aliasing),
+    )
