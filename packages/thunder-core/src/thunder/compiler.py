@@ -31,6 +31,7 @@ from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.state_updates import update_state_in_place
+from thunder.entry_point import make_entry_point
 from thunder.executors.torchex import no_autocast
 from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
@@ -576,8 +577,9 @@ class EntryCache:
 def make_compiled(cd: CompileData) -> Callable:
     """The function that runs a jitted program: try the cached prologues, else compile.
 
-    The common call costs one extra frame: the jitted callable calls the prologue that answered last
-    (``EntryCache.fast``), which counts the cache hit itself.
+    The common call costs one extra frame: the jitted callable (with the function's signature, see
+    ``thunder.entry_point``) calls the prologue that answered last (``EntryCache.fast``), which counts the
+    cache hit itself.
     """
     stats = cd.stats
     no_caching = cd.cache_option is CacheOption.NO_CACHING
@@ -653,15 +655,9 @@ def make_compiled(cd: CompileData) -> Callable:
             _note_last(entry)
         return result
 
-    fast = entries.fast
-
-    def thunder_compiled(*args, **kwargs):
-        prologue = fast[0]
-        result = prologue(*args, **kwargs)
-        if result is MISS:
-            return _slow_path(prologue, args, kwargs)
-        return result
-
+    target = cd.module.forward if cd.module is not None else cd.fn
+    name = getattr(target, "__qualname__", None) or type(target).__name__
+    thunder_compiled = make_entry_point(target, name, entries.fast, _slow_path, MISS)
     thunder_compiled._lc_cd = cd
     return thunder_compiled
 
