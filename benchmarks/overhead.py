@@ -49,6 +49,7 @@ def litgpt_model() -> tuple[torch.nn.Module, torch.Tensor]:
     """A 4-layer LitGPT Llama with n_embd 64 and an input of shape [1, 16] (None if litgpt is missing)."""
     try:
         import litgpt
+
         from thunder.tests.litgpt_model import configs
     except ImportError as e:
         print(f"[overhead] litgpt_prologue skipped: {e}", file=sys.stderr)

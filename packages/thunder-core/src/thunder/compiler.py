@@ -26,12 +26,12 @@ from typing import Any
 import torch
 
 from thunder.core.trace import TraceCtx, TraceProvenance
+from thunder.entry_point import make_entry_point
 from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.state_updates import update_state_in_place
-from thunder.entry_point import make_entry_point
 from thunder.executors.torchex import no_autocast
 from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
