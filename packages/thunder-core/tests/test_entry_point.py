@@ -69,3 +69,17 @@ def test_hits_are_counted_once_per_call_from_every_path():
     jf(small, small)  # found by lookup, after the last entry's prologue refused it
     jf(small, small)
     assert (thunder.cache_misses(jf), thunder.cache_hits(jf)) == (2, 3)
+
+
+def test_a_function_named_like_a_keyword_or_without_a_signature():
+    def f(a, b):
+        return a + b
+
+    f.__name__ = f.__qualname__ = "class"  # not a name a def can have
+    jf = thunder.jit(f)
+    x = torch.randn(2)
+    torch.testing.assert_close(jf(x, x), x + x)
+    jsin = thunder.jit(torch.sin)  # a builtin: no introspectable signature, the generic form
+    torch.testing.assert_close(jsin(x), torch.sin(x))
+    torch.testing.assert_close(jsin(x), torch.sin(x))
+    assert thunder.cache_hits(jsin) == 1

@@ -8,6 +8,7 @@ packing, which costs about as much as the rest of the call path (a tenth of eage
 from __future__ import annotations
 
 import inspect
+import keyword
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,8 @@ def make_entry_point(
 
 def _identifier(name: str) -> str:
     short = name.rsplit(".", 1)[-1]
-    return short if short.isidentifier() and not short.startswith(_PREFIX) else "thunder_compiled"
+    usable = short.isidentifier() and not keyword.iskeyword(short) and not short.startswith(_PREFIX)
+    return short if usable else "thunder_compiled"
 
 
 def _generic(name: str) -> str:
