@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from thunder.core.trace import TraceCtx, TraceProvenance
+from thunder.entry_point import make_entry_point
 from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.passes import claim_executors, dce, del_last_used
@@ -85,7 +86,8 @@ class CacheEntry:
 class CompileStats:
     """What happened while compiling and calling a jitted function."""
 
-    cache_hits: int = 0
+    # the calls a cached program answered: the prologues count them (``_hits[0] += 1`` once their checks pass)
+    hit_counter: list[int] = field(default_factory=lambda: [0], repr=False)
     cache_misses: int = 0
     last_traces: list[TraceCtx] | None = None
     last_prologue_traces: list[TraceCtx] | None = None
@@ -99,6 +101,15 @@ class CompileStats:
     # tiered compilation (thunder.executors.tiers): fused programs swapped in, and background compiles that failed
     background_fusions: int = 0
     background_fusion_failures: int = 0
+
+    @property
+    def cache_hits(self) -> int:
+        """How many calls a cached program answered."""
+        return self.hit_counter[0]
+
+    @cache_hits.setter
+    def cache_hits(self, value: int) -> None:
+        self.hit_counter[0] = value
 
 
 @dataclass
@@ -192,7 +203,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         program.prologue.trace.constants["_finish"] = program.rebuild_output
         call = f"_finish({', '.join([call, *program.rebuild_args])})"
     pstart = time.perf_counter_ns()
-    prologue_trace = program.prologue.build(program.signature, call, program.fn_name, computation)
+    prologue_trace = program.prologue.build(
+        program.signature, call, program.fn_name, computation, hit_counter=stats.hit_counter
+    )
     _stamp(prologue_trace, "Prologue", pstart)
     prologue = prologue_trace.python_callable()
     prologue.__name__ = _short(program.fn_name)
@@ -306,6 +319,8 @@ def _start_fusion_tier(
         entry.computation = executable.computation
         entry.prologue.__globals__["computation"] = executable.computation  # the swap: one assignment
         entry.fusion = tiers.FUSED
+        if isinstance(cd.cache, EntryCache):  # the next call notes the fused program's traces
+            cd.cache.invalidate_fast_path(entry)
         cd.stats.background_fusions += 1
 
     def fail(error: BaseException) -> None:
@@ -444,11 +459,16 @@ def _arg_key(a):
 _UNTRIED: Any = object()
 
 
+def _no_entry(*args, **kwargs):
+    """The fast path's prologue while no entry answered last: every call takes the slow path."""
+    return MISS
+
+
 class EntryCache:
     """A function's cache entries, least recently used first, at most ``limit`` of them.
 
-    A call tries the entry that answered last (one prologue for the common case), then the entries
-    whose key (``_call_key``: shapes, dtypes, scalar values) matches, then the rest.
+    A call tries the entry that answered last (one prologue for the common case: ``fast[0]`` is its prologue),
+    then the entries whose key (``_call_key``: shapes, dtypes, scalar values) matches, then the rest.
     """
 
     def __init__(self, limit: int | None = None):
@@ -457,6 +477,9 @@ class EntryCache:
         self._buckets: dict[Any, list[CacheEntry]] = {}
         self._keys: dict[int, Any] = {}
         self.mru: CacheEntry | None = None
+        # the prologue the jitted callable calls first: the most recently used entry's, or _no_entry when
+        # the next call must go through lookup (no entry yet, or the entry's program was swapped)
+        self.fast: list[Callable] = [_no_entry]
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -473,6 +496,7 @@ class EntryCache:
         self._buckets.clear()
         self._keys.clear()
         self.mru = None
+        self.fast[0] = _no_entry
 
     def add(self, entry: CacheEntry, key) -> None:
         self._entries[id(entry)] = entry
@@ -481,7 +505,7 @@ class EntryCache:
             self._buckets.setdefault(key, []).insert(0, entry)
         except TypeError:  # an unhashable key: found by the full scan only
             self._keys[id(entry)] = None
-        self.mru = entry
+        self._set_mru(entry)
         while self.limit is not None and len(self._entries) > self.limit:
             _, old = self._entries.popitem(last=False)
             self._forget(old)
@@ -496,6 +520,16 @@ class EntryCache:
                 del self._buckets[key]
         if self.mru is entry:
             self.mru = None
+            self.fast[0] = _no_entry
+
+    def _set_mru(self, entry: CacheEntry) -> None:
+        self.mru = entry
+        self.fast[0] = entry.prologue
+
+    def invalidate_fast_path(self, entry: CacheEntry) -> None:
+        """The next call goes through ``lookup`` (which notes the entry's new traces) if ``entry`` answered last."""
+        if self.mru is entry:
+            self.fast[0] = _no_entry
 
     def lookup(self, args, kwargs, tried: CacheEntry | None = _UNTRIED):
         """``(entry, result)`` of the first entry whose prologue accepts the inputs, else ``(None, MISS)``.
@@ -507,6 +541,7 @@ class EntryCache:
             if mru is not None:
                 result = mru.prologue(*args, **kwargs)
                 if result is not MISS:
+                    self._set_mru(mru)
                     return mru, result
         else:
             mru = tried
@@ -536,11 +571,16 @@ class EntryCache:
     def _touch(self, entry: CacheEntry) -> None:
         if id(entry) in self._entries:
             self._entries.move_to_end(id(entry))
-        self.mru = entry
+        self._set_mru(entry)
 
 
 def make_compiled(cd: CompileData) -> Callable:
-    """The function that runs a jitted program: try the cached prologues, else compile."""
+    """The function that runs a jitted program: try the cached prologues, else compile.
+
+    The common call costs one extra frame: the jitted callable (with the function's signature, see
+    ``thunder.entry_point``) calls the prologue that answered last (``EntryCache.fast``), which counts the
+    cache hit itself.
+    """
     stats = cd.stats
     no_caching = cd.cache_option is CacheOption.NO_CACHING
     limit = cd.get_compile_option(
@@ -556,13 +596,13 @@ def make_compiled(cd: CompileData) -> Callable:
     entries = cd.cache = EntryCache(limit)
     lock = threading.RLock()
     warned = [False]
+    hits = stats.hit_counter
 
     def _miss(args, kwargs):
         with lock, _compile_lock:
             if not no_caching:  # another thread may have compiled it meanwhile
                 entry, result = entries.lookup(args, kwargs)
                 if entry is not None:
-                    stats.cache_hits += 1
                     _note_last(entry)
                     return entry, result
             previous = entries.mru
@@ -582,7 +622,9 @@ def make_compiled(cd: CompileData) -> Callable:
                 entries.add(entry, _safe_key(args, kwargs))
             _note_last(entry)
         result = entry.prologue(*args, **kwargs)
-        if result is MISS:
+        if result is not MISS:
+            hits[0] -= 1  # (the prologue counted this call, which compiled: a miss)
+        else:
             if entry.run_unchecked is None and _changed_by_the_call(entry, args, kwargs):
                 entry.run_unchecked = entry.builder.build_unchecked()
             if entry.run_unchecked is None:
@@ -601,17 +643,21 @@ def make_compiled(cd: CompileData) -> Callable:
         stats.last_backward_traces = entry.backward_traces
         stats.last_interpreter_log = entry.interpreter_log
 
-    def thunder_compiled(*args, **kwargs):
-        entry = entries.mru  # the common case: the entry that answered the previous call (one prologue)
-        if entry is None or (result := entry.prologue(*args, **kwargs)) is MISS:
-            entry, result = entries.lookup(args, kwargs, tried=entry)
-            if entry is None:
-                return _miss(args, kwargs)[1]
-        stats.cache_hits += 1
+    def _slow_path(prologue, args, kwargs):
+        """The entry that answered last rejected the call (``prologue``: the one tried): the other entries, else
+        compile."""
+        mru = entries.mru
+        tried = mru if mru is not None and mru.prologue is prologue else _UNTRIED
+        entry, result = entries.lookup(args, kwargs, tried=tried)
+        if entry is None:
+            return _miss(args, kwargs)[1]
         if stats.last_traces is not entry.computation_traces:
             _note_last(entry)
         return result
 
+    target = cd.module.forward if cd.module is not None else cd.fn
+    name = getattr(target, "__qualname__", None) or type(target).__name__
+    thunder_compiled = make_entry_point(target, name, entries.fast, _slow_path, MISS)
     thunder_compiled._lc_cd = cd
     return thunder_compiled
 

@@ -446,8 +446,14 @@ class PrologueBuilder:
             self.trace.constants["_autocast_state"] = autocast_state
             self.lines.append(f"if _autocast_state() != {self.constant(autocast_state(), '_autocast')}: return MISS")
 
-    def build(self, signature: inspect.Signature, call: str, fn_name: str, computation) -> TraceCtx:
-        """The prologue trace: the user's signature, the checks, then ``return computation(...)``."""
+    def build(
+        self, signature: inspect.Signature, call: str, fn_name: str, computation, hit_counter: list | None = None
+    ) -> TraceCtx:
+        """The prologue trace: the user's signature, the checks, then ``return computation(...)``.
+
+        ``hit_counter``: a one-element list whose item the prologue increments once the checks pass (the cache
+        hit count, kept without a call into Python).
+        """
         trace = self.trace
         trace.fn_name = "prologue"
         params, defaults = [], {}
@@ -479,7 +485,12 @@ class PrologueBuilder:
         trace.constants["MISS"] = MISS
         trace.constants["computation"] = computation
         trace.extra_imports = ["from torch import Tensor"]
-        trace.bound_symbols = [_prologue_code.bind(tuple(self._rendered_lines() + [f"return {call}"]), output=None)]
+        count = []
+        if hit_counter is not None:
+            count = [f"{self.constant(hit_counter, '_hits')}[0] += 1"]
+        trace.bound_symbols = [
+            _prologue_code.bind(tuple(self._rendered_lines() + count + [f"return {call}"]), output=None)
+        ]
         trace.scopes = [trace.bound_symbols]
         trace.user_fn_name = fn_name
         self._call = call
