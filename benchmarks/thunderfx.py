@@ -19,6 +19,7 @@ model WITHOUT the hook (``thunder.jit`` cannot run the hook; its error is report
     python benchmarks/thunderfx.py --models all         # HF Llama, Mixtral, Qwen2-MoE, Longformer, ELECTRA
                                                         # and LitGPT Mixtral through backend="thunder"
                                                         # (see thunderfx_models.py)
+    OMP_NUM_THREADS=1 python benchmarks/thunderfx.py --models mixtral --clock cpu  # CPU time per step
     python benchmarks/thunderfx.py --models all --smoke # tiny sizes, no Inductor; status 1 on a
                                                         # failure, a mismatch or a steady-state compile (CI)
 
@@ -112,6 +113,12 @@ def main() -> None:
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile with Inductor")
     parser.add_argument("--models", nargs="+", help="run the model sweep instead: names or 'all' (thunderfx_models.py)")
     parser.add_argument("--smoke", action="store_true", help="with --models: tiny sizes, 2 steps, no Inductor")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="with --models: time steps by wall clock or by the process's CPU time (steadier on a shared machine)",
+    )
     args = parser.parse_args()
     if args.models:
         sys.exit(run_models(args))
@@ -212,6 +219,7 @@ def run_models(args) -> int:
                 warmup=1 if args.smoke else 2,
                 inductor=not (args.smoke or args.no_inductor),
                 log=log,
+                clock=time.process_time if args.clock == "cpu" else time.perf_counter,
             )
         except ModuleNotFoundError as e:  # an optional model package (litgpt) that is not installed
             results[name] = {"skipped": f"{e.name} is not installed"}
@@ -223,6 +231,7 @@ def run_models(args) -> int:
     out = {
         "models": results,
         "smoke": args.smoke,
+        "clock": args.clock,
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "thunder_core": _version("thunder-core"),

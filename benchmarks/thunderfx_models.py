@@ -8,8 +8,11 @@ backward; no optimizer update, so every step computes the same thing). For each 
   calls after the first step, after the warm-up steps and during the timed steps (0 = no
   recompilation in a steady state; the number of Thunder regions Dynamo handed over is beside it);
 - ``first_call_s``: the first step of the freshly compiled model, compilation included;
-- ``step_median_s`` of eager, ThunderFX and (unless ``--no-inductor``) ``torch.compile`` with
-  Inductor, timed round-robin, and the ratios ``thunderfx_over_eager`` / ``thunderfx_over_inductor``;
+- ``step_median_s`` of eager, Dynamo alone (``backend="eager"``: what graph breaks cost before any
+  backend runs), ThunderFX and (unless ``--no-inductor``) ``torch.compile`` with Inductor, timed
+  round-robin, and the ratios ``thunderfx_over_eager`` / ``dynamo_eager_over_eager`` /
+  ``thunderfx_over_inductor``; ``--clock cpu`` times the process's CPU time instead of wall time
+  (steadier on a shared machine, for one-thread runs: ``OMP_NUM_THREADS=1``);
 - ``max_abs_diff_loss`` / ``max_abs_diff_grad``: ThunderFX's first step against eager.
 
 ``--smoke`` runs the smallest sizes and few steps, and exits with status 1 when a model fails,
@@ -178,7 +181,7 @@ def _max_diff(a, b) -> float:
     return max((float((x - y).abs().max()) for x, y in pairs), default=0.0)
 
 
-def run_model(name: str, *, smoke: bool, steps: int, warmup: int, inductor: bool, log) -> dict:
+def run_model(name: str, *, smoke: bool, steps: int, warmup: int, inductor: bool, log, clock=time.perf_counter) -> dict:
     import thunder
     from thunder.dynamo import ThunderCompiler
 
@@ -210,6 +213,11 @@ def run_model(name: str, *, smoke: bool, steps: int, warmup: int, inductor: bool
             _step(model, compiled, loss_fn)
         result["compiles_after_warmup"] = counter.count
         variants["thunderfx"] = (model, compiled)
+        dyn_model = copy.deepcopy(base)
+        dyn = torch.compile(dyn_model, backend="eager")
+        for _ in range(1 + warmup):
+            _step(dyn_model, dyn, loss_fn)
+        variants["dynamo_eager"] = (dyn_model, dyn)
         if inductor:
             ind_model = copy.deepcopy(base)
             ind = torch.compile(ind_model)
@@ -220,9 +228,9 @@ def run_model(name: str, *, smoke: bool, steps: int, warmup: int, inductor: bool
         times: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(steps):
             for k, (m, call) in variants.items():
-                t0 = time.perf_counter()
+                t0 = clock()
                 _step(m, call, loss_fn)
-                times[k].append(time.perf_counter() - t0)
+                times[k].append(clock() - t0)
         result["compiles_steady"] = counter.count - before
     regions = [r for info in backend.subgraph_infos for r in info.regions]
     result["dynamo_graphs"] = len(backend.subgraph_infos)
@@ -230,6 +238,7 @@ def run_model(name: str, *, smoke: bool, steps: int, warmup: int, inductor: bool
     for k, ts in times.items():
         result[f"{k}_step_median_s"] = round(statistics.median(ts), 5)
     result["thunderfx_over_eager"] = round(result["thunderfx_step_median_s"] / result["eager_step_median_s"], 3)
+    result["dynamo_eager_over_eager"] = round(result["dynamo_eager_step_median_s"] / result["eager_step_median_s"], 3)
     if inductor:
         result["thunderfx_over_inductor"] = round(
             result["thunderfx_step_median_s"] / result["inductor_step_median_s"], 3

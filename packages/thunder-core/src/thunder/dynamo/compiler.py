@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from thunder.compiler import _DEFAULT_RECOMPILE_LIMIT
+from thunder.dynamo.op_for_op import op_for_op_reason
 from thunder.dynamo.report import (
     GraphBreak,
     RegionInfo,
@@ -31,6 +32,7 @@ __all__ = ["ThunderCompiler", "ThunderFXCompiled", "thunderfx"]
 
 _FALLBACKS = ("eager", "inductor")
 _OPAQUE_OPS = ("fallback", "thunder")
+_OP_FOR_OP = ("graph", "thunder")
 
 
 def _describe(x) -> str:
@@ -107,20 +109,42 @@ class _ThunderRegion(torch.nn.Module):
     than it runs. Once it has compiled ``recompile_limit`` programs (``thunder.jit``'s option, 8 by
     default) it goes to the fallback too, with the reason recorded; the programs compiled so far
     are dropped.
+
+    With ``op_for_op="graph"`` (``ThunderCompiler``'s default), a region whose first compiled program
+    has nothing to gain over the region's own FX graph (``op_for_op.op_for_op_reason``: it calls
+    PyTorch's kernels one operation at a time) runs that graph from its second call on; the reason
+    is recorded in ``info.runs_graph``.
     """
 
-    def __init__(self, info: RegionInfo, jit_options: dict, fallback, thunder_jit: Callable):
+    def __init__(self, info: RegionInfo, jit_options: dict, fallback, thunder_jit: Callable, op_for_op: str = "graph"):
         super().__init__()
         gm = info.graph_module
         self._prelude, self._epilogue = _strip_global_state(gm)
+        self._same_global_state = not (self._prelude or self._epilogue)
         self.info = info
         self.thunder_module = thunder_jit(gm, **jit_options)
         info.compiled = self.thunder_module
+        self._jit_options = jit_options
         self._fallback_spec = fallback
         self._fallback = None
+        self._graph = None  # the region's graph code, once it runs instead of Thunder's program (op_for_op)
+        self._op_for_op = op_for_op
+        self._stats = None
         self._recompile_limit = jit_options.get("recompile_limit", _DEFAULT_RECOMPILE_LIMIT)
 
+    @property
+    def runs(self) -> str | None:
+        """What runs the region now: ``"thunder"``, ``"graph"`` (Dynamo's graph, see ``op_for_op``),
+        ``"fallback"``, or None before Thunder has compiled it."""
+        if self._graph is not None:
+            return "graph"
+        if self._fallback is not None:
+            return "fallback"
+        return "thunder" if self._stats is not None and self._stats.cache_misses else None
+
     def forward(self, *args):
+        if self._graph is not None and self._same_global_state:
+            return self._graph(*args)
         env: dict[str, Any] = {}
         for name, target, fargs in self._prelude:
             env[name] = target(*(env[a] if isinstance(a, _Ref) else a for a in fargs))
@@ -131,11 +155,15 @@ class _ThunderRegion(torch.nn.Module):
                 target(*(env[a] if isinstance(a, _Ref) else a for a in fargs))
 
     def _call(self, args):
+        if self._graph is not None:
+            return self._graph(*args)
         if self._fallback is not None:
             return self._fallback(*args)
-        import thunder
+        stats = self._stats
+        if stats is None:
+            import thunder
 
-        stats = thunder.compile_stats(self.thunder_module)
+            stats = self._stats = thunder.compile_stats(self.thunder_module)
         misses, last = stats.cache_misses, stats.last_traces
         try:
             out = self.thunder_module(*args)
@@ -147,8 +175,16 @@ class _ThunderRegion(torch.nn.Module):
                 f"Thunder could not compile this region ({type(e).__name__}: {first_line}); it runs in the fallback"
             )
             return self._fallback(*args)
+        if stats.cache_misses == misses:
+            return out
+        if self._op_for_op == "graph" and misses == 0:
+            why = op_for_op_reason(self.thunder_module, self._jit_options)
+            if why is not None:
+                self.info.runs_graph = why
+                self._graph = self.info.graph_module.forward
+                return out
         limit = self._recompile_limit
-        if limit is not None and stats.cache_misses > misses and stats.cache_misses >= limit:
+        if limit is not None and stats.cache_misses >= limit:
             self._give_to_fallback(
                 f"Thunder compiled {stats.cache_misses} programs for this region (recompile_limit={limit}): "
                 "an input it specialises on changes from call to call (a size Dynamo passes as a symbolic "
@@ -164,6 +200,46 @@ class _ThunderRegion(torch.nn.Module):
         self._fallback = _make_fallback(self.info.graph_module, self._fallback_spec, self.info.name)
         self.info.compiled = self._fallback
         self.thunder_module = None  # its compiled programs are no longer used
+
+
+class _SplitGraphRunner:
+    """What Dynamo calls for one of its graphs: the split graph, until no region of it runs a Thunder program.
+
+    Once every Thunder region runs its own FX graph (``op_for_op``) or the eager fallback, the split
+    graph computes what Dynamo's graph computes, region by region, with one more call per region:
+    from then on Dynamo's graph runs as captured (``backend="eager"`` does the same).
+    """
+
+    def __init__(
+        self,
+        split: torch.fx.GraphModule,
+        original: torch.fx.GraphModule,
+        thunder_regions: list[_ThunderRegion],
+        eager_fallback: bool,
+        regions: list[RegionInfo],
+    ):
+        self._run = split
+        self._original = original
+        self._thunder_regions = thunder_regions
+        self._eager_fallback = eager_fallback
+        # a fallback region other than eager's keeps the split graph for good
+        self._settled = not eager_fallback and any(r.kind == "fallback" for r in regions)
+        if not self._settled:
+            self._settle()
+
+    def __call__(self, *args):
+        out = self._run(*args)
+        if not self._settled:
+            self._settle()
+        return out
+
+    def _settle(self) -> None:
+        runs = [r.runs for r in self._thunder_regions]
+        if "thunder" in runs or ("fallback" in runs and not self._eager_fallback):
+            self._settled = True  # a region runs something other than the region's graph
+        elif all(r in ("graph", "fallback") for r in runs):
+            self._run = self._original.forward
+            self._settled = True
 
 
 class _Ref(str):
@@ -208,6 +284,12 @@ class ThunderCompiler:
             its real inputs (and again for new input shapes, strides, dtypes or devices).
         opaque_ops: ``"fallback"`` (the default) sends operations without a torch-language symbol
             to the fallback; ``"thunder"`` lets Thunder run them as opaque PyTorch calls.
+        op_for_op: what runs a Thunder region after its first call when Thunder's program for it calls
+            PyTorch's own kernels one operation at a time (executors ``torch``, ``sdpa``, ``python``;
+            no fusion executor, no transform): ``"graph"`` (the default) runs the region's FX graph,
+            the same kernels without Thunder's per-call cost; ``"thunder"`` keeps running Thunder's
+            program. A Dynamo graph none of whose regions runs a Thunder program then runs as Dynamo
+            captured it.
         **thunder_options: passed unchanged to ``thunder.jit`` for every region (``executors``,
             ``cache``, ``transforms``, compile options).
 
@@ -215,15 +297,25 @@ class ThunderCompiler:
         subgraph_infos: one ``SubgraphInfo`` per graph Dynamo handed over, in order.
     """
 
-    def __init__(self, *, fallback: str | Callable = "eager", opaque_ops: str = "fallback", **thunder_options):
+    def __init__(
+        self,
+        *,
+        fallback: str | Callable = "eager",
+        opaque_ops: str = "fallback",
+        op_for_op: str = "graph",
+        **thunder_options,
+    ):
         if not (fallback in _FALLBACKS or callable(fallback)):
             raise ValueError(
                 f"ThunderCompiler(fallback={fallback!r}): use 'eager', 'inductor' or a torch.compile backend callable"
             )
         if opaque_ops not in _OPAQUE_OPS:
             raise ValueError(f"ThunderCompiler(opaque_ops={opaque_ops!r}): use 'fallback' or 'thunder'")
+        if op_for_op not in _OP_FOR_OP:
+            raise ValueError(f"ThunderCompiler(op_for_op={op_for_op!r}): use 'graph' or 'thunder'")
         self.fallback = fallback
         self.opaque_ops = opaque_ops
+        self.op_for_op = op_for_op
         self.thunder_options = thunder_options
         self.subgraph_infos: list[SubgraphInfo] = []
         import thunder
@@ -256,6 +348,7 @@ class ThunderCompiler:
         rename_submodules(split, new_names.__getitem__)
 
         regions = []
+        thunder_regions = []
         for node in split.graph.nodes:
             if node.op != "call_module":
                 continue
@@ -263,8 +356,9 @@ class ThunderCompiler:
             module = getattr(split, node.target)
             info = RegionInfo(node.target, kinds[old], module, reasons=list(partitions[old].reasons))
             if info.kind == "thunder":
-                region = _ThunderRegion(info, self.thunder_options, self.fallback, thunder.jit)
+                region = _ThunderRegion(info, self.thunder_options, self.fallback, thunder.jit, self.op_for_op)
                 setattr(split, node.target, region)
+                thunder_regions.append(region)
             elif info.kind == "fallback":
                 info.compiled = _make_fallback(module, self.fallback, node.target)
                 setattr(split, node.target, info.compiled)
@@ -279,7 +373,7 @@ class ThunderCompiler:
         self.subgraph_infos.append(
             SubgraphInfo(gm, split, regions, graph_break, [_describe(x) for x in example_inputs])
         )
-        return split
+        return _SplitGraphRunner(split, gm, thunder_regions, self.fallback == "eager", regions)
 
     @property
     def graph_breaks(self) -> list[GraphBreak]:
@@ -287,7 +381,8 @@ class ThunderCompiler:
         return [i.graph_break for i in self.subgraph_infos if i.graph_break is not None]
 
     def thunder_modules(self) -> list:
-        """The ``ThunderModule`` of every region Thunder compiled (and still runs), in compile order."""
+        """The ``ThunderModule`` of every region Thunder compiled (and has not given to the fallback), in compile
+        order; a region whose ``runs_graph`` is set runs its FX graph since its second call."""
         return [r.compiled for i in self.subgraph_infos for r in i.regions if r.kind == "thunder"]
 
     def report(self) -> str:
@@ -345,7 +440,7 @@ class ThunderFXCompiled:
         return [r for i in self.subgraph_infos for r in i.split_reasons]
 
     def thunder_modules(self) -> list:
-        """The ``ThunderModule`` of every region Thunder compiled (and still runs)."""
+        """The ``ThunderModule`` of every region Thunder compiled (and has not given to the fallback)."""
         return self.backend.thunder_modules()
 
     def last_traces(self) -> list[list]:

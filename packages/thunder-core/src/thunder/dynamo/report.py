@@ -66,6 +66,8 @@ class RegionInfo:
         graph_module: the region as an FX ``GraphModule`` (what Thunder or the fallback was given).
         compiled: what runs it: for ``"thunder"`` the ``ThunderModule`` from ``thunder.jit``.
         reasons: for ``"fallback"`` regions, why each of its operations is not Thunder's.
+        runs_graph: for a ``"thunder"`` region that runs its FX graph instead of Thunder's program
+            since its second call (``ThunderCompiler(op_for_op="graph")``), why; else None.
     """
 
     name: str
@@ -73,6 +75,7 @@ class RegionInfo:
     graph_module: torch.fx.GraphModule
     compiled: Any = None
     reasons: list[SplitReason] = field(default_factory=list)
+    runs_graph: str | None = None
 
     @property
     def num_ops(self) -> int:
@@ -161,6 +164,8 @@ def format_report(infos: list[SubgraphInfo], graph_breaks: list[GraphBreak]) -> 
             if r.kind == "python":
                 line += ": " + ", ".join(_op_names(r.graph_module))
             out.append(line)
+            if r.kind == "thunder" and r.runs_graph:
+                out.append(f"    runs its graph: {r.runs_graph}")
             for reason in r.reasons:
                 out.append(f"    - {reason.operation} ({reason.node}): {reason.reason}")
                 if reason.location:

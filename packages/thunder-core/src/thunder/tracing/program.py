@@ -29,6 +29,7 @@ from thunder.tracing.tracer import (
     _current_tracer,
     _TracingMode,
 )
+from thunder.tracing.type_shadow import namespaces_of, shadowed_type
 
 __all__ = ["TracedProgram", "trace_program"]
 
@@ -172,7 +173,8 @@ def trace_program(
             prologue.trace.constants["_self_module"] = module
             # the module is called (on its shadow) as nn.Module.__call__ does: its forward hooks run too
             target = inputs.module_state(module, "_self_module", "t_")
-        dependencies = _guard_code_dependencies(prologue, fn, inputs)
+        user_functions: list = []
+        dependencies = _guard_code_dependencies(prologue, fn, inputs, user_functions)
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
         post_call = PostCall(inputs.tensors, inputs.state_reads)
@@ -182,7 +184,12 @@ def trace_program(
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
         _current_tracer.append(tracer)
         try:
-            with _patched_replacements(executors, fn), inline_script_functions(module, fn), _TracingMode(tracer):
+            with (
+                _patched_replacements(executors, fn),
+                inline_script_functions(module, fn),
+                shadowed_type(namespaces_of(user_functions)),
+                _TracingMode(tracer),
+            ):
                 if compiling_flag is not None:
                     torch.compiler._is_compiling_flag = True
                 try:
@@ -298,8 +305,10 @@ def trace_program(
 _IMMUTABLE_DEFAULTS = frozenset((type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device))
 
 
-def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilder):
-    """Checks for the globals and closure variables read by ``fn``, the modules' forwards and their hooks."""
+def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilder, visited: list | None = None):
+    """Checks for the globals and closure variables read by ``fn``, the modules' forwards and their hooks.
+
+    The Python functions followed are appended to ``visited``."""
     functions = [fn]
     for m in inputs.originals:
         functions.append(type(m).forward)
@@ -308,7 +317,7 @@ def _guard_code_dependencies(prologue: PrologueBuilder, fn, inputs: _InputBuilde
         for hooks in _HOOK_DICTS:
             functions.extend(d.get(hooks, {}).values())
     trace_only: list = []
-    visited: list = []
+    visited = [] if visited is None else visited
     globals_read, cells = guards.code_dependencies(functions, trace_only, visited)
     guards.warn_trace_only(trace_only)
     if not prologue.checks:

@@ -27,7 +27,8 @@ class TracingTensor(torch.Tensor):
 
     ``x.__class__`` is the class of the tensor it stands for (``torch.Tensor``; ``nn.Parameter`` for a
     parameter; the input's own class), so ``x.__class__ is torch.Tensor`` answers as in eager. ``type(x)``
-    is this class: ``type(x) is torch.Tensor`` is False inside the traced code (docs/sharp_edges.md).
+    is this class, except in the traced user code, whose ``type`` answers ``x.__class__`` while tracing
+    (``type_shadow.py``, docs/sharp_edges.md).
     """
 
     # per-instance state, with the class holding the defaults (a stand-in is made for every op's result)
