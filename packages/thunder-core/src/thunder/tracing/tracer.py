@@ -58,6 +58,7 @@ from thunder.tracing.known_values import (
     check_index_tensor,
 )
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
+from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -194,6 +195,8 @@ class Tracer:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
+        if kwargs.get("out") is not None:  # computed, then written into out as eager (out_arguments.py)
+            return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         mapped = torch_to_thunder.get(func)
