@@ -103,3 +103,14 @@ def test_out_of_another_shape_is_refused_naming_the_line():
     assert f(a).shape == (4,)  # eager resizes v
     with pytest.raises(NotImplementedError, match="the resized out"):
         thunder.jit(f)(a)
+
+
+def test_out_of_a_comparison_of_tensors_requiring_grad_is_allowed_as_in_eager():
+    def f(a, b):
+        v = torch.zeros(3, dtype=torch.bool)
+        torch.gt(a, b, out=v)
+        return v, a * 2
+
+    a = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64)
+    _same(thunder.jit(f)(a, b), f(a, b))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from thunder.core.pytree import tree_flatten
+from thunder.core.pytree import tree_flatten, tree_map
 from thunder.tracing.errors import describe_location, user_frame
 from thunder.tracing.tracing_tensor import TracingTensor
 
@@ -44,16 +44,36 @@ def _name(func) -> str:
     return getattr(func, "__name__", str(func))
 
 
+def _on_meta(x):
+    if not isinstance(x, TracingTensor):
+        return x
+    p = x._thunder_proxy
+    t = torch.empty(tuple(p.shape), dtype=p.dtype.torch_dtype, device="meta")
+    return t.requires_grad_(p.requires_grad) if t.is_floating_point() or t.is_complex() else t
+
+
+def _autograd_refusal(func, args, kwargs) -> None:
+    """Eager refuses ``out=`` where autograd would record the call: which calls that is (a differentiable op
+    with an argument requiring grad; not ``gt``, whose result has no gradient) is asked of PyTorch on meta
+    tensors, and its error raised."""
+    meta_args, meta_kwargs = tree_map(_on_meta, (args, kwargs))
+    try:
+        with torch._C.DisableTorchFunction():
+            func(*meta_args, **meta_kwargs)
+    except RuntimeError as e:
+        if "don't support automatic differentiation" in str(e):
+            raise RuntimeError(str(e)) from None
+    except Exception:  # noqa: BLE001  (no meta kernel, or another error the traced call will report)
+        return
+
+
 def call_with_out(handle, func, args, kwargs):
     """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
     out = kwargs["out"]
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
-        raise RuntimeError(
-            f"{_name(func)}(): functions with out=... arguments don't support automatic differentiation, but one of "
-            "the arguments requires grad."
-        )
+        _autograd_refusal(func, args, kwargs)
     result = handle(func, args, rest)
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     if len(results) != len(outs):
