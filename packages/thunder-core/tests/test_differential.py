@@ -165,3 +165,45 @@ def test_low_precision_gradient_further_from_float64_than_eager_is_a_mismatch(mo
     with pytest.raises(Divergence) as info:
         check_program(_bf16_program(), skip={"symbolic", "second_call"})
     assert info.value.kind == "grad"
+
+
+# --- the op_db vocabulary (differential/op_db_vocabulary.py) ---------------------------------------------
+
+
+def test_op_db_vocabulary_has_every_form_and_leaves_out_known_failures() -> None:
+    from differential.op_db_vocabulary import vocabulary
+    from op_db_support import read_known_failures
+
+    templates = vocabulary()
+    assert {t.form for t in templates} == {"function", "method", "inplace", "out"}
+    assert len({t.op for t in templates}) > 200
+    known = read_known_failures()
+    for t in templates:
+        variant = "function" if t.form == "out" else t.form
+        assert f"{t.op} {variant} value" not in known, t
+        assert f"{t.op} {variant} grad" not in known, t
+    assert not any("rand" in t.op or "dropout" in t.op for t in templates)  # values that cannot be compared
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, database=None, suppress_health_check=_QUIET)
+@given(programs(frozenset({"op_db", "view_inputs", "special_values"}), max_lines=4))
+def test_thunder_matches_eager_on_op_db_statements(program: Program) -> None:
+    # op_db's operations with their sample inputs, beside inputs that are views of non-leaf tensors
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_program(program, skip=_SKIP)
+
+
+def test_op_db_programs_are_the_same_for_the_same_seed() -> None:
+    drawn = []
+    for _ in range(2):
+        sources = []
+
+        @settings(max_examples=5, derandomize=True, deadline=None, database=None, suppress_health_check=_QUIET)
+        @given(programs(frozenset({"op_db"}), max_lines=3))
+        def collect(program: Program) -> None:
+            sources.append(program.function_source())
+
+        collect()
+        drawn.append(sources)
+    assert drawn[0] == drawn[1] and any("torch.tensor(" in s for s in drawn[0])

@@ -222,8 +222,7 @@ def test_var_unbiased_grad():
     _assert_same(lambda a: torch.var(a, True), _x(2, 3), grads=True)  # unbiased given positionally
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="tensor-value-read-while-tracing (op_db narrow)")
-def test_narrow_with_tensor_start():
+def test_narrow_with_tensor_start():  # a tensor literal's value is known while tracing (known_values.py)
     _assert_same(lambda a: torch.narrow(a, 1, torch.tensor(1), 2), _x(2, 3, requires_grad=False))
 
 
@@ -289,11 +288,11 @@ def test_prod_grad_with_non_finite_elements_and_zeros(values, dim):
     _assert_same(lambda a: a.prod() if dim is None else a.prod(dim), a, grads=True)
 
 
-# A known divergence (issue 25, the campaign's rerun of seed 3017, not yet understood): a bfloat16 fmod_ whose
-# quotient sits at a rounding boundary (3 * a / a in bfloat16). Both forwards give 1.109375 (a quotient truncated to 2);
-# eager's gradient of the leaf is 0, as if its backward truncated the quotient to 3 (which float64 gives too),
-# thunder's is 1 (3 - 2). Strict: the marker must go once thunder gives eager's answer.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bf16-fmod-grad-at-a-rounding-boundary (issue 25)")
+# Campaign seed 3017 (issue 25): a bfloat16 fmod_ whose quotient sits at a rounding boundary (3 * a / a in bfloat16).
+# Both forwards give 1.109375 (a quotient truncated to 2). Eager's backward is derivatives.yaml's
+# -grad * self.div(other, rounding_mode="trunc") evaluated in bfloat16, where the quotient 2.993 is rounded to 3.0
+# before it is truncated: the leaf's gradient is 3 - 3 = 0. Thunder's prim rule took the quotient in float32 (2) and
+# gave 1; fmod now has a torch-level rule computing the quotient in the arguments' dtype, as eager does.
 def test_bfloat16_fmod_grad_at_a_rounding_boundary():
     def fn(a0):
         v0 = torch.add(a0, a0, alpha=2)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from differential.functions import FUNCTIONS
+from differential.op_db_vocabulary import input_shapes, vocabulary
 
 FEATURES = {
     "elementwise": "unary elementwise ops and scalar arithmetic",
@@ -47,6 +48,8 @@ FEATURES = {
     "rounding": "rounding division, floor_divide, remainder, fmod, and in-place ops with a bool result on floats",
     "size_values": "0-d tensors computed from sizes (torch.div(x.shape[-1], 2)) read as Python numbers and used as sizes",
     "numpy": "NumPy on a tensor's values (x.detach().numpy(), np.exp, np.maximum, np.mean) and back (torch.from_numpy)",
+    "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
+    "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
 
 _UNARY = [
@@ -286,6 +289,8 @@ _EMPTY_SHAPES = [(0,), (2, 0), (0, 3)]
 @st.composite
 def _input_spec(draw, features: frozenset[str]) -> InputSpec:
     shapes = _SHAPES + (_EMPTY_SHAPES if "special_values" in features else [])
+    if "op_db" in features:  # the shapes of op_db's sample inputs, so that templates apply to the inputs
+        shapes = shapes + [s for s in input_shapes() if s not in shapes]
     shape = draw(st.sampled_from(shapes))
     dtypes = [torch.float64]
     if "mixed_dtype" in features:
@@ -427,7 +432,27 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
             return None
         same = [n for n in floats if env[n].shape == env[a].shape and env[n].dtype == env[a].dtype]
         return f"{new} = " + draw(st.sampled_from(_FUNCTION)).format(a=a, b=pick(same))
+    if feature == "op_db":
+        return _op_db_statement(draw, env, new, floats)
     raise ValueError(f"unknown feature {feature!r}")
+
+
+def _op_db_statement(draw, env: dict, new: str, floats: list[str]) -> str | None:
+    """An op_db template applied to a program tensor of its sample's shape, or to its sample input shifted by a
+    program tensor's mean (gradients still reach the program's inputs) when none has that shape."""
+    templates = vocabulary()
+    shapes = {tuple(env[n].shape) for n in floats}
+    fitting = [t for t in templates if t.shape in shapes]
+    if fitting and draw(st.booleans()):
+        template = draw(st.sampled_from(fitting))
+        a = draw(st.sampled_from([n for n in floats if tuple(env[n].shape) == template.shape]))
+        return template.source.format(a=a, new=new)
+    template = draw(st.sampled_from(templates))
+    shift = draw(st.sampled_from(floats)) if floats else None
+    made = template.literal_input + (f" + {shift}.mean()" if shift else "")
+    if template.form == "inplace":  # updates an intermediate made here
+        return f"{new} = {made}; " + template.source.format(a=new, new=new)
+    return template.source.format(a=f"({made})", new=new)
 
 
 _MODIFIERS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import torch
@@ -497,6 +498,48 @@ def kl_div(a, target, size_average=None, reduce=None, reduction: str = "mean", l
         loss = clang.sub(ew.xlogy(target, target), clang.mul(target, a))
     if reduction == "batchmean":
         return clang.true_divide(clang.sum(loss), a.shape[0] if a.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def _clamped_keeping_gradient(var, eps: float):
+    """``var`` clamped below at ``eps`` where the gradient passes through unchanged, as eager's
+    ``var.clone()`` then ``var.clamp_(min=eps)`` under ``no_grad``. ``var - detach(var)`` is exactly 0 for a
+    finite ``var``, so the value is exactly the clamped one; infinities and NaNs pass through as they are."""
+    from thunder.torch.shape import detach
+
+    clamped = ew.clamp(var, eps)
+    straight_through = clang.add(clang.sub(var, detach(var)), detach(clamped))
+    return clang.where(ew.isfinite(var), straight_through, var)
+
+
+@torchsymbol(F.gaussian_nll_loss)
+def gaussian_nll_loss(a, target, var, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+    """Gaussian negative log-likelihood, with eager's argument checks.
+
+    Eager raises ``ValueError`` when a tensor ``var`` has a negative entry, which needs the tensor's values. The
+    torch executor runs ``F.gaussian_nll_loss`` itself, so the program raises eager's error when it runs; an
+    executor that runs this decomposition gives NaN wherever ``var`` is negative instead (never a finite wrong
+    value)."""
+    if not isinstance(var, TensorProxy):
+        check(
+            isinstance(var, float),
+            lambda: f"gaussian_nll_loss(): var must be a tensor or a float, not {var!r}",
+            TypeError,
+        )
+        check(var >= 0, "var has negative entry/entries", ValueError)
+        var = clang.full_like(a, var)
+    if var.shape != a.shape:
+        if a.shape[:-1] == var.shape:  # homoscedastic: one variance per row, broadcast over the last dimension
+            var = clang.unsqueeze(var, -1)
+        elif not (a.ndim == var.ndim and builtins.sum(y for x, y in zip(a.shape, var.shape) if x != y) == 1):
+            check(False, "var is of incorrect size", ValueError)
+    check(reduction in ("none", "mean", "sum"), lambda: f"{reduction} is not valid", ValueError)
+    negative = ew.lt(var, 0)
+    var = clang.where(negative, float("nan"), _clamped_keeping_gradient(var, eps))
+    d = clang.sub(a, target)
+    loss = clang.mul(clang.add(ew.log(var), clang.true_divide(clang.mul(d, d), var)), 0.5)
+    if full:
+        loss = clang.add(loss, 0.5 * math.log(2 * math.pi))
     return _reduce(loss, reduction)
 
 

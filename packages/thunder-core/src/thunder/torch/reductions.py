@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import torch
 
 from thunder import clang
@@ -191,3 +193,113 @@ def norm(a, p=2, dim=None, keepdim: bool = False, dtype=None):
 
 
 register_torch_alias(T.__len__, lambda a: a.shape[0])
+
+
+# ---------------------------------------------------------------- covariance and correlation
+
+
+def _check_weights(name: str, w, num_observations: int, integral: bool) -> None:
+    check(
+        w.ndim <= 1,
+        lambda: f"cov(): expected {name} to have one or fewer dimensions but got {name} with {w.ndim} dimensions",
+    )
+    kind_ok = (
+        dtypes.is_integer_dtype(w.dtype) and not dtypes.is_boolean_dtype(w.dtype)
+        if integral
+        else dtypes.is_float_dtype(w.dtype)
+    )
+    check(
+        kind_ok,
+        lambda: (
+            f"cov(): expected {name} to have {'integral' if integral else 'floating point'} dtype but got {name} "
+            f"with {str(w.dtype.torch_dtype).replace('torch.', '').capitalize()} dtype"
+        ),
+    )
+    check(
+        w.numel() == num_observations,
+        lambda: (
+            f"cov(): expected {name} to have the same numel as there are observations in the input but got "
+            f"{w.numel()} != {num_observations}"
+        ),
+    )
+
+
+@torchsymbol(torch.cov, T.cov, method_name="cov")
+def cov(a, *, correction: int = 1, fweights=None, aweights=None):
+    """The covariance matrix of the variables in the rows of ``a`` (observations in its columns), as ``torch.cov``.
+
+    Eager raises when a weight is negative or the weights sum to zero, which needs the weights' values. The torch
+    executor runs ``torch.cov`` itself, so the program raises eager's error when it runs; an executor that runs
+    this decomposition gives an all-NaN result instead (never a finite wrong value)."""
+    check(
+        a.ndim <= 2,
+        lambda: f"cov(): expected input to have two or fewer dimensions but got an input with {a.ndim} dimensions",
+    )
+    check(a.dtype is not dtypes.bool8, "cov(): bool dtype is not supported for input")
+    check(not dtypes.is_complex_dtype(a.dtype), "cov() of a complex tensor is not supported", NotImplementedError)
+    x = clang.reshape(a, (1, a.numel())) if a.ndim < 2 else a
+    num_observations = x.shape[1]
+    w = invalid = None
+    if fweights is not None:
+        _check_weights("fweights", fweights, num_observations, integral=True)
+        w = fweights
+        invalid = (
+            prims.lt(clang.amin(fweights), clang.maybe_convert_to_dtype(0, fweights.dtype))
+            if fweights.numel()
+            else None
+        )
+    if aweights is not None:
+        _check_weights("aweights", aweights, num_observations, integral=False)
+        negative = (
+            prims.lt(clang.amin(aweights), clang.maybe_convert_to_dtype(0, aweights.dtype))
+            if aweights.numel()
+            else None
+        )
+        invalid = (
+            negative if invalid is None else (prims.bitwise_or(invalid, negative) if negative is not None else invalid)
+        )
+        w = aweights if w is None else clang.mul(w, aweights)
+    if w is None:
+        w_sum = num_observations
+        norm_factor = builtins.max(num_observations - correction, 0)
+    else:
+        w_sum = clang.sum(w)
+        zero_sum = prims.eq(w_sum, clang.maybe_convert_to_dtype(0, w_sum.dtype))
+        invalid = zero_sum if invalid is None else prims.bitwise_or(invalid, zero_sum)
+        if aweights is not None and correction != 0:
+            norm_factor = clang.sub(
+                w_sum, clang.true_divide(clang.mul(clang.sum(clang.mul(w, aweights)), correction), w_sum)
+            )
+        else:
+            norm_factor = clang.sub(w_sum, correction)
+        # eager: degrees of freedom <= 0 become 0 (with a warning), so the result is inf or NaN
+        norm_factor = clang.where(
+            prims.le(norm_factor, clang.maybe_convert_to_dtype(0, norm_factor.dtype)), 0, norm_factor
+        )
+    avg = clang.true_divide(clang.sum(x if w is None else clang.mul(x, w), 1), w_sum)
+    centred = clang.sub(x, clang.unsqueeze(avg, 1))
+    weighted = centred if w is None else clang.mul(centred, w)
+    c = clang.true_divide(prims.matmul(centred, clang.transpose(weighted, 0, 1)), norm_factor)
+    if invalid is not None:
+        c = clang.where(invalid, float("nan"), c)
+    ones = tuple(d for d in range(c.ndim) if c.shape[d] == 1)
+    return clang.squeeze(c, ones) if ones else c
+
+
+@torchsymbol(torch.corrcoef, T.corrcoef, method_name="corrcoef")
+def corrcoef(a):
+    """Pearson correlation coefficients of the rows of ``a``, as ``torch.corrcoef`` (clipped to [-1, 1])."""
+    from thunder.torch.elementwise import clamp
+
+    check(
+        a.ndim <= 2,
+        lambda: f"corrcoef(): expected input to have two or fewer dimensions but got an input with {a.ndim} dimensions",
+    )
+    c = cov(a)
+    if c.ndim == 0:  # one variable: NaN for a variance of 0, inf or NaN, else 1 (as eager's c / c)
+        return clang.true_divide(c, c)
+    n = c.shape[0]
+    stddev = clang.elementwise_unary(clang.slice_in_dim(clang.reshape(c, (n * n,)), 0, n * n, n + 1, 0), prims.sqrt)
+    c = clang.true_divide(c, clang.reshape(stddev, (n, 1)))
+    c = clang.true_divide(c, clang.reshape(stddev, (1, n)))
+    return clamp(c, -1, 1)

@@ -21,12 +21,42 @@ from thunder.core.symbol import Symbol
 from thunder.core.symbolic import hint, specialize
 from thunder.tracing.tracing_tensor import TracingTensor
 
-__all__ = ["KnownValues", "VALUE_READS", "value_candidates"]
+__all__ = [
+    "KnownValues",
+    "VALUE_READS",
+    "value_candidates",
+    "INDEX_TENSOR_ARGUMENTS",
+    "InputIndexValues",
+    "check_index_tensor",
+]
 
 T = torch.Tensor
 
 # what reads a tensor's value as Python numbers: answered for a known value, refused for any other tensor
 VALUE_READS = frozenset({T.__bool__, T.item, T.tolist, T.__int__, T.__float__, T.__index__, T.__complex__})
+
+# torch callables that read a tensor argument as Python numbers (eager calls ``.item()``/``.tolist()`` on it):
+# the argument's position, its keyword name, and the eager checks on it
+INDEX_TENSOR_ARGUMENTS = {
+    torch.narrow: (2, "start"),
+    T.narrow: (2, "start"),
+    torch.tensor_split: (1, "tensor_indices_or_sections"),
+    T.tensor_split: (1, "tensor_indices_or_sections"),
+}
+# PyTorch's names for dtypes in its messages
+_SCALAR_TYPE_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+}
+# an input tensor with more elements than this is not read as numbers (the prologue compares its value each call)
+_MAX_INDEX_VALUES = 64
 
 # torch functions that make a tensor from the numbers they are given (their values are known)
 _FROM_NUMBERS = frozenset(
@@ -128,3 +158,66 @@ class KnownValues:
 
         replaced = tree_map(leaf, tree)
         return replaced if found else None
+
+
+def check_index_tensor(func, dtype: torch.dtype, ndim: int) -> None:
+    """Eager's checks on the dtype and rank of the tensor ``func`` (a key of ``INDEX_TENSOR_ARGUMENTS``) reads as
+    numbers."""
+    if func in (torch.narrow, T.narrow):
+        if ndim != 0 or dtype.is_floating_point or dtype.is_complex or dtype is torch.bool:
+            raise RuntimeError("start must be an 0-dim integral Tensor.")
+        return
+    if dtype != torch.int64:
+        name = _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
+        raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype of long, but got {name}")
+    if ndim > 1:
+        raise RuntimeError(
+            "tensor_split expected tensor_indices_or_sections to be a zero-dimensional or one-dimensional tensor, "
+            f"but got a tensor with {ndim} dims"
+        )
+
+
+class InputIndexValues:
+    """Small integer CPU tensors passed to the program, read as numbers where an operation reads them so
+    (``torch.narrow(x, 0, start, n)`` with a tensor ``start``, ``x.tensor_split(indices)``).
+
+    The trace specialises on the value, as it does on a Python number argument, and the prologue compares the
+    tensor's value on every call: another value misses the cache and traces again (never a stale program).
+    A tensor the program updated before the read is not an input's value any more and is not read.
+    """
+
+    __slots__ = ("_by_name", "_prologue", "_guarded")
+
+    def __init__(self, prologue, tensors) -> None:
+        """``tensors``: the program's tensor arguments (``.expr``, ``.proxy``, ``.example``, ``.is_module_state``)."""
+        self._prologue = prologue
+        self._by_name = {
+            t.proxy.name: (t.expr, t.example)
+            for t in tensors
+            if t.example is not None
+            and not t.is_module_state
+            and t.example.device.type == "cpu"
+            and not t.example.is_floating_point()
+            and not t.example.is_complex()
+            and t.example.numel() <= _MAX_INDEX_VALUES
+        }
+        self._guarded: set[str] = set()
+
+    def value(self, x) -> torch.Tensor | None:
+        """The value of the argument stand-in ``x`` (guarded from now on), or None when ``x`` is not such an input."""
+        if not isinstance(x, TracingTensor):
+            return None
+        entry = self._by_name.get(x._thunder_proxy.name)
+        if entry is None:
+            return None
+        expr, example = entry
+        value = example.detach().clone()
+        if expr not in self._guarded:
+            self._guarded.add(expr)
+            pb = self._prologue
+            tensor_type = pb.constant(torch.Tensor, "_type")
+            pb.fail_if(
+                f"not isinstance({expr}, {tensor_type}) or {expr}.tolist() != {value.tolist()!r}",
+                f"the value of {expr} (read as numbers)",
+            )
+        return value

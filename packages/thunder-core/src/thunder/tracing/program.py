@@ -19,6 +19,7 @@ from thunder.tracing import guards
 from thunder.tracing.aliasing_facts import build_aliasing_record
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
+from thunder.tracing.known_values import InputIndexValues
 from thunder.tracing.outputs import _collect_output, _copy_outputs_holding_overwritten_inputs
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder
@@ -180,6 +181,7 @@ def trace_program(
         post_call = PostCall(inputs.tensors, inputs.state_reads)
         tracer.before_layout_change = post_call.take_layouts
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
+        tracer.input_index_values = InputIndexValues(prologue, inputs.tensors)
 
         compiling_flag = torch.compiler._is_compiling_flag if hasattr(torch.compiler, "_is_compiling_flag") else None
         _current_tracer.append(tracer)

@@ -51,8 +51,14 @@ from thunder.tracing.inplace_grad import (
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
 )
-from thunder.tracing.known_values import VALUE_READS, KnownValues
+from thunder.tracing.known_values import (
+    INDEX_TENSOR_ARGUMENTS,
+    VALUE_READS,
+    KnownValues,
+    check_index_tensor,
+)
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
+from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -143,6 +149,7 @@ class Tracer:
         self.pending_shadows: list[_PendingShadows] = []
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
+        self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -188,6 +195,10 @@ class Tracer:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
+        if kwargs.get("out") is not None:  # computed, then written into out as eager (out_arguments.py)
+            return call_with_out(self.handle, func, args, kwargs)
+        if func in INDEX_TENSOR_ARGUMENTS:
+            args, kwargs = self._read_index_tensor(func, args, kwargs)
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:
@@ -205,6 +216,31 @@ class Tracer:
             out = self.record_call(func, mapped, *numbers)
         known.record(func, args, kwargs, out)
         return out
+
+    def _read_index_tensor(self, func, args, kwargs):
+        """``torch.narrow(x, d, start, n)`` with a tensor ``start``, ``x.tensor_split(indices)`` with a tensor: eager
+        reads the tensor as numbers. Its value is known while tracing when it was computed from sizes and numbers,
+        or when it is a small integer CPU argument (the prologue then checks its value on every call); any other
+        tensor's value only exists when the program runs, which is refused, naming the user's line."""
+        position, keyword = INDEX_TENSOR_ARGUMENTS[func]
+        in_args = len(args) > position
+        x = args[position] if in_args else kwargs.get(keyword)
+        if not isinstance(x, TracingTensor):
+            return args, kwargs
+        check_index_tensor(func, x._thunder_proxy.dtype.torch_dtype, x._thunder_proxy.ndim)
+        value = self.known.value(x)
+        if value is None and self.input_index_values is not None:
+            value = self.input_index_values.value(x)
+        if value is None:
+            raise data_dependent_error(
+                f"read the tensor `{keyword}` of {func.__name__} as numbers (eager calls .item() or .tolist() on it): "
+                "its value is not known while tracing (it was computed from tensor data, or the program updated it)",
+                user_frame(3),
+            )
+        number = value.item() if value.ndim == 0 else value.tolist()
+        if in_args:
+            return (*args[:position], number, *args[position + 1 :]), kwargs
+        return args, {**kwargs, keyword: number}
 
     def symbol_called(self, sym: Symbol, args, kwargs):
         """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""

@@ -382,3 +382,22 @@ def _div_grad(a, b, *, rounding_mode=None, out=None):
     if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
         put_grad(b, sum_to_shape(ltorch.neg(ltorch.true_divide(ltorch.mul(g, result), b)), b.shape))
     return result
+
+
+@register_grad(ltorch.fmod)
+def _fmod_grad(a, b):
+    """PyTorch's fmod derivatives (derivatives.yaml): ``g`` for the dividend, ``-g * a.div(b, rounding_mode="trunc")``
+    for the divisor, the quotient computed in the arguments' dtype as eager's backward computes it. In bfloat16
+    and float16 eager's truncating division rounds the quotient to that dtype before truncating it: for
+    3.34375 / 1.1171875 the forward's quotient is 2 (fmod gives 1.109375) but the backward's is 3.0 (2.993
+    rounded), which a quotient taken in float32 (2) would not reproduce."""
+    from thunder.transforms.prim_grads import sum_to_shape
+
+    out = ltorch.fmod(a, b)
+    g = get_grad(out)
+    if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
+        put_grad(a, sum_to_shape(g, a.shape))
+    if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
+        quotient = ltorch.div(a, b, rounding_mode="trunc")
+        put_grad(b, sum_to_shape(ltorch.neg(ltorch.mul(g, quotient)), b.shape))
+    return out

@@ -1,0 +1,98 @@
+"""``out=`` arguments: ``torch.acos(x, out=y)`` computes the result, then writes it into ``y`` as eager does.
+
+The result is traced as the call without ``out=`` (a symbol, or the opaque fallback), and the write is an
+in-place ``copy_`` of the result into ``out``, so the trace knows ``out``'s new value (an opaque call that wrote
+into ``out`` behind the trace's back left the traced value stale). Eager's rules come first: no ``out=`` when
+autograd would have to record the call, and a result dtype that can be cast to ``out``'s. Eager resizes an
+``out`` of another shape; changing a tensor's shape in place is not traced, so that is refused, naming the line.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunder.core.pytree import tree_flatten, tree_map
+from thunder.tracing.errors import describe_location, user_frame
+from thunder.tracing.tracing_tensor import TracingTensor
+
+__all__ = ["call_with_out"]
+
+T = torch.Tensor
+
+# PyTorch's names for dtypes in its messages
+_SCALAR_TYPE_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+
+def _requires_grad(x) -> bool:
+    return isinstance(x, TracingTensor) and x._thunder_proxy.requires_grad
+
+
+def _name(func) -> str:
+    return getattr(func, "__name__", str(func))
+
+
+def _on_meta(x):
+    if not isinstance(x, TracingTensor):
+        return x
+    p = x._thunder_proxy
+    t = torch.empty(tuple(p.shape), dtype=p.dtype.torch_dtype, device="meta")
+    return t.requires_grad_(p.requires_grad) if t.is_floating_point() or t.is_complex() else t
+
+
+def _autograd_refusal(func, args, kwargs) -> None:
+    """Eager refuses ``out=`` where autograd would record the call: which calls that is (a differentiable op
+    with an argument requiring grad; not ``gt``, whose result has no gradient) is asked of PyTorch on meta
+    tensors, and its error raised."""
+    meta_args, meta_kwargs = tree_map(_on_meta, (args, kwargs))
+    try:
+        with torch._C.DisableTorchFunction():
+            func(*meta_args, **meta_kwargs)
+    except RuntimeError as e:
+        if "don't support automatic differentiation" in str(e):
+            raise RuntimeError(str(e)) from None
+    except Exception:  # noqa: BLE001  (no meta kernel, or another error the traced call will report)
+        return
+
+
+def call_with_out(handle, func, args, kwargs):
+    """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
+    out = kwargs["out"]
+    rest = {k: v for k, v in kwargs.items() if k != "out"}
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
+        _autograd_refusal(func, args, kwargs)
+    result = handle(func, args, rest)
+    results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    if len(results) != len(outs):
+        raise RuntimeError(f"{_name(func)}(): expected {len(results)} out= tensors, got {len(outs)}")
+    for o, r in zip(outs, results):
+        if not isinstance(o, torch.Tensor) or not isinstance(r, torch.Tensor):
+            raise TypeError(f"{_name(func)}(): out= must be a tensor or a tuple of tensors")
+        if not torch.can_cast(r.dtype, o.dtype):
+            raise RuntimeError(
+                f"result type {_SCALAR_TYPE_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
+                f"{_SCALAR_TYPE_NAMES.get(o.dtype, o.dtype)}"
+            )
+        if tuple(o.shape) != tuple(r.shape):
+            raise NotImplementedError(
+                f"thunder.jit does not resize an out= tensor: {_name(func)}() gives shape {tuple(r.shape)}, out= has "
+                f"shape {tuple(o.shape)} (eager resizes it in place, which changes the shape of a tensor in place); "
+                f"allocate out= with the result's shape\n  {describe_location(user_frame(3))}"
+            )
+        handle(T.copy_, (o, r), {})
+    if isinstance(out, (tuple, list)):
+        return type(result)(outs) if type(result) not in (tuple, list) else type(out)(outs)
+    return out
