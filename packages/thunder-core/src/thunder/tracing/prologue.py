@@ -14,6 +14,7 @@ import itertools
 import linecache
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -609,6 +610,14 @@ class PrologueBuilder:
         trace.scopes = [trace.bound_symbols]
         trace._python_cache = None
         try:
-            return self.python_callable(trace)(*args, **kwargs)
+            what = self.python_callable(trace)(*args, **kwargs)
         except Exception:
             return None
+        return self._in_user_names(what) if what is not None else None
+
+    def _in_user_names(self, text: str) -> str:
+        """``text`` (a check's description) with the parameters read under other names called by their own."""
+        for name, local in self.param_locals.items():
+            if local != name:
+                text = re.sub(rf"\b{re.escape(local)}\b", name, text)
+        return text
