@@ -207,7 +207,7 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         program.signature, call, program.fn_name, computation, hit_counter=stats.hit_counter
     )
     _stamp(prologue_trace, "Prologue", pstart)
-    prologue = prologue_trace.python_callable()
+    prologue = program.prologue.python_callable(prologue_trace)
     prologue.__name__ = _short(program.fn_name)
     prologue.__qualname__ = program.fn_name
     times["codegen"] = time.perf_counter_ns() - t0

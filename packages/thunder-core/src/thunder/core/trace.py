@@ -6,6 +6,7 @@ The *current* trace is the one symbols record into; :func:`tracectx` sets it for
 
 from __future__ import annotations
 
+import builtins
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -69,6 +70,8 @@ class TraceCtx:
         """Reserves ``name``; if taken (or not an identifier) returns a fresh variant of it."""
         if not name.isidentifier() or _is_keyword(name):
             name = "t_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+        elif name in _GLOBAL_NAMES or name.startswith("_"):  # (a variable so named would shadow a global)
+            name = "t" + name if name.startswith("_") else "t_" + name
         if name in self.names:
             return self.make_name(name + "_")
         self.names.add(name)
@@ -169,6 +172,14 @@ class timed_pass:
 
 
 _keywords = None
+
+
+# names a generated program may read as globals (the modules and classes its code refers to, the builtins its
+# printers write, the backward's arguments): a variable named after a user's parameter must not take them
+_GLOBAL_NAMES = frozenset(
+    ("torch", "Tensor", "math", "dtypes", "devices", "thunder", "ltorch", "prims", "saved_for_backward", "cotangents")
+    + tuple(n for n in dir(builtins) if not n.startswith("_"))
+) - frozenset(("input", "id", "format", "filter", "hash", "help", "vars", "dir", "open", "iter", "license"))
 
 
 def _is_keyword(name: str) -> bool:

@@ -22,7 +22,7 @@ from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _Inp
 from thunder.tracing.known_values import InputIndexValues
 from thunder.tracing.outputs import _collect_output, _copy_outputs_holding_overwritten_inputs
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
-from thunder.tracing.prologue import PrologueBuilder
+from thunder.tracing.prologue import PrologueBuilder, parameter_locals
 from thunder.tracing.script import inline_script_functions
 from thunder.tracing.tracer import (
     Tracer,
@@ -144,6 +144,8 @@ def trace_program(
 
     trace = TraceCtx("computation")
     prologue = PrologueBuilder(checks=checks)
+    # the names the prologue reads the parameters under: never one its generated code reads as a global
+    local = prologue.param_locals = parameter_locals(signature.parameters)
     tracer = Tracer(trace, record_log=record_log)
     # symbolic sizes: the dimensions ``dynamic`` names, and sizes that depend on tensor values (nonzero's)
     size_env = SizeEnv(trace.make_name)
@@ -157,14 +159,15 @@ def trace_program(
         wrapped = {}
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
+            expr = local[name]
             if param.kind is param.VAR_POSITIONAL:
-                prologue.fail_unless(f"len({name}) == {len(value)}")
-                wrapped[name] = tuple(inputs.argument(v, f"{name}[{i}]", f"{name}_{i}") for i, v in enumerate(value))
+                prologue.fail_unless(f"len({expr}) == {len(value)}")
+                wrapped[name] = tuple(inputs.argument(v, f"{expr}[{i}]", f"{name}_{i}") for i, v in enumerate(value))
             elif param.kind is param.VAR_KEYWORD:
-                prologue.fail_unless(f"{name}.keys() == {prologue.constant(frozenset(value), '_keys')}")
-                wrapped[name] = {k: inputs.argument(v, f"{name}[{k!r}]", k) for k, v in value.items()}
+                prologue.fail_unless(f"{expr}.keys() == {prologue.constant(frozenset(value), '_keys')}")
+                wrapped[name] = {k: inputs.argument(v, f"{expr}[{k!r}]", k) for k, v in value.items()}
             else:
-                wrapped[name] = inputs.argument(value, name, name)
+                wrapped[name] = inputs.argument(value, expr, name)
         # the function is called as the user called it, as nn.Module.__call__ does: positional arguments
         # stay positional, keywords stay keywords, defaults are left to it (decorators such as
         # transformers' may read arguments from **kwargs)

@@ -11,8 +11,10 @@ import contextlib
 import copy
 import inspect
 import itertools
+import linecache
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +27,43 @@ from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
 
-__all__ = ["MISS", "PrologueBuilder", "size_local"]
+__all__ = ["MISS", "PrologueBuilder", "parameter_locals", "size_local"]
 
 
 def size_local(p) -> str:
     """The prologue's local variable holding the symbolic size ``p`` (a SizeProxy)."""
     return f"_size_{p.name}"
+
+
+# the global names a prologue's body reads besides its constants (whose names start with "_", as its own locals'
+# do): a parameter so named would shadow them, so the prologue reads it under another name (see parameter_locals).
+# The builtins are those the checks call; tests/test_parameter_names.py checks the generated code reads no others.
+_GLOBALS_READ = frozenset(
+    ("MISS", "computation", "Tensor", "torch", "math", "dtypes", "devices")
+    + ("type", "len", "list", "map", "any", "all", "isinstance", "float", "int", "str", "dict", "frozenset", "tuple")
+    + ("complex", "bool", "max", "min", "abs", "round", "pow")
+)
+
+
+def parameter_locals(names) -> dict[str, str]:
+    """The name under which the prologue reads each of the function's parameters ``names``.
+
+    A parameter keeps its name unless that name is one the generated code reads as a global (``type``, ``MISS``,
+    ``computation``, a constant such as ``_tensor_guard0``) or uses as a local: then it becomes ``_arg_<name>``
+    and the prologue is called through a forwarder with the user's exact signature (``PrologueBuilder.build``).
+    """
+    names = list(names)
+    taken = set(names)
+    result = {}
+    for name in names:
+        local = name
+        if name in _GLOBALS_READ or name.startswith("_"):
+            local = f"_arg_{name}"
+            while local in taken:
+                local = "_" + local
+            taken.add(local)
+        result[name] = local
+    return result
 
 
 class _Miss:
@@ -220,6 +253,10 @@ class PrologueBuilder:
     # checks of immutable values read from dicts, behind one identity test (see dict_read)
     identity: _IdentityChecks | None = None
     param_names: set = field(default_factory=set)  # the function's parameters (the prologue's own locals avoid them)
+    # parameter name -> the name the generated checks read it under (see parameter_locals; missing: the same)
+    param_locals: dict = field(default_factory=dict)
+    # (the user's signature as a def's parameters, the arguments passing them on) when some parameter is renamed
+    _forward: tuple | None = None
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -478,8 +515,18 @@ class PrologueBuilder:
                 not any(q.kind is q.POSITIONAL_ONLY for q in list(signature.parameters.values())[len(params) :])
             ):
                 params.append("/")
-        trace.args = params
-        self.param_names = set(signature.parameters)
+        names = list(signature.parameters)
+        local_names = [self.param_locals.get(n, n) for n in names]
+        if local_names != names:
+            # a parameter would shadow a name the checks read: the prologue takes every parameter positionally
+            # under its local name (``*args`` as a tuple, ``**kwargs`` as a dict) behind a forwarder that has the
+            # user's signature (see python_callable)
+            trace.args = [*local_names, "/"]
+            self._forward = (params, names)
+        else:  # the common case: the prologue has the user's signature itself
+            trace.args = params
+            self._forward = None
+        self.param_names = set(local_names)
         self._emit_tensor_checks()
         self._emit_size_checks()
         trace.constants["MISS"] = MISS
@@ -496,6 +543,30 @@ class PrologueBuilder:
         self._call = call
         return trace
 
+    def python_callable(self, trace: TraceCtx):
+        """``trace`` (this builder's prologue, or a variant of it) compiled, callable with the user's arguments.
+
+        When a parameter is read under another name (see ``parameter_locals``), a generated forwarder with the
+        user's signature calls the compiled prologue; it shares its globals (``computation`` swapped there
+        reaches it).
+        """
+        fn = trace.python_callable()
+        if self._forward is None:
+            return fn
+        params, names = self._forward
+        namespace = fn.__globals__
+        body = "_prologue_body"
+        while body in names:  # (the forwarder's parameters must not shadow the prologue it calls)
+            body = "_" + body
+        namespace[body] = fn
+        src = f"def {trace.fn_name}({', '.join(params)}):\n  return {body}({', '.join(names)})\n"
+        filename = f"thunder.{trace.fn_name}_forwarder_{id(fn):x}"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - generated above from the signature
+        forwarder = namespace[trace.fn_name]
+        forwarder.__thunder_trace__ = trace
+        return forwarder
+
     def _rendered_lines(self) -> list[str]:
         group = self.identity
         if group is None:
@@ -511,7 +582,7 @@ class PrologueBuilder:
         trace.bound_symbols = [_prologue_code.bind(tuple(lines + [f"return {self._call}"]), output=None)]
         trace.scopes = [trace.bound_symbols]
         trace._python_cache = None
-        return trace.python_callable()
+        return self.python_callable(trace)
 
     def first_failing_check(self, *args, **kwargs) -> str | None:
         """Which check rejects these inputs, in the user's words (for the recompilation warning)."""
@@ -539,6 +610,14 @@ class PrologueBuilder:
         trace.scopes = [trace.bound_symbols]
         trace._python_cache = None
         try:
-            return trace.python_callable()(*args, **kwargs)
+            what = self.python_callable(trace)(*args, **kwargs)
         except Exception:
             return None
+        return self._in_user_names(what) if what is not None else None
+
+    def _in_user_names(self, text: str) -> str:
+        """``text`` (a check's description) with the parameters read under other names called by their own."""
+        for name, local in self.param_locals.items():
+            if local != name:
+                text = re.sub(rf"\b{re.escape(local)}\b", name, text)
+        return text

@@ -33,7 +33,7 @@ def _ones_like(p: TensorProxy) -> TensorProxy:
 class _Differentiate:
     """A trace transform: the program's outputs and/or the gradients of its float tensor inputs."""
 
-    def __init__(self, executors, *, returns: str, cotangent_prefix: str | None = None):
+    def __init__(self, executors, *, returns: str, cotangent_prefix: str | tuple[str, ...] | None = None):
         self.executors = executors
         self.returns = returns  # "grads", "value_and_grads" or "vjp"
         self.cotangent_prefix = cotangent_prefix
@@ -112,4 +112,6 @@ def vjp(fn: Callable) -> Callable:
         vjp_body.__name__ = vjp_body.__qualname__ = f"vjp_of_{getattr(original, '__name__', 'fn')}"
         return vjp_body
 
-    return _rejit(fn, lambda ex: _Differentiate(ex, returns="vjp", cotangent_prefix="cotangents"), wrapper=wrapper)
+    # (a lone cotangent tensor's proxy is t_cotangents: "cotangents" is a name the backward's code reads)
+    prefixes = ("cotangents", "t_cotangents")
+    return _rejit(fn, lambda ex: _Differentiate(ex, returns="vjp", cotangent_prefix=prefixes), wrapper=wrapper)
