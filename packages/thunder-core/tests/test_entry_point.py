@@ -2,6 +2,8 @@
 program as eager passes it, a call that does not match the signature raises eager's TypeError, and cache hits
 are counted once per call."""
 
+import functools
+
 import pytest
 import torch
 
@@ -29,6 +31,30 @@ def test_every_parameter_kind_is_passed_on_as_eager_does():
     for args, kwargs in calls:
         torch.testing.assert_close(jf(*args, **kwargs), every_kind(*args, **kwargs))
     assert (thunder.cache_misses(jf), thunder.cache_hits(jf)) == (2, 2)
+
+
+def _scaled_when_given_by_keyword(g):
+    @functools.wraps(g)  # inspect.signature(wrapper) is g's (x, scale); the wrapper itself takes (*args, **kwargs)
+    def wrapper(*args, **kwargs):
+        out = g(*args, **kwargs)
+        return out * 10 if "scale" in kwargs else out
+
+    return wrapper
+
+
+@_scaled_when_given_by_keyword
+def wrapped_mul(x, scale):
+    return x * scale
+
+
+def test_a_wrapper_sees_keyword_arguments_as_keywords():
+    # the entry point takes the parameters of the function called, not of the one it wraps: passing
+    # ``scale`` on positionally gave 2s where eager gives 20s
+    jf = thunder.jit(wrapped_mul)
+    x, s = torch.ones(2), torch.full((2,), 2.0)
+    torch.testing.assert_close(jf(x, scale=s), wrapped_mul(x, scale=s))
+    torch.testing.assert_close(jf(x, scale=s), wrapped_mul(x, scale=s))  # the cache hit too
+    torch.testing.assert_close(jf(x, s), wrapped_mul(x, s))
 
 
 def test_a_call_that_does_not_match_the_signature_raises_eagers_type_error():

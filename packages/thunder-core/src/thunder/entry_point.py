@@ -53,7 +53,9 @@ def _generic(name: str) -> str:
 
 def _source(fn: Callable, name: str) -> str:
     try:
-        signature = inspect.signature(fn)
+        # the parameters of the function that is called, not of one it wraps (``functools.wraps`` sets
+        # ``__wrapped__``): a wrapper ``(*args, **kwargs)`` may tell a keyword argument from a positional one
+        signature = inspect.signature(fn, follow_wrapped=False)
     except (ValueError, TypeError):  # builtins: no introspectable signature
         return _generic(name)
     params = list(signature.parameters.values())

@@ -126,7 +126,10 @@ def trace_program(
     ``dynamic(expr, tensor)`` names the dimensions of an argument tensor to trace as symbolic sizes.
     """
     try:
-        signature = inspect.signature(fn)
+        # the parameters of the function called, not of one it wraps (``functools.wraps``): a wrapper taking
+        # ``(*args, **kwargs)`` may treat an argument given by keyword unlike the same one given positionally,
+        # so the prologue must tell the two calls apart
+        signature = inspect.signature(fn, follow_wrapped=False)
     except (ValueError, TypeError):  # builtins such as torch.sin have no introspectable signature
         signature = inspect.Signature(
             [
