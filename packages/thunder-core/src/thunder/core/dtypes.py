@@ -11,6 +11,7 @@ import torch
 
 __all__ = [
     "dtype",
+    "torch_message_name",
     "to_dtype",
     "to_torch_dtype",
     "is_boolean_dtype",
@@ -182,3 +183,25 @@ _kind_rank = {"bool": 0, "int": 1, "float": 2, "complex": 3}
 
 def kind_rank(d) -> int:
     return _kind_rank[to_dtype(d).kind]
+
+
+# PyTorch's names for dtypes in its error messages (c10's ScalarType names)
+_TORCH_MESSAGE_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+
+def torch_message_name(torch_dtype: torch.dtype) -> str | None:
+    """PyTorch's name for ``torch_dtype`` in its error messages (``Float``, ``Long``), or None where it is not listed."""
+    return _TORCH_MESSAGE_NAMES.get(torch_dtype)

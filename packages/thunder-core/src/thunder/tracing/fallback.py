@@ -27,24 +27,9 @@ def _can_cast(src: dtypes.dtype, dst: dtypes.dtype) -> bool:
     return dtypes.kind_rank(src) <= dtypes.kind_rank(dst)
 
 
-_SCALAR_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "bfloat16": "BFloat16",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
-
-
 def _dtype_title(d: dtypes.dtype) -> str:
     """PyTorch's name for a dtype in error messages (``Float``, ``Long``)."""
-    name = str(d.torch_dtype).replace("torch.", "")
-    return _SCALAR_TYPE_NAMES.get(name, name.capitalize())
+    return dtypes.torch_message_name(d.torch_dtype) or str(d.torch_dtype).replace("torch.", "").capitalize()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from thunder.core.dtypes import torch_message_name
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol
@@ -42,18 +43,6 @@ INDEX_TENSOR_ARGUMENTS = {
     T.narrow: (2, "start"),
     torch.tensor_split: (1, "tensor_indices_or_sections"),
     T.tensor_split: (1, "tensor_indices_or_sections"),
-}
-# PyTorch's names for dtypes in its messages
-_SCALAR_TYPE_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
 }
 # an input tensor with more elements than this is not read as numbers (the prologue compares its value each call)
 _MAX_INDEX_VALUES = 64
@@ -168,7 +157,7 @@ def check_index_tensor(func, dtype: torch.dtype, ndim: int) -> None:
             raise RuntimeError("start must be an 0-dim integral Tensor.")
         return
     if dtype != torch.int64:
-        name = _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
+        name = torch_message_name(dtype) or str(dtype)
         raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype of long, but got {name}")
     if ndim > 1:
         raise RuntimeError(

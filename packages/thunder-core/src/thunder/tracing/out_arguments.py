@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder.core.dtypes import torch_message_name
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.tracing.errors import describe_location, user_frame
 from thunder.tracing.tracing_tensor import TracingTensor
@@ -18,22 +19,6 @@ from thunder.tracing.tracing_tensor import TracingTensor
 __all__ = ["call_with_out"]
 
 T = torch.Tensor
-
-# PyTorch's names for dtypes in its messages
-_SCALAR_TYPE_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
 
 
 def _requires_grad(x) -> bool:
@@ -83,8 +68,8 @@ def call_with_out(handle, func, args, kwargs):
             raise TypeError(f"{_name(func)}(): out= must be a tensor or a tuple of tensors")
         if not torch.can_cast(r.dtype, o.dtype):
             raise RuntimeError(
-                f"result type {_SCALAR_TYPE_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
-                f"{_SCALAR_TYPE_NAMES.get(o.dtype, o.dtype)}"
+                f"result type {torch_message_name(r.dtype) or r.dtype} can't be cast to the desired output type "
+                f"{torch_message_name(o.dtype) or o.dtype}"
             )
         if tuple(o.shape) != tuple(r.shape):
             raise NotImplementedError(
