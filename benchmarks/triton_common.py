@@ -7,6 +7,8 @@ every variant on the same inputs and prints one JSON object:
 - ``torch_compile``: ``torch.compile`` of the same code (Inductor);
 - ``thunder_triton``: ``thunder.jit(..., executors=thunder.discover())``: the triton kernels are
   claimed from the unmodified code (``claimed`` lists the triton operators in its traces);
+- ``thunder_default``: ``thunder.jit(...)`` with the default executors only (no plugin): what
+  thunder costs or gains without the kernels (not run unless named in ``--variants``);
 - ``liger``: Liger-Kernel's kernel for the same computation (``pip install liger-kernel``; it is
   imported only for this variant and reported as skipped when missing).
 
@@ -32,7 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-VARIANTS = ("eager", "torch_compile", "thunder_triton", "liger")
+VARIANTS = ("eager", "torch_compile", "thunder_triton", "liger", "thunder_default")
+DEFAULT_VARIANTS = ("eager", "torch_compile", "thunder_triton", "liger")
 
 if "--smoke" in sys.argv:  # the interpreter must be chosen before Triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
@@ -76,6 +79,10 @@ def _make_variant(variant: str, fn, inputs, case: Case):
         import thunder
 
         return thunder.jit(fn, executors=thunder.discover())
+    if variant == "thunder_default":
+        import thunder
+
+        return thunder.jit(fn)
     if case.liger is None:
         raise NotImplementedError("Liger-Kernel has no kernel for this computation")
     return case.liger(fn, inputs)
@@ -169,10 +176,12 @@ def measure(variant: str, case: Case, device: str, dtype, iters: int, warmup: in
     return result, reference
 
 
-def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> None:
+def main(name: str, description: str, cases: Callable[[bool], list[Case]], patterns: tuple[str, ...] = ()) -> None:
     """Parses the command line, measures every case and variant, prints one JSON object.
 
-    ``cases(smoke)`` returns the cases: tiny ones when ``smoke`` is true.
+    ``cases(smoke)`` returns the cases: tiny ones when ``smoke`` is true. ``patterns`` names the
+    opt-in triton patterns the ``thunder_triton`` variant switches on (its kernel's benchmark
+    measures the kernel, claimed by default or not).
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=None, choices=VARIANTS)
@@ -210,7 +219,12 @@ def main(name: str, description: str, cases: Callable[[bool], list[Case]]) -> No
         emit(final=True)
         return
     device = "cpu" if smoke else "cuda"
-    variants = args.variants or (["eager", "thunder_triton"] if smoke else list(VARIANTS))
+    variants = args.variants or (["eager", "thunder_triton"] if smoke else list(DEFAULT_VARIANTS))
+    if patterns and "thunder_triton" in variants:
+        from thunder_triton import get_executor
+
+        get_executor().enable_patterns(*patterns)
+        out["enabled_patterns"] = list(patterns)
     if smoke:
         args.iters, args.warmup = min(args.iters, 2), min(args.warmup, 1)
         out["smoke"] = "CPU, Triton interpreter, tiny shapes: checks that the benchmark runs; the times mean nothing"

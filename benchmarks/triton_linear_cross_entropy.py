@@ -43,4 +43,9 @@ def _case(tokens: int, hidden: int, vocab: int) -> Case:
 
 
 if __name__ == "__main__":
-    main("triton_linear_cross_entropy", __doc__, lambda smoke: [_case(*s) for s in (SMOKE_SHAPES if smoke else SHAPES)])
+    main(
+        "triton_linear_cross_entropy",
+        __doc__,
+        lambda smoke: [_case(*s) for s in (SMOKE_SHAPES if smoke else SHAPES)],
+        patterns=("linear_cross_entropy",),
+    )

@@ -39,4 +39,9 @@ def _case(tokens: int, inter: int) -> Case:
 
 
 if __name__ == "__main__":
-    main("triton_swiglu", __doc__, lambda smoke: [_case(*s) for s in (SMOKE_SHAPES if smoke else SHAPES)])
+    main(
+        "triton_swiglu",
+        __doc__,
+        lambda smoke: [_case(*s) for s in (SMOKE_SHAPES if smoke else SHAPES)],
+        patterns=("swiglu",),
+    )

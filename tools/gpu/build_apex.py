@@ -39,7 +39,7 @@ EXTENSIONS = (
         "xentropy_cuda",
         ("apex/contrib/csrc/xentropy/interface.cpp", "apex/contrib/csrc/xentropy/xentropy_kernel.cu"),
         ["-O3"],
-        ["-O3", f'-DXENTROPY_VER="{datetime.today().strftime("%y.%m.%d")}"'],
+        ["-O3", f'-DXENTROPY_VER=\\"{datetime.today().strftime("%y.%m.%d")}\\"'],
     ),
 )
 

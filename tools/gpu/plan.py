@@ -329,7 +329,70 @@ APEX = Call(
     ),
 )
 
-CALLS = {c.name: c for c in (CALL1, CALL2, APEX)}
+
+def _stage(call: Call, name: str, **changes) -> Stage:
+    """A stage of an earlier call, some fields changed."""
+    import dataclasses
+
+    return dataclasses.replace(next(s for s in call.stages if s.name == name), **changes)
+
+
+def _with_args(stage: Stage, old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    argv = stage.argv
+    i = next(i for i in range(len(argv)) if argv[i : i + len(old)] == old)
+    return argv[:i] + new + argv[i + len(old) :]
+
+
+_TRAINING = next(s for s in CALL2.stages if s.name == "training_step")
+_TRITON_STEP = next(s for s in APEX.stages if s.name == "triton_step")
+
+# A second look after the first GPU day (one call, any session with ~5 minutes of device time):
+# where thunder's training step loses to eager (thunder alone vs with the triton kernels, and the
+# kernels the profiler records), the apex cross-entropy fixed after the first run, and the triton
+# step with the default claims decided from the first run's figures.
+RECHECK = Call(
+    "recheck",
+    carry=(DEPS, f"{CARRY_DIR}/apex"),
+    when="a later GPU session, one call (or this one's remaining time, with --budget-s)",
+    needs_files=(f"{DEPS}/*.whl", f"{CARRY_DIR}/apex/apex-src.tar.gz"),
+    stages=(
+        _install(),
+        _stage(
+            CALL2,
+            "training_step",
+            timeout_s=50,
+            argv=_with_args(
+                _TRAINING,
+                ("eager", "thunder_discover", "torch_compile", "--json-out", "{results}/training_step.json"),
+                ("eager", "thunder_default", "thunder_discover", "--json-out", "{results}/training_step_recheck.json"),
+            ),
+            purpose="the LitGPT training step: eager vs thunder's default executors vs thunder.discover()",
+        ),
+        Stage(
+            "profile_step",
+            ("{py}", "tools/gpu/profile_step.py", "--layers", "2", "--json-out", "{results}/profile_step.json"),
+            50,
+            "the kernels of that step (2 layers) per variant, from torch.profiler: where thunder loses",
+            needs=("install",),
+            paths=("tools/gpu/profile_step.py", "benchmarks/executors_training.py"),
+        ),
+        _stage(APEX, "apex_build", timeout_s=50),
+        _stage(APEX, "apex_tests", timeout_s=35),
+        _stage(
+            APEX,
+            "triton_step",
+            timeout_s=55,
+            argv=_with_args(
+                _TRITON_STEP,
+                ("--json-out",),
+                ("--variants", "eager", "thunder_default", "thunder_triton", "--json-out"),
+            ),
+            purpose="the LitGPT step with the default triton claims: eager vs thunder alone vs thunder+triton",
+        ),
+    ),
+)
+
+CALLS = {c.name: c for c in (CALL1, CALL2, APEX, RECHECK)}
 GPU_DAY = (CALL1, CALL2)  # the two calls made back to back in the first GPU session
 
 

@@ -43,8 +43,10 @@ def _xentropy_forward(logits, labels, smoothing, half_to_float):
     max_log_sum_exp = torch.logsumexp(x, dim=1)
     picked = x.gather(1, labels.unsqueeze(1)).squeeze(1)
     losses = max_log_sum_exp - (1 - smoothing) * picked - smoothing * x.mean(dim=1)
-    out_dtype = torch.float32 if half_to_float else logits.dtype
-    return losses.to(out_dtype), max_log_sum_exp.to(out_dtype)
+    # as apex's kernel (xentropy_kernel.cu): the losses are float32 whatever the logits' dtype, the
+    # log-sum-exps float32 only with half_to_float (the real kernel showed this on a GPU)
+    lse_dtype = torch.float32 if half_to_float else logits.dtype
+    return losses, max_log_sum_exp.to(lse_dtype)
 
 
 def _xentropy_backward(grad_loss, logits, max_log_sum_exp, labels, smoothing):

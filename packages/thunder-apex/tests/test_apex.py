@@ -82,7 +82,9 @@ def test_available_with_apex_discovered_first(standin):
     assert runtime.unavailable_reason() is None
     assert plugin.thunder_executors() == [apex_ex]
     found = thunder.discover(reload=True)
-    assert found[0] is apex_ex
+    # first but for plugins of a higher priority (thunder-triton's 30, where it is installed too)
+    ahead = found[: found.index(apex_ex)]
+    assert all(getattr(ex, "priority", 0) > apex_ex.priority for ex in ahead), ahead
     thunder.plugins.plugin_infos(reload=True)  # leave the cached discovery as this machine really is
 
 
@@ -181,11 +183,13 @@ def test_seed_example_traces(standin):
     assert standin.called("xentropy_cuda.backward")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
-def test_cross_entropy_values_and_grads(standin, reduction, label_smoothing):
+def test_cross_entropy_values_and_grads(standin, reduction, label_smoothing, dtype):
     torch.manual_seed(1)
-    logits = torch.randn(12, 7)
+    logits = torch.randn(12, 7, dtype=dtype)
+    tol = {} if dtype is torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
     labels = torch.randint(0, 7, (12,))
     labels[[2, 5]] = -100  # ignored rows (the default ignore_index)
 
@@ -193,7 +197,8 @@ def test_cross_entropy_values_and_grads(standin, reduction, label_smoothing):
         return F.cross_entropy(logits, labels, reduction=reduction, label_smoothing=label_smoothing)
 
     jfn = thunder.jit(fn, executors=[apex_ex])
-    torch.testing.assert_close(jfn(logits, labels), fn(logits, labels))
+    # the kernel's losses are float32 for float16 logits: the result must still be float16, as eager's
+    torch.testing.assert_close(jfn(logits, labels), fn(logits, labels), **tol)
     assert "apex_cross_entropy(" in _trace_text(jfn)
 
     # through torch autograd (thunder's forward/backward split)
@@ -203,7 +208,7 @@ def test_cross_entropy_values_and_grads(standin, reduction, label_smoothing):
     cot = torch.randn_like(ref)
     out.backward(cot)
     ref.backward(cot)
-    torch.testing.assert_close(a.grad, b.grad)
+    torch.testing.assert_close(a.grad, b.grad, **tol)
     assert a.grad[2].abs().sum() == 0
     assert "apex_cross_entropy_backward(" in str(thunder.last_backward_traces(jfn)[-1])
 

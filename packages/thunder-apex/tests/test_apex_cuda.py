@@ -35,7 +35,15 @@ def test_cross_entropy(dtype, reduction, label_smoothing):
     a = logits.clone().requires_grad_()
     b = logits.clone().requires_grad_()
     out, ref = jfn(a, labels), fn(b, labels)
-    torch.testing.assert_close(out, ref, **_TOL[dtype])
+    assert out.dtype == ref.dtype
+    if not ref.isfinite().all():
+        # eager float16 sums the label-smoothing term in float16 and overflows to inf; apex's kernel
+        # accumulates in float32 (as torch.compile does): compare with eager in float32, rounded
+        ref32 = fn(logits.float(), labels).to(dtype)
+        assert ref32.isfinite().all()
+        torch.testing.assert_close(out, ref32, **_TOL[dtype])
+    else:
+        torch.testing.assert_close(out, ref, **_TOL[dtype])
     assert "apex_cross_entropy(" in str(thunder.last_traces(jfn)[-1])
     cot = torch.randn_like(ref)
     out.backward(cot)

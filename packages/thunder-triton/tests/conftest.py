@@ -18,3 +18,19 @@ if ON_CUDA:
     torch.set_default_device("cuda")
 else:
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _every_pattern_enabled():
+    """The kernel tests check every kernel, also the opt-in ones (test_plugin.py checks the defaults)."""
+    from thunder_triton import get_executor
+
+    ex = get_executor()
+    before = dict(ex.patterns)
+    ex.enable_patterns(*ex.known_patterns)
+    yield
+    ex.patterns.clear()
+    ex.patterns.update(before)

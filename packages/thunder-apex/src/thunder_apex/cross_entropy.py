@@ -58,14 +58,16 @@ def _forward_impl(logits: torch.Tensor, target: torch.Tensor, reduction: str, la
     xentropy = runtime.xentropy_extension()
     ignored = target < 0
     labels = target.masked_fill(ignored, 0).contiguous()
+    # the kernel's losses are float32 whatever the logits' dtype (its log-sum-exps are in the logits'
+    # dtype): reduce in float32, then return the logits' dtype as eager does
     losses, max_log_sum_exp = xentropy.forward(logits.contiguous(), labels, float(label_smoothing), False)
     losses = losses.masked_fill(ignored, 0)
     if reduction == "none":
-        return losses, max_log_sum_exp
+        return losses.to(logits.dtype), max_log_sum_exp
     total = losses.sum()
     if reduction == "sum":
-        return total, max_log_sum_exp
-    return (total / (~ignored).sum()).to(losses.dtype), max_log_sum_exp
+        return total.to(logits.dtype), max_log_sum_exp
+    return (total / (~ignored).sum()).to(logits.dtype), max_log_sum_exp
 
 
 apex_cross_entropy = apex_ex.register_operator("apex_cross_entropy", meta=_forward_meta, fn=_forward_impl)
