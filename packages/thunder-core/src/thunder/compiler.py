@@ -29,6 +29,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance
 from thunder.entry_point import make_entry_point
 from thunder.executors import tiers
 from thunder.executors.base import FusionExecutor
+from thunder.executors.buffer_reuse import reuse_dead_buffers
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.state_updates import update_state_in_place
@@ -420,12 +421,13 @@ def _trace_with_sizes(cd: CompileData, fn, args, kwargs, record_log: bool):
 
 
 def _executable_traces(trace: TraceCtx, executors) -> list[TraceCtx]:
-    """Claiming, fusion, state updates in place, dead-code elimination and delete-last-used: each pass's trace."""
+    """Claiming, fusion, in-place state updates and buffer reuse, dead-code elimination, delete-last-used: each pass's trace."""
     out = [claim_executors(trace, executors)]
     for ex in executors:
         if isinstance(ex, FusionExecutor):
             out.append(ex.fusion_pass(out[-1]))
     out.append(update_state_in_place(out[-1]))
+    out.append(reuse_dead_buffers(out[-1]))
     out.append(dce(out[-1]))
     out.append(del_last_used(out[-1]))
     return out

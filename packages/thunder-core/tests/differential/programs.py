@@ -66,6 +66,14 @@ _UNARY = [
     "{a}.clamp(-0.5, 0.5)",
     "torch.exp({a}.tanh())",
     "torch.where({a} > 0, {a}, 0.5 * {a})",
+    "F.hardtanh({a}, -1.0, 1.0)",
+    "F.leaky_relu({a}, 0.1)",
+    "F.hardswish({a})",
+    "F.elu({a})",
+    "F.relu6({a})",
+    "F.mish({a})",
+    "torch.erf({a})",
+    "torch.rsqrt({a}.abs() + 1)",
 ]
 _SCALAR = ["{a} * 2", "{a} + 1", "{a} * -0.5", "{a} - 3", "2 * {a}", "{a} / 4"]
 _BINARY = [
@@ -144,6 +152,14 @@ _INPLACE = [
     "{t}[..., :1] = 0.5",
     "{t}.add_({b}, alpha=-1)",
     "{t}.index_copy_(0, torch.tensor([0]), {t}[-1:] * 2)",
+    "F.relu({t}, inplace=True)",
+    "F.hardtanh({t}, -0.5, 0.5, inplace=True)",
+    "F.leaky_relu({t}, 0.2, inplace=True)",
+    "F.silu({t}, inplace=True)",
+    "F.hardswish({t}, inplace=True)",
+    "F.elu({t}, inplace=True)",
+    "{t} += {b}",
+    "{t} *= 0.5",
 ]
 _ROUNDING = [
     "torch.div({a}, {b}, rounding_mode='trunc')",
