@@ -366,7 +366,7 @@ _robust_loss_rule(ltorch.huber_loss, "delta", scaled=True)
 
 @register_grad(ltorch.div)
 def _div_grad(a, b, *, rounding_mode=None, out=None):
-    """PyTorch's div derivatives: ``g / b`` and ``-g * a / b²`` for true division; a zero gradient (never
+    """PyTorch's div derivatives: ``g / b`` and ``-g * ((a / b) / b)`` for true division; a zero gradient (never
     NaN, even where ``b`` is zero) for both arguments of a rounding division (``trunc``, ``floor``)."""
     from thunder.transforms.prim_grads import sum_to_shape
 
@@ -380,7 +380,8 @@ def _div_grad(a, b, *, rounding_mode=None, out=None):
     if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
         put_grad(a, sum_to_shape(ltorch.true_divide(g, b), a.shape))
     if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
-        put_grad(b, sum_to_shape(ltorch.neg(ltorch.true_divide(ltorch.mul(g, result), b)), b.shape))
+        # div_tensor_other_backward's order, -g * ((a / b) / b): bitwise eager's in bfloat16 and float16
+        put_grad(b, sum_to_shape(ltorch.neg(ltorch.mul(g, ltorch.true_divide(result, b))), b.shape))
     return result
 
 
