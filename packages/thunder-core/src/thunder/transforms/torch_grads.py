@@ -402,3 +402,14 @@ def _fmod_grad(a, b):
         quotient = ltorch.div(a, b, rounding_mode="trunc")
         put_grad(b, sum_to_shape(ltorch.neg(ltorch.mul(g, quotient)), b.shape))
     return out
+
+
+@register_grad(ltorch.split)
+def _split_grad(a, split_size_or_sections, dim: int = 0):
+    """PyTorch's split_backward: the pieces' cotangents concatenated (zeros for pieces no gradient reached), one
+    ``cat``; differentiating the slices padded every piece to the input's size and added them up."""
+    outs = ltorch.split(a, split_size_or_sections, dim)
+    if len(outs) < 2 or not dtypes.is_inexact_dtype(a.dtype):
+        return NotImplemented
+    put_grad(a, ltorch.cat([get_grad(o) for o in outs], dim))
+    return outs
