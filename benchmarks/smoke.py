@@ -58,6 +58,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
             "thunder_torch_compile",
         ],
     ),
+    "aten_counts": ("aten_counts.py", ["--seq", "16"]),
     "thunderfx": ("thunderfx.py", ["--layers", "1", "--steps", "2", "--seq", "16", "--no-inductor"]),
     "distributed": ("distributed.py", ["--layers", "1", "--steps", "1", "--warmup", "1", "--seq", "16"]),
     "vision": ("vision.py", ["--smoke", "--control", "--cpu-time", "--stat", "min"]),

@@ -389,3 +389,25 @@ def test_examine_reports_native_backward_kernels(capsys):
     assert report.backward_kernels["convolution_backward"] == 1
     assert report.backward_kernels["threshold_backward"] == 1
     assert "native_batch_norm_backward (1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("used", ["all", "some"])
+def test_split_backward_concatenates_the_pieces_gradients(dtype, used):
+    """As eager's split_backward: one cat of the cotangents (zeros where a piece got none), not a pad per piece."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 10, 4, dtype=dtype, requires_grad=True)
+
+    def f(x):
+        a, b, c = x.split((5, 3, 2), dim=1)
+        return a.sum(1) * 2 + c.sum(1) if used == "some" else a.sum(1) * 2 + b.sum(1) + c.sum(1).exp()
+
+    jfn = _compare(f, (x,), dtype)
+    backward = _backward_source(jfn)
+    assert "torch.cat(" in backward and "pad(" not in backward
+
+
+def test_chunk_backward_is_one_cat_too():
+    x = torch.randn(4, 6, requires_grad=True)
+    jfn = _compare(lambda x: torch.stack(x.chunk(3, dim=-1)).square().sum(0), (x,), torch.float32)
+    assert "pad(" not in _backward_source(jfn)

@@ -182,3 +182,105 @@ def test_cuda_forward():
     out, lse = _sdpa_fwd_impl(q, k, v, 0.0, True, None, None)
     _, meta_lse = _sdpa_fwd_meta(*(_proxy_of(t) for t in (q, k, v)), 0.0, True, None, None)
     assert meta_lse.shape == tuple(lse.shape)
+
+
+# ---------------------------------------------------------------- CUDA: the efficient-attention pair, forward and backward
+# (the structure and the kernels' arguments are checked here on CPU, with CUDA-typed proxies and meta tensors; the
+# values need a GPU: test_cuda_values_and_grads_equal_eager)
+
+
+def _cuda_proxies(shape=(2, 4, 40, 64), dtype=thunder.dtypes.bfloat16, requires_grad=True):
+    return [TensorProxy(name, shape=shape, dtype=dtype, device="cuda", requires_grad=requires_grad) for name in "qkv"]
+
+
+def test_checker_takes_cuda_calls_that_need_grad():
+    from thunder.core.trace import TraceCtx, tracectx
+
+    with tracectx(TraceCtx()):
+        q, k, v = _cuda_proxies()
+        assert _sdpa_checker(q, k, v, is_causal=True)
+        assert _sdpa_checker(*_cuda_proxies(dtype=thunder.dtypes.float32))
+        assert _sdpa_checker(*_cuda_proxies(requires_grad=False), scale=0.5)
+        # left to the decomposition: a mask, float64, a head size the kernels need padded, dropout
+        mask = TensorProxy(shape=(40, 40), dtype=thunder.dtypes.bfloat16, device="cuda")
+        assert not _sdpa_checker(q, k, v, attn_mask=mask)
+        assert not _sdpa_checker(*_cuda_proxies(dtype=thunder.dtypes.float64))
+        assert not _sdpa_checker(*_cuda_proxies(shape=(2, 4, 40, 36)))
+        assert not _sdpa_checker(q, k, v, dropout_p=0.1)
+
+
+def test_cuda_trace_runs_the_fused_backward_kernel():
+    """A CUDA call that needs grad: the forward saves the log-sum-exp, the backward is one sdpa_bwd (before, the
+    checker declined it and the backward differentiated the decomposition: matmuls, a float32 softmax, where)."""
+    import thunder.torch as ltorch
+    from thunder.core import prims
+    from thunder.core.trace import TraceCtx, tracectx
+    from thunder.extend import get_executor
+    from thunder.transforms.split import split_forward_backward
+
+    trace = TraceCtx()
+    with tracectx(trace):
+        q, k, v = _cuda_proxies()
+        trace.args = [q, k, v]
+        prims.python_return(ltorch.scaled_dot_product_attention(q, k, v, is_causal=True))
+    fb = split_forward_backward(trace, {"q", "k", "v"}, [get_executor("sdpa"), get_executor("torch")])
+    fwd = [b for b in fb.forward.bound_symbols if b.sym.name not in ("python_return", "python_del")]
+    bwd = [b for b in fb.backward.bound_symbols if b.sym.name not in ("python_return", "python_del", "unpack_sequence")]
+    assert [b.sym.name for b in fwd] == ["sdpa_fwd"], fb.forward
+    lse = fwd[0].output[1]
+    assert lse.device.devicetype is thunder.core.devices.DeviceType.CUDA and lse.shape == (2, 4, 64)  # padded to 32
+    names = [b.sym.name for b in bwd if b.sym.name != "clear"]
+    assert "sdpa_bwd" in names, fb.backward
+    source = str(fb.backward)
+    assert "matmul" not in source and "softmax" not in source and "where" not in source
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_kernel_calls_fit_the_op_schemas(dtype):
+    """The CUDA branches of the forward and backward implementations, run on meta tensors: every argument is
+    valid for the installed torch's ``_scaled_dot_product_efficient_attention`` and ``_backward`` schemas,
+    and the outputs have the shapes and dtypes the operators' meta functions promise."""
+    q, k, v = (torch.randn(2, 3, 40, 64, dtype=dtype, device="meta") for _ in range(3))
+    k = torch.randn(2, 3, 64, 40, dtype=dtype, device="meta").transpose(-1, -2)  # a last dim of stride 40
+    out, lse = _sdpa_fwd_impl(q, k, v, 0.0, True, None, 0.125)
+    proxies = [TensorProxy(shape=t.shape, dtype=t.dtype, device="cuda") for t in (q, k, v)]
+    meta_out, meta_lse = _sdpa_fwd_meta(*proxies, 0.0, True, None, 0.125)
+    assert meta_out.shape == tuple(out.shape) and meta_out.dtype.torch_dtype == out.dtype
+    assert meta_lse.shape == tuple(lse.shape) and meta_lse.dtype.torch_dtype == lse.dtype
+    grads = _sdpa_bwd_impl(torch.randn_like(out), q, k, v, out, lse, 0.0, True, None, 0.125)
+    assert [(g.shape, g.dtype) for g in grads] == [(t.shape, t.dtype) for t in (q, k, v)]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("kwargs", [{"is_causal": True}, {"scale": 0.3}], ids=["causal", "scale"])
+def test_cuda_values_and_grads_equal_eager(dtype, kwargs):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q, k, v = _qkv(2, 4, 96, 64, dtype=dtype, device="cuda", requires_grad=True)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    jf = thunder.jit(f)
+    out = jf(q, k, v)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    assert any("sdpa_fwd(" in line for line in _code(jf))
+    backward = str(thunder.last_backward_traces(jf)[-1])
+    assert "sdpa_bwd(" in backward and "softmax" not in backward
+    # against eager with the same kernels: equal up to the kernels' nondeterministic accumulation order
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        same = f(q, k, v)
+        same_grads = torch.autograd.grad(same, (q, k, v), grad_out)
+    tight = {"atol": 1e-5, "rtol": 1e-5} if dtype is torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(out, same, **tight)
+    for g, w in zip(grads, same_grads):
+        torch.testing.assert_close(g, w, **tight)
+    # against eager's own choice of kernel (flash, cuDNN or efficient) and the float64 math reference
+    ref = f(*(t.detach().double().requires_grad_() for t in (q, k, v)))
+    loose = {"atol": 1e-4, "rtol": 1e-4} if dtype is torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(out, f(q, k, v), **loose)
+    torch.testing.assert_close(out.double(), ref, **loose)

@@ -2,21 +2,25 @@
 
 ``ltorch.scaled_dot_product_attention`` decomposes into matmuls and a softmax. This executor
 replaces it with one call of a fused kernel that also returns the row-wise log-sum-exp of the
-attention scores, which a fused backward kernel needs:
+attention scores, which the fused backward kernel needs:
 
-- CPU: ``aten._scaled_dot_product_flash_attention_for_cpu`` (float32/float64/bfloat16/float16);
-- CUDA: ``aten._scaled_dot_product_efficient_attention`` (float32/bfloat16/float16, no mask).
+- CPU: ``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``
+  (float32/float64/bfloat16/float16, additive or boolean masks);
+- CUDA: ``aten._scaled_dot_product_efficient_attention`` and its ``_backward``
+  (float32/bfloat16/float16, no mask, head size a multiple of 8).
 
-The trace shows ``(t0, _) = sdpa_fwd(q, k, v, 0.0, True, None, None)``.
+The trace shows ``(t0, _) = sdpa_fwd(q, k, v, 0.0, True, None, None)`` and, where the inputs need
+grad, ``(gq, gk, gv) = sdpa_bwd(g, q, k, v, t0, lse, 0.0, True, None, None)`` in the backward:
+``_sdpa_grad`` is the grad transform, so autodiff saves ``(q, k, v, out, logsumexp)`` and calls the
+fused backward kernel instead of differentiating the decomposition (whose backward is a chain of
+matmuls, a float32 softmax backward and masking ``where`` calls).
 
-Backward: ``sdpa_bwd`` (the CPU flash-attention backward kernel) is registered as an operator and
-``_sdpa_grad`` is registered as the grad transform, so that once thunder's autodiff
-(``thunder.core.transforms``) builds backward traces they save ``(q, k, v, out, logsumexp)`` and
-call the fused backward kernel instead of differentiating the decomposition. Until then a
-backward pass through a thunder program runs PyTorch autograd over the forward kernel, which
-PyTorch differentiates with the same fused backward kernel. The CUDA backward
-(``_scaled_dot_product_efficient_attention_backward``) is not wired yet: on CUDA the grad
-checker declines CUDA calls whose inputs require grad.
+Why the memory-efficient pair on CUDA: it takes every dtype and head size up to the alignment, so
+its conditions are the fewest of the three fused CUDA backends. Eager's dispatcher may pick another
+(cuDNN's kernels on an H200 with torch 2.11, flash attention elsewhere); those need checks on the
+GPU generation and library versions that cannot be made on a machine without the GPU. Dropout is
+left to the decomposition, so the backward gets the empty random-state tensors eager's kernels
+return without dropout.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ sdpa_ex = OperatorExecutor("sdpa", version=torch.__version__)
 _CPU_DTYPES = (dtypes.float32, dtypes.float64, dtypes.bfloat16, dtypes.float16)
 _CUDA_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 _LSE_ALIGN_CUDA = 32  # the efficient-attention kernel pads its log-sum-exp to a multiple of 32 rows
+_HEAD_ALIGN_CUDA = 8  # the efficient-attention kernels' head-size alignment for 16-bit dtypes (eager pads others)
 
 
 def _lse_dtype(dtype):
@@ -46,11 +51,18 @@ def _lse_dtype(dtype):
 # ---------------------------------------------------------------- forward
 
 
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with unit stride in its last dim, as the efficient-attention kernels require (eager's
+    dispatcher makes them so before calling them)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def _sdpa_fwd_impl(q, k, v, dropout_p, is_causal, attn_mask, scale):
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
         )
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     out, lse, _seed, _offset = torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale
     )
@@ -70,13 +82,34 @@ def _sdpa_fwd_meta(q, k, v, dropout_p, is_causal, attn_mask, scale):
 sdpa_fwd = sdpa_ex.register_operator("sdpa_fwd", meta=_sdpa_fwd_meta, fn=_sdpa_fwd_impl)
 
 
-# ---------------------------------------------------------------- backward (CPU)
+# ---------------------------------------------------------------- backward
 
 
 def _sdpa_bwd_impl(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale):
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )
+    grad_out, q, k, v = (_last_dim_contiguous(t) for t in (grad_out, q, k, v))
+    # without dropout the forward kernel returns empty 0-d int64 CPU tensors as its random state, which
+    # the backward does not read; the mask asks for no bias gradient (the checker takes no mask on CUDA)
+    no_rng = torch.empty((), dtype=torch.int64)
+    gq, gk, gv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        grad_out,
+        q,
+        k,
+        v,
+        attn_mask,
+        out,
+        lse,
+        no_rng,
+        no_rng,
+        dropout_p,
+        [True, True, True, False],
+        is_causal,
+        scale=scale,
     )
+    return gq, gk, gv
 
 
 def _sdpa_bwd_meta(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale):
@@ -122,9 +155,8 @@ def _sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
             and not attn_mask.requires_grad
         )
     if devicetype is DeviceType.CUDA:
-        # forward only: the CUDA backward kernel is not wired yet, so calls needing grad stay with torch
-        needs_grad = any(t.requires_grad for t in (q, k, v))
-        return q.dtype in _CUDA_DTYPES and attn_mask is None and not needs_grad
+        # the efficient-attention pair, forward and backward: no mask, an aligned head size
+        return q.dtype in _CUDA_DTYPES and attn_mask is None and q.shape[-1] % _HEAD_ALIGN_CUDA == 0
     return False
 
 
@@ -142,10 +174,9 @@ def _sdpa_execution(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
 
 
 def _sdpa_grad(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """Grad transform: the fused forward, then the fused backward kernel (CPU)."""
+    """Grad transform: the fused forward, then the fused backward kernel."""
     from thunder.core.transforms import get_grad, put_grads
 
-    # the checker accepts calls that need grad on CPU only
     attn_mask = _additive_mask(attn_mask, q.dtype)
     out, lse = sdpa_fwd(q, k, v, float(dropout_p), bool(is_causal), attn_mask, scale)
     grad_out = get_grad(out)

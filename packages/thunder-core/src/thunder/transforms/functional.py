@@ -14,6 +14,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
+    arithmetic_grads,  # noqa: F401
     prim_grads,  # noqa: F401
     torch_grads,  # noqa: F401
 )

@@ -23,17 +23,15 @@ def _is_tensor(x) -> bool:
 
 
 def sum_to_shape(g: TensorProxy, shape) -> TensorProxy:
-    """Sums ``g`` over the dims broadcasting added or expanded, back to ``shape``."""
+    """Sums ``g`` over the dims broadcasting added or expanded, back to ``shape``: one reduction, as eager's
+    ``at::sum_to`` (in bfloat16 a reduction per group of dims would round between them)."""
     shape = tuple(shape)
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
-    dims = list(range(lead))
-    keep = [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
-    if keep:
-        g = ltorch.sum(g, keep, keepdim=True)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
     if dims:
-        g = ltorch.sum(g, dims)
+        g = ltorch.sum(g, dims, keepdim=True)
     return ltorch.reshape(g, shape) if g.shape != shape else g
 
 

@@ -20,6 +20,7 @@ from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
+    arithmetic_grads,  # noqa: F401  (registers the reduced-precision arithmetic rules)
     native_grads,  # noqa: F401  (registers the native kernel pairs' rules)
     prim_grads,  # noqa: F401  (registers the prims' rules)
     torch_grads,  # noqa: F401  (registers torch-language rules)

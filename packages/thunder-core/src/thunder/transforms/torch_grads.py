@@ -366,7 +366,7 @@ _robust_loss_rule(ltorch.huber_loss, "delta", scaled=True)
 
 @register_grad(ltorch.div)
 def _div_grad(a, b, *, rounding_mode=None, out=None):
-    """PyTorch's div derivatives: ``g / b`` and ``-g * a / b²`` for true division; a zero gradient (never
+    """PyTorch's div derivatives: ``g / b`` and ``-g * ((a / b) / b)`` for true division; a zero gradient (never
     NaN, even where ``b`` is zero) for both arguments of a rounding division (``trunc``, ``floor``)."""
     from thunder.transforms.prim_grads import sum_to_shape
 
@@ -380,7 +380,8 @@ def _div_grad(a, b, *, rounding_mode=None, out=None):
     if isinstance(a, TensorProxy) and dtypes.is_inexact_dtype(a.dtype):
         put_grad(a, sum_to_shape(ltorch.true_divide(g, b), a.shape))
     if isinstance(b, TensorProxy) and dtypes.is_inexact_dtype(b.dtype):
-        put_grad(b, sum_to_shape(ltorch.neg(ltorch.true_divide(ltorch.mul(g, result), b)), b.shape))
+        # div_tensor_other_backward's order, -g * ((a / b) / b): bitwise eager's in bfloat16 and float16
+        put_grad(b, sum_to_shape(ltorch.neg(ltorch.mul(g, ltorch.true_divide(result, b))), b.shape))
     return result
 
 
@@ -401,3 +402,14 @@ def _fmod_grad(a, b):
         quotient = ltorch.div(a, b, rounding_mode="trunc")
         put_grad(b, sum_to_shape(ltorch.neg(ltorch.mul(g, quotient)), b.shape))
     return out
+
+
+@register_grad(ltorch.split)
+def _split_grad(a, split_size_or_sections, dim: int = 0):
+    """PyTorch's split_backward: the pieces' cotangents concatenated (zeros for pieces no gradient reached), one
+    ``cat``; differentiating the slices padded every piece to the input's size and added them up."""
+    outs = ltorch.split(a, split_size_or_sections, dim)
+    if len(outs) < 2 or not dtypes.is_inexact_dtype(a.dtype):
+        return NotImplemented
+    put_grad(a, ltorch.cat([get_grad(o) for o in outs], dim))
+    return outs
