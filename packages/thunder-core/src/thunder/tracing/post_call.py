@@ -1,6 +1,14 @@
 """The step after a call that makes the caller's tensors what eager leaves them: inputs whose sizes or
-strides the program changed in place get their new layout, and an input the program returns is returned
-as the caller's tensor itself.
+strides the program changed in place get their new layout, an input the program returns is returned
+as the caller's tensor itself, and an output that is a view of an input the program updated in place is
+returned as that view of the caller's tensor.
+
+Views of updated inputs (``y.add_(1); return y.t()``): the program computes the output from the input's
+new value, a tensor of its own, and writes that value back into the caller's tensor at its end. Eager's
+output is a view of the caller's tensor: a later write through either reaches the other. The output's
+shadow says which storage it views and where (sizes, strides, storage offset, as eager computed them);
+after the write-back, the step returns the caller's tensor re-viewed there (``as_strided``), whose autograd
+history passes through the caller's tensor's new history, as eager's view does.
 
 Layout changes (``unsqueeze_``, ``t_``, ``resize_``, ``set_``, ``as_strided_`` ...): while tracing, such an
 input's stand-in becomes a view of ``_tt_original``, a stand-in of its elements in the layout the caller
@@ -35,6 +43,7 @@ class PostCall:
         self.proxies: dict[int, TensorProxy] = {}  # each input's proxy (its value when called)
         self.storages: dict[int, str] = {}  # storage of an input's shadow -> an expression reading that input
         self.nbytes: dict[int, int] = {}  # the size of each input's storage when called
+        self.storage_of: dict[int, int] = {}  # input stand-in -> storage of its shadow when called
         self._wrappers: list | None = []  # the inputs' stand-ins, until their layouts are taken (take_layouts)
         for ti in tensors:
             expr = state_exprs.get(ti.proxy.name, ti.expr) if ti.is_module_state else ti.expr
@@ -46,6 +55,9 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
+        # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
+        # detach()): the outputs returned as views of updated inputs' storages
+        self.views: list[tuple[int, str, tuple, str, bool]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
 
     def take_layouts(self) -> None:
@@ -57,6 +69,7 @@ class PostCall:
             m = input_shadow(w)
             if m is not None:
                 self.storages.setdefault(_storage_id(m), expr)
+                self.storage_of[id(w)] = _storage_id(m)
                 with torch._C.DisableTorchFunction():
                     self.nbytes[id(w)] = m.untyped_storage().nbytes()
         self._wrappers = None
@@ -69,9 +82,10 @@ class PostCall:
         value = wrapper._thunder_proxy if original is None else original._thunder_proxy
         return ti.proxy if value is getattr(wrapper, "_tt_unchanged", None) else value
 
-    def plan(self, wrappers, result) -> None:
-        """Records the layout step of every input among ``wrappers`` whose layout the program changed, and
-        which leaves of the user's ``result`` are inputs."""
+    def plan(self, wrappers, result, written: set[int] = frozenset()) -> None:
+        """Records the layout step of every input among ``wrappers`` whose layout the program changed, which
+        leaves of the user's ``result`` are inputs, and which are views of the storage of an input the
+        program writes back (``written``: those inputs' stand-ins)."""
         seen = set()
         for w in wrappers:
             original = getattr(w, "_tt_original", None)
@@ -83,11 +97,43 @@ class PostCall:
             leaves, self.spec = pytree.tree_flatten(result)
         except Exception:
             return
+        written_storages = None
         for i, leaf in enumerate(leaves):
-            if type(leaf) is TracingTensor and id(leaf) in self.exprs:
+            if type(leaf) is not TracingTensor:
+                continue
+            if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
                 unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
+            elif written:
+                if written_storages is None:
+                    self.take_layouts()
+                    written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
+                self._plan_view(i, leaf, written_storages)
+
+    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int]) -> None:
+        """Records output leaf ``i`` as a view of the caller's tensor when its shadow views the storage of a
+        written input, in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
+        conjugate or negative bit)."""
+        m = shadow(leaf)
+        storage = _storage_id(m)
+        if storage not in written_storages:
+            return
+        view = view_of(leaf)
+        root = view[0] if view is not None else None
+        # the input the output was derived from, else any input viewing that storage
+        if root is not None and self.storage_of.get(id(root)) == storage:
+            expr = self.exprs[id(root)]
+            base = self.proxies[id(root)]
+        else:
+            expr = self.storages[storage]
+            base = next(self.proxies[w] for w, e in self.exprs.items() if e == expr)
+        with torch._C.DisableTorchFunction():
+            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+            exotic = m.is_conj() or m.is_neg() or m.dtype is not base.dtype.torch_dtype
+        if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+            return
+        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff)))
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
         self.take_layouts()
@@ -110,22 +156,26 @@ class PostCall:
 
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
-        if not self.steps and not self.returned:
+        if not self.steps and not self.returned and not self.views:
             return structure, finish, finish_args
-        steps, returned, n_args, spec, nested = (
+        steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
             tuple(self.returned),
+            tuple(self.views),
             len(finish_args),
             self.spec,
             bool(self.extra),
         )
         named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
+        named |= {v[1] for v in views}
         exprs = sorted(named)
         where = {e: n_args + i for i, e in enumerate(exprs)}
 
         def finish_after_call(values, *args):
             out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
+            if views:  # (before the layout steps: the views are of the storages as called)
+                result = _return_views(result, views, args, where, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -193,6 +243,27 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
             leaf._tt_value = recorded_clone(p)
             if view is not None:
                 leaf._tt_seen = view[0]._tt_version
+
+
+def _return_views(result, views, args, where, spec):
+    """``result`` with the outputs that are views of updated inputs' storages replaced by those views of the
+    caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
+
+    An output viewing the input through ``detach()`` is a view of the caller's tensor detached: for autograd it
+    is a tensor of its own. An output whose ``requires_grad`` the view would not reproduce (the caller's tensor
+    could not take the update's history; a detached alias that got a history of its own from updates through
+    it) stays the program's output: its values and gradients are right, its storage is not."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, expr, (size, stride, offset), _, detached in views:
+        out, t = leaves[i], args[where[expr]]
+        if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
+            continue
+        view = (t.detach() if detached else t).as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
+            leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
 
 
 def _return_inputs(result, returned, args, where, spec):
