@@ -171,3 +171,26 @@ def test_aliasing_record_lists_the_returned_views():
     assert view[1] == "y"
     trace = thunder.last_traces(jf)[-1]
     assert f"output {view[0]} is returned as a view of the caller's y" in str(trace)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+def test_view_of_arguments_sharing_a_storage_is_a_view_of_the_callers_tensor(requires_grad):
+    """Arguments passed as views of one storage are read as copies when one requires grad; an output viewing
+    that storage is still a view of the caller's tensor, with eager's gradient."""
+
+    def f(a, b, c):
+        return a[0], b * 2
+
+    def run(jit: bool):
+        a = torch.arange(18, dtype=torch.float64).reshape(2, 3, 3).requires_grad_(requires_grad)
+        out = (thunder.jit(f) if jit else f)(a, a[0], a)
+        shares = out[0].untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+        grad = torch.autograd.grad((out[0] * 3).sum() + out[1].sum(), a) if requires_grad else None
+        return out, shares, grad
+
+    (e_out, e_shares, e_grad), (t_out, t_shares, t_grad) = run(False), run(True)
+    torch.testing.assert_close(t_out, e_out)
+    assert t_shares == e_shares is True
+    assert t_out[0].requires_grad == e_out[0].requires_grad
+    if requires_grad:
+        torch.testing.assert_close(t_grad, e_grad)

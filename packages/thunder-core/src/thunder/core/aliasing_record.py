@@ -54,9 +54,9 @@ class AliasingRecord:
     themselves (eager returns the very tensor: ``return x.add_(1)``). ``outputs_aliasing_inputs``: each output
     the executors may compute as a view of inputs, with those inputs (an output a write-back would reach is a
     copy taken before the write, so it is not listed). ``returned_views``: each output returned as a view of
-    the caller's tensor the program updates in place (``y.add_(1); return y.t()``), with how the prologue reads
-    that tensor: after the write-back, the step after the call views the caller's storage where eager's output
-    does, so a write through either reaches the other.
+    a caller's tensor the program updates in place (``y.add_(1); return y.t()``) or that shares its storage with
+    another argument, with how the prologue reads that tensor: after the write-back, the step after the call
+    views the caller's storage where eager's output does, so a write through either reaches the other.
     """
 
     shared_storage: tuple[SharedStorage, ...] = ()
@@ -102,7 +102,7 @@ class AliasingRecord:
         if self.returned_inputs:
             lines.append(f"#   returns the caller's own tensors: {', '.join(self.returned_inputs)}")
         for out, caller in self.returned_views:
-            lines.append(f"#   output {out} is returned as a view of the caller's {caller}, after its update")
+            lines.append(f"#   output {out} is returned as a view of the caller's {caller}")
         for out, ins in self.outputs_aliasing_inputs:
             lines.append(f"#   output {out} may be a view of {', '.join(ins)}")
         return lines

@@ -56,9 +56,12 @@ class PostCall:
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
         # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
-        # detach()): the outputs returned as views of updated inputs' storages
-        self.views: list[tuple[int, str, tuple, str, bool]] = []
+        # detach(), storage updated): the outputs returned as views of the caller's storages
+        self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
+        # the inputs passed as views of one storage with others: the prologue gives the program its own views of
+        # that storage, so an update's autograd history reaches the program's views, not the caller's tensors
+        self.shared: frozenset[str] = frozenset()
 
     def take_layouts(self) -> None:
         """Notes the storage of every input as called: before the first in-place op that changes a tensor's
@@ -82,10 +85,12 @@ class PostCall:
         value = wrapper._thunder_proxy if original is None else original._thunder_proxy
         return ti.proxy if value is getattr(wrapper, "_tt_unchanged", None) else value
 
-    def plan(self, wrappers, result, written: set[int] = frozenset()) -> None:
+    def plan(self, wrappers, result, written: set[int] = frozenset(), shared: set[str] = frozenset()) -> None:
         """Records the layout step of every input among ``wrappers`` whose layout the program changed, which
         leaves of the user's ``result`` are inputs, and which are views of the storage of an input the
-        program writes back (``written``: those inputs' stand-ins)."""
+        program writes back (``written``: those inputs' stand-ins; ``shared``: the names of the inputs passed
+        as views of one storage with others)."""
+        self.shared = frozenset(self.exprs[w] for w, p in self.proxies.items() if p.name in shared)
         seen = set()
         for w in wrappers:
             original = getattr(w, "_tt_original", None)
@@ -97,7 +102,7 @@ class PostCall:
             leaves, self.spec = pytree.tree_flatten(result)
         except Exception:
             return
-        written_storages = None
+        written_storages = shared_storages = None
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
                 continue
@@ -105,19 +110,21 @@ class PostCall:
                 value = leaf._thunder_proxy
                 unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
-            elif written:
+            elif written or self.shared:
                 if written_storages is None:
                     self.take_layouts()
                     written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
-                self._plan_view(i, leaf, written_storages)
+                    shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
+                self._plan_view(i, leaf, written_storages, shared_storages)
 
-    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int]) -> None:
+    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> None:
         """Records output leaf ``i`` as a view of the caller's tensor when its shadow views the storage of a
-        written input, in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
+        written input or of inputs passed as views of one storage (which the program reads as copies when one
+        requires grad), in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
         conjugate or negative bit)."""
         m = shadow(leaf)
         storage = _storage_id(m)
-        if storage not in written_storages:
+        if storage not in written_storages and storage not in shared_storages:
             return
         view = view_of(leaf)
         root = view[0] if view is not None else None
@@ -133,7 +140,8 @@ class PostCall:
             exotic = m.is_conj() or m.is_neg() or m.dtype is not base.dtype.torch_dtype
         if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
             return
-        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff)))
+        updated = storage in written_storages
+        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated))
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
         self.take_layouts()
@@ -158,6 +166,7 @@ class PostCall:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned and not self.views:
             return structure, finish, finish_args
+        shared = self.shared
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
             tuple(self.returned),
@@ -175,7 +184,7 @@ class PostCall:
             out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
             if views:  # (before the layout steps: the views are of the storages as called)
-                result = _return_views(result, views, args, where, spec)
+                result = _return_views(result, views, args, where, spec, shared)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -188,7 +197,7 @@ class PostCall:
                     else:
                         t.set_(extra[detail].detach())
             if returned:
-                result = _return_inputs(result, returned, args, where, spec)
+                result = _return_inputs(result, returned, args, where, spec, shared)
             return result
 
         if nested:
@@ -245,7 +254,7 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
                 leaf._tt_seen = view[0]._tt_version
 
 
-def _return_views(result, views, args, where, spec):
+def _return_views(result, views, args, where, spec, shared):
     """``result`` with the outputs that are views of updated inputs' storages replaced by those views of the
     caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
 
@@ -256,21 +265,24 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, (size, stride, offset), _, detached in views:
+    for i, expr, (size, stride, offset), _, detached, updated in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
         view = (t.detach() if detached else t).as_strided(size, stride, offset)
-        if view.requires_grad == out.requires_grad:
+        # (an update of a storage several arguments view has its history in the program's own views of it)
+        if view.requires_grad == out.requires_grad and not (out.requires_grad and updated and expr in shared):
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
 
 
-def _return_inputs(result, returned, args, where, spec):
+def _return_inputs(result, returned, args, where, spec, shared):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 
-    An input whose new value carries autograd history the caller's tensor cannot hold (a view, or a tensor
-    autograd would not rebase) stays the program's output: its gradients are right, its identity is not."""
+    A view of a non-leaf base gets the update's history from the compiled function (``_record_view_updates``
+    of ``thunder.transforms.split``), so it is returned too. An input whose new value carries autograd history
+    the caller's tensor does not hold (a view of another argument's storage, a tensor autograd would not rebase)
+    stays the program's output: its gradients are right, its identity is not."""
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
@@ -279,5 +291,7 @@ def _return_inputs(result, returned, args, where, spec):
         if not isinstance(out, torch.Tensor) or out.shape != t.shape:
             continue
         if unchanged or out is t or not out.requires_grad or (t.requires_grad and t.is_leaf):
+            leaves[i] = t
+        elif t.requires_grad and t._base is not None and not t._base.is_leaf and expr not in shared:
             leaves[i] = t
     return pytree.tree_unflatten(spec, leaves)

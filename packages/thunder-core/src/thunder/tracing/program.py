@@ -265,6 +265,7 @@ def trace_program(
             (ti.wrapper for ti in inputs.tensors),
             result,
             {id(ti.wrapper) for ti in inputs.tensors if ti.proxy.name in written},
+            {name for _, names in inputs.shared_storages for name in names},
         )
         if post_call.views:  # (they are made again from the inputs' layouts: those must stay as traced)
             prologue.check_layout = prologue.check_offsets = True
