@@ -12,8 +12,10 @@ the features given.
 from __future__ import annotations
 
 import inspect
+import random
 import re
 import warnings
+import zlib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -555,9 +557,10 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
     mutated = [n for n in names if any(line.startswith(n + ".") or line.startswith(n + "[") for line in lines)]
     extra = draw(st.lists(st.sampled_from(mutated + names), max_size=3, unique=True))
     outputs = list(dict.fromkeys(last + extra))
-    params = None
-    if "operator_names" in features and draw(st.booleans()):
-        params = draw(
-            st.lists(st.sampled_from(_OPERATOR_NAMES), min_size=len(inputs), max_size=len(inputs), unique=True)
-        )
-    return Program(inputs, lines, outputs, features, params)
+    program = Program(inputs, lines, outputs, features)
+    if "operator_names" in features:
+        # chosen from the program drawn, not drawn: the other features' programs stay those of the same seed
+        pick = random.Random(zlib.crc32(program.function_source().encode()))
+        if pick.random() < 0.5:
+            program.params = pick.sample(_OPERATOR_NAMES, len(inputs))
+    return program
