@@ -122,7 +122,10 @@ class PostCall:
         written input or of inputs passed as views of one storage (which the program reads as copies when one
         requires grad), in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
         conjugate or negative bit)."""
-        m = shadow(leaf)
+        try:
+            m = shadow(leaf)
+        except Exception:  # (a shadow the meta device cannot compute: the output stays the program's)
+            return
         storage = _storage_id(m)
         if storage not in written_storages and storage not in shared_storages:
             return
