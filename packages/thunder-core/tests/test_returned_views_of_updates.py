@@ -92,6 +92,28 @@ def test_view_of_updated_input_matches_eager(program_name, input_name, requires_
         torch.testing.assert_close(t.detach(), e.detach())
 
 
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("input_name", ["plain", "offset_slice"])  # (view(-1) needs a contiguous input)
+def test_flat_view_and_unsqueeze_of_updated_input_match_eager(input_name, requires_grad):
+    def program(y):
+        y.mul_(2)
+        return y.view(-1), y.unsqueeze(0)
+
+    view = _INPUTS[input_name]
+    e_out, e_y, _, e_facts, e_grad = _run(program, view, requires_grad, jit=False)
+    t_out, t_y, _, t_facts, t_grad = _run(program, view, requires_grad, jit=True)
+    torch.testing.assert_close(t_out, e_out)
+    assert t_facts == e_facts and all(shares for _, _, shares in t_facts)
+    if requires_grad:
+        torch.testing.assert_close(t_grad, e_grad)
+    with torch.no_grad():
+        t_out[0][0] = -1.0
+        e_out[0][0] = -1.0
+        t_out[1][0, -1, -1] = -3.0
+        e_out[1][0, -1, -1] = -3.0
+    torch.testing.assert_close(t_y.detach(), e_y.detach())
+
+
 def test_returned_view_shares_the_callers_storage():
     def f(y):
         y.add_(1)
