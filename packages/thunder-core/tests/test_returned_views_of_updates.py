@@ -216,3 +216,28 @@ def test_view_of_arguments_sharing_a_storage_is_a_view_of_the_callers_tensor(req
     assert t_out[0].requires_grad == e_out[0].requires_grad
     if requires_grad:
         torch.testing.assert_close(t_grad, e_grad)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+def test_view_of_an_input_copied_into_itself_stays_a_view(requires_grad):
+    """``x.copy_(x)`` changes nothing in eager: a view taken before it is still a view of the caller's tensor
+    (the differential fuzzer's campaign found it returned as a copy)."""
+
+    def f(x):
+        v = x.mT
+        x.copy_(x)
+        return v, x * 2
+
+    def run(jit: bool):
+        leaf = torch.tensor([[1.0, 0.0, -3.0], [-1.0, -2.0, -1.0]], dtype=torch.float64, requires_grad=requires_grad)
+        x = leaf * 1 if requires_grad else leaf
+        out = (thunder.jit(f) if jit else f)(x)
+        shares = out[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        grad = torch.autograd.grad((out[0] * 3).sum() + out[1].sum(), leaf) if requires_grad else None
+        return out, shares, grad
+
+    (e_out, e_shares, e_grad), (t_out, t_shares, t_grad) = run(False), run(True)
+    torch.testing.assert_close(t_out, e_out)
+    assert t_shares == e_shares is True
+    if requires_grad:
+        torch.testing.assert_close(t_grad, e_grad)
