@@ -110,6 +110,54 @@ def test_harness_reports_a_wrong_compiler(monkeypatch, wrong_jit, kind) -> None:
     assert "def fn(a0, a1):" in str(info.value)  # the repro is printed
 
 
+def test_harness_reports_an_output_that_is_not_a_view_where_eagers_is() -> None:
+    program = Program(
+        inputs=[InputSpec([[1.0, -2.0], [0.5, 3.0]], torch.float64, False)],
+        lines=["a0.mul_(2)", "v0 = a0.t()"],
+        outputs=["v0"],
+    )
+    assert check_program(program)  # thunder returns the view of the caller's tensor, as eager does
+
+    jit = thunder.jit
+
+    def copying_jit(fn):
+        return lambda *a: tuple(t.clone() for t in jit(fn)(*a))
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(thunder, "jit", copying_jit)
+        with pytest.raises(Divergence) as info:
+            check_program(program)
+    assert info.value.kind == "aliasing"
+    assert "output 0 views input 0's storage in eager, not in thunder" in info.value.detail
+
+
+def test_operator_names_program_names_its_parameters_like_operators() -> None:
+    program = Program(
+        inputs=[
+            InputSpec([[1.0, -2.0, 4.0], [0.5, 3.0, 1.0]], torch.float64, True),
+            InputSpec([2.0], torch.float64, True),
+        ],
+        lines=["v0 = a0[:, 1:] * a1", "v1 = v0.t() * a0.sum()"],  # (the backward calls pad(...))
+        outputs=["v0", "v1"],
+        features=frozenset({"operator_names"}),
+        params=["pad", "sum"],
+    )
+    source = program.function_source()
+    assert source.startswith("def fn(pad, sum):") and "pad[:, 1:] * sum" in source and "a0" not in source
+    assert check_program(program)
+
+
+@settings(max_examples=30, derandomize=True, deadline=None, database=None, suppress_health_check=_QUIET)
+@given(st.data())
+def test_operator_names_draws_parameters_named_like_operators(data) -> None:
+    from differential.programs import _OPERATOR_NAMES
+
+    program = data.draw(programs(frozenset({"elementwise", "operator_names"})))
+    if program.params is not None:
+        assert set(program.params) <= set(_OPERATOR_NAMES) and len(program.params) == len(program.inputs)
+        assert program.function_source().startswith(f"def fn({', '.join(program.params)}):")
+
+
 @settings(max_examples=30, derandomize=True, deadline=None, database=None, suppress_health_check=_QUIET)
 @given(st.data())
 def test_programs_use_only_enabled_features(data) -> None:

@@ -208,3 +208,99 @@ def test_a_parameter_named_like_a_global_of_the_computation_or_backward(name):
     expected = f(x, y)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(torch.autograd.grad(out.sum(), x), torch.autograd.grad(expected.sum(), x))
+
+
+# Operators an executor prints as calls of their own name (the torch executor runs these prims so: ``pad(...)``),
+# each with a program whose forward or backward calls it; and names of torch functions, which print as
+# ``torch.<name>`` (``torch`` itself is a global of every program). The set of such names is open-ended (every
+# registered operator), so the generated code renames a variable that would shadow one.
+_OPERATOR_NAME_PROGRAMS = {
+    "pad": ("x[:, 1:] * {name}", (4, 3), True),  # backward of the slice: pad
+    "sum": ("torch.var(x * {name}, 1)", (4, 4), True),
+    "prod": ("torch.prod(x * {name}, 1)", (4, 4), True),
+    "scatter_add": ("torch.gather(x * {name}, 1, torch.tensor([[0], [1], [2], [3]]))", (4, 4), True),
+    "broadcast_in_dim": ("x * {name}", (4,), True),
+    "add": ("torch.add(x, {name}) * {name}", (4, 4), False),
+    "mul": ("x.mul({name}).sum(0)", (4, 4), False),
+    "where": ("torch.where(x > 0, x, {name})", (4, 4), False),
+    "torch": ("(x[:, 1:] * {name}[:, 1:]).sum(0)", (4, 4), False),  # (the user's code cannot call torch here)
+}
+
+
+def _called_names(jf) -> set[str]:
+    """The names the last forward and backward programs call as globals (``name(...)``)."""
+    import re
+
+    source = str(thunder.last_traces(jf)[-1]) + str(thunder.last_backward_traces(jf)[-1])
+    return set(re.findall(r"^\s+(?:[\w, ]+ = )?([A-Za-z_]\w*)\(", source, re.M))
+
+
+@pytest.mark.parametrize("name", sorted(_OPERATOR_NAME_PROGRAMS))
+def test_a_parameter_named_like_an_operator_the_program_calls(name):
+    body, shape, printed_as_call = _OPERATOR_NAME_PROGRAMS[name]
+    f = _make(f"import torch\ndef f(x, {name}):\n    return {body.format(name=name)}\n", "f")
+    jf = thunder.jit(f)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    out, expected = jf(x, w), f(x, w)
+    torch.testing.assert_close(out, expected)
+    # gradients of both arguments: the backward reads the parameter (saved) beside the operator's call
+    torch.testing.assert_close(
+        torch.autograd.grad(out.sum(), (x, w)), torch.autograd.grad(expected.sum(), (x, w)), msg="gradients"
+    )
+    if printed_as_call:  # (the case this is about: the program calls a global of the parameter's name)
+        assert name in _called_names(jf)
+    # by keyword, and again: a cache hit
+    torch.testing.assert_close(jf(x, **{name: w}), expected)
+    hits = thunder.cache_hits(jf)
+    torch.testing.assert_close(jf(x, w), expected)
+    assert thunder.cache_hits(jf) == hits + 1
+
+
+def test_a_local_variable_named_like_an_operator_the_backward_calls():
+    def f(x, w):
+        pad = x * w
+        return pad[:, 1:] * 2, pad
+
+    jf = thunder.jit(f)
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    out, expected = jf(x, w), f(x, w)
+    torch.testing.assert_close(out, expected)
+    loss, e_loss = out[0].sum() + out[1].sum() * 3, expected[0].sum() + expected[1].sum() * 3
+    torch.testing.assert_close(torch.autograd.grad(loss, (x, w)), torch.autograd.grad(e_loss, (x, w)))
+    assert "pad" in _called_names(jf)
+
+
+def test_a_parameter_named_like_an_executors_own_operator():
+    from thunder.core.proxies import TensorProxy
+    from thunder.extend import OperatorExecutor, deregister_executor, register_executor
+
+    ex = OperatorExecutor("parameter_names_ex", version="0.1")
+    register_executor(ex)
+    try:
+
+        def scaled_like(a, b):
+            return a * b + 1
+
+        scaled = ex.register_operator("scaled", like=scaled_like, fn=lambda a, b: a * b + 1)
+        negated = ex.register_operator("negated", meta=lambda a: TensorProxy(like=a), fn=torch.neg)
+        # the parameters are named like the operators, which the program calls as ``scaled(...)``
+        program = _make(
+            "def g(x, scaled, negated):\n    return op_scaled(x, scaled) + op_negated(negated)\n",
+            "g",
+        )
+        program.__globals__.update(op_scaled=scaled, op_negated=negated)
+        jg = thunder.jit(program, executors=[ex, *thunder.get_default_executors()])
+        x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(jg(x, a, b), x * a + 1 - b)
+        assert {"scaled", "negated"} <= _called_names_forward(jg)
+        torch.testing.assert_close(jg(x, scaled=a, negated=b), x * a + 1 - b)
+    finally:
+        deregister_executor(ex)
+
+
+def _called_names_forward(jf) -> set[str]:
+    import re
+
+    return set(re.findall(r"^\s+(?:[\w, ]+ = )?([A-Za-z_]\w*)\(", str(thunder.last_traces(jf)[-1]), re.M))

@@ -80,7 +80,35 @@ def _compare(actual, expected, what: str, program: Program, *, check_requires_gr
             raise Divergence(kind, detail, program) from None
 
 
-CHECKS = ("requires_grad", "input_mutation", "grad", "second_call", "symbolic")
+CHECKS = ("requires_grad", "input_mutation", "aliasing", "grad", "second_call", "symbolic")
+
+
+def _shared_storages(outputs, inputs) -> set[tuple[int, int]]:
+    """(output index, input index) of each output viewing an input's storage (eager returns views of inputs; a
+    write through one reaches the other). Empty storages (no memory to share) are left out."""
+    storages = []
+    for t in inputs:
+        s = t.untyped_storage()
+        storages.append(s.data_ptr() if s.nbytes() else None)
+    shared = set()
+    for i, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor) or out.is_nested or out.layout != torch.strided:
+            continue
+        s = out.untyped_storage()
+        if s.nbytes():
+            shared.update((i, j) for j, ptr in enumerate(storages) if ptr == s.data_ptr())
+    return shared
+
+
+def _compare_aliasing(actual, expected, t_inputs, e_inputs, program: Program) -> None:
+    t_shared, e_shared = _shared_storages(actual, t_inputs), _shared_storages(expected, e_inputs)
+    if t_shared != e_shared:
+        detail = "; ".join(
+            f"output {i} {'views' if (i, j) in e_shared else 'does not view'} input {j}'s storage in eager, "
+            f"{'not ' if (i, j) in e_shared else ''}in thunder"
+            for i, j in sorted(t_shared ^ e_shared)
+        )
+        raise Divergence("aliasing", detail, program)
 
 
 def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozenset(), cache: str | None = None) -> bool:
@@ -121,6 +149,8 @@ def _check_program(program: Program, skip, cache: str | None) -> bool:
         _compare(list(actual), list(expected), "output", program, check_requires_grad="requires_grad" not in skip)
         if "input_mutation" not in skip:
             _compare(t_inputs, e_inputs, "input", program, check_requires_grad=False)
+        if "aliasing" not in skip:
+            _compare_aliasing(list(actual), list(expected), t_inputs, e_inputs, program)
         if "second_call" not in skip:
             # the cached program on fresh, equal inputs gives the same answer
             again_inputs = program.make_inputs()

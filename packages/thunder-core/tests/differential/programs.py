@@ -12,7 +12,10 @@ the features given.
 from __future__ import annotations
 
 import inspect
+import random
+import re
 import warnings
+import zlib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -48,6 +51,8 @@ FEATURES = {
     "rounding": "rounding division, floor_divide, remainder, fmod, and in-place ops with a bool result on floats",
     "size_values": "0-d tensors computed from sizes (torch.div(x.shape[-1], 2)) read as Python numbers and used as sizes",
     "numpy": "NumPy on a tensor's values (x.detach().numpy(), np.exp, np.maximum, np.mean) and back (torch.from_numpy)",
+    "operator_names": "parameters named like operators the generated code calls (pad, sum, prod, scatter_add, "
+    "add, mul, where ...) instead of a0, a1, ...",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -209,6 +214,29 @@ _NUMPY = [
     "torch.from_numpy(np.where({a}.detach().numpy() > 0, {a}.detach().numpy(), 0.5) / 3) * {a}",
     "{a} - torch.tensor(np.sum({a}.detach().numpy(), axis=-1, keepdims=True))",
 ]
+# names of operators generated programs call as globals (the torch executor's prims print as ``pad(...)``,
+# ``sum(...)``), and of torch functions (printed as ``torch.<name>``): parameter names with "operator_names"
+_OPERATOR_NAMES = [
+    "pad",
+    "sum",
+    "prod",
+    "amax",
+    "var",
+    "sort",
+    "take",
+    "scatter_add",
+    "broadcast_in_dim",
+    "convert_element_type",
+    "slice_prim",
+    "div_prim",
+    "squeeze",
+    "copy_",
+    "add",
+    "mul",
+    "where",
+    "matmul",
+    "exp",
+]
 _FUNCTION = ["ScaleGrad.apply({a})", "MulSaved.apply({a}, {b})", "ClampST.apply({a}, -0.25)", "SinCos.apply({a})[0]"]
 
 
@@ -256,12 +284,17 @@ class Program:
     lines: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     features: frozenset[str] = frozenset()
+    # the parameters' names, where not a0, a1, ... ("operator_names"); the lines use them instead
+    params: list[str] | None = None
 
     def function_source(self) -> str:
-        params = ", ".join(f"a{i}" for i in range(len(self.inputs)))
+        names = self.params or [f"a{i}" for i in range(len(self.inputs))]
         body = [f"    {line}" for line in self.lines]
         body.append(f"    return {', '.join(self.outputs)},")
-        return f"def fn({params}):\n" + "\n".join(body) + "\n"
+        source = f"def fn({', '.join(names)}):\n" + "\n".join(body) + "\n"
+        if self.params:
+            source = re.sub(r"\ba(\d+)\b", lambda m: names[int(m.group(1))], source)
+        return source
 
     def make_function(self):
         namespace = {"torch": torch, "F": F, "np": np, **FUNCTIONS}
@@ -478,6 +511,7 @@ _MODIFIERS = {
     "view_inputs",
     "special_values",
     "low_precision",
+    "operator_names",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
@@ -539,4 +573,10 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
     mutated = [n for n in names if any(line.startswith(n + ".") or line.startswith(n + "[") for line in lines)]
     extra = draw(st.lists(st.sampled_from(mutated + names), max_size=3, unique=True))
     outputs = list(dict.fromkeys(last + extra))
-    return Program(inputs, lines, outputs, features)
+    program = Program(inputs, lines, outputs, features)
+    if "operator_names" in features:
+        # chosen from the program drawn, not drawn: the other features' programs stay those of the same seed
+        pick = random.Random(zlib.crc32(program.function_source().encode()))
+        if pick.random() < 0.5:
+            program.params = pick.sample(_OPERATOR_NAMES, len(inputs))
+    return program

@@ -53,16 +53,26 @@ class AliasingRecord:
     order the program writes them back. ``returned_inputs``: the callers' tensors the program returns
     themselves (eager returns the very tensor: ``return x.add_(1)``). ``outputs_aliasing_inputs``: each output
     the executors may compute as a view of inputs, with those inputs (an output a write-back would reach is a
-    copy taken before the write, so it is not listed).
+    copy taken before the write, so it is not listed). ``returned_views``: each output returned as a view of
+    a caller's tensor the program updates in place (``y.add_(1); return y.t()``) or that shares its storage with
+    another argument, with how the prologue reads that tensor: after the write-back, the step after the call
+    views the caller's storage where eager's output does, so a write through either reaches the other.
     """
 
     shared_storage: tuple[SharedStorage, ...] = ()
     updates: tuple[InputUpdate, ...] = ()
     returned_inputs: tuple[str, ...] = ()
     outputs_aliasing_inputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    returned_views: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.shared_storage or self.updates or self.returned_inputs or self.outputs_aliasing_inputs)
+        return bool(
+            self.shared_storage
+            or self.updates
+            or self.returned_inputs
+            or self.outputs_aliasing_inputs
+            or self.returned_views
+        )
 
     def updated(self, name: str) -> InputUpdate | None:
         """The update of the input named ``name``, if the program updates it."""
@@ -91,6 +101,8 @@ class AliasingRecord:
             lines.append(f"#   update {i}: {what} {u.input}{caller} {gets}{note}")
         if self.returned_inputs:
             lines.append(f"#   returns the caller's own tensors: {', '.join(self.returned_inputs)}")
+        for out, caller in self.returned_views:
+            lines.append(f"#   output {out} is returned as a view of the caller's {caller}")
         for out, ins in self.outputs_aliasing_inputs:
             lines.append(f"#   output {out} may be a view of {', '.join(ins)}")
         return lines

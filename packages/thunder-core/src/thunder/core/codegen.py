@@ -21,15 +21,25 @@ _INDENT = "  "
 
 
 class _Printer:
-    """Prints values; objects with no literal form become named constants of the trace."""
+    """Prints values; objects with no literal form become named constants of the trace.
 
-    def __init__(self, trace: TraceCtx | None):
+    ``renamed`` maps the names of variables that would shadow a global the program reads (a parameter named
+    ``pad`` in a program calling the operator ``pad``) to the names they print under."""
+
+    def __init__(self, trace: TraceCtx | None, renamed: dict[str, str] | None = None):
         self.trace = trace
         self.torch_mode = False  # print thunder dtypes and devices as their torch counterparts
+        self.renamed = renamed
+
+    def name(self, p: Proxy) -> str:
+        """The name ``p`` prints under (its own unless it would shadow a global of the program)."""
+        if self.renamed:
+            return self.renamed.get(p.name, p.name)
+        return p.name
 
     def value(self, x) -> str:
         if isinstance(x, Proxy):
-            return x.name
+            return self.name(x)
         t = type(x)
         if t is torch.SymInt or t is torch.SymFloat:
             return print_size(x)
@@ -74,18 +84,16 @@ class _Printer:
     def outputs(self, x) -> str:
         """The left-hand side for an output structure; non-proxy leaves print as ``_``."""
         if isinstance(x, Proxy):
-            return x.name
+            return self.name(x)
         if isinstance(x, (tuple, list)):
             inner = ", ".join(self.outputs(y) for y in x)
             return f"({inner},)" if len(x) == 1 else f"({inner})"
         return "_"
 
 
-def _type_comment(out) -> str:
-    if isinstance(out, TensorProxy):
-        return f'  # {out.name}: "{out.type_string()}"'
-    if isinstance(out, (NumberProxy, SizeProxy)):
-        return f'  # {out.name}: "{out.type_string()}"'
+def _type_comment(out, printer: _Printer) -> str:
+    if isinstance(out, (TensorProxy, NumberProxy, SizeProxy)):
+        return f'  # {printer.name(out)}: "{out.type_string()}"'
     return ""
 
 
@@ -116,7 +124,7 @@ def bsym_lines(bsym: BoundSymbol, indent: int = 1, printer: _Printer | None = No
     call = _call_string(bsym, printer)
     out = bsym.output
     if _has_output(out):
-        line = f"{printer.outputs(out)} = {call}{_type_comment(out)}"
+        line = f"{printer.outputs(out)} = {call}{_type_comment(out, printer)}"
     else:
         line = call
     return [f"{pad}# {line}" if comment else pad + line]
@@ -155,7 +163,7 @@ def _imports(trace: TraceCtx) -> list[str]:
 def _signature(trace: TraceCtx, printer: _Printer) -> str:
     params = []
     for a in trace.args:
-        params.append(a if isinstance(a, str) else a.name)
+        params.append(a if isinstance(a, str) else printer.name(a))
     if trace.kwargs:
         if "*" not in " ".join(params) and not any(p.startswith("*") for p in params):
             params.append("*")
@@ -164,12 +172,78 @@ def _signature(trace: TraceCtx, printer: _Printer) -> str:
     return ", ".join(params)
 
 
+# the names every compiled program's namespace holds (``_namespace``) and the builtins printed values call
+_NAMESPACE_NAMES = frozenset(("torch", "Tensor", "dtypes", "devices", "math", "float", "slice"))
+
+
+def _imported_name(line: str) -> list[str]:
+    """The names an import line binds (``import torch.nn.functional`` binds ``torch``)."""
+    words = line.replace(",", " ").split()
+    if not words:
+        return []
+    if words[0] == "import":
+        return [words[-1] if "as" in words else words[1].split(".")[0]]
+    names = []
+    rest = words[words.index("import") + 1 :] if "import" in words else []
+    for i, w in enumerate(rest):
+        if w == "as" or (i > 0 and rest[i - 1] == "as"):
+            continue
+        names.append(rest[i + 2] if i + 2 < len(rest) and rest[i + 1] == "as" else w)
+    return names
+
+
+def _globals_read(trace: TraceCtx, imports: list[str]) -> set[str]:
+    """The global names the program's code reads: its imports, its calls' names (an executor's operator prints
+    as ``pad(...)``: the name ``pad``), their namespaces, its constants."""
+    names = set(_NAMESPACE_NAMES)
+    for line in imports:
+        names.update(_imported_name(line))
+    for bsym in trace.bound_symbols:
+        sym = bsym.sym
+        if sym.python_printer is None:
+            names.add(sym.print_name.split(".", 1)[0])
+        if sym.call_ctx:
+            names.update(sym.call_ctx)
+    names.update(trace.constants)
+    return names
+
+
+def _renamed_variables(trace: TraceCtx, imports: list[str]) -> dict[str, str] | None:
+    """Variables of ``trace`` named like a global its code reads, each with the name it prints under instead
+    (``pad`` -> ``pad_``: the user's parameter ``pad`` beside the operator ``pad``); None when there are none.
+
+    The set of globals is open-ended (every registered operator), so it is checked where the program text is
+    made, against the calls this trace prints; the variable, not the global, is renamed."""
+    read = _globals_read(trace, imports)
+    clashing = {a.name for a in trace.args if isinstance(a, Proxy) and a.name in read}
+    clashing.update(v.name for v in trace.kwargs.values() if isinstance(v, Proxy) and v.name in read)
+    for bsym in trace.bound_symbols:
+        for p in bsym.flat_outs:
+            if p.name in read:
+                clashing.add(p.name)
+    if not clashing:
+        return None
+    taken = read | set(trace.names)
+    for bsym in trace.bound_symbols:
+        taken.update(p.name for p in bsym.flat_args)
+        taken.update(p.name for p in bsym.flat_outs)
+    renamed = {}
+    for name in sorted(clashing):
+        new = name + "_"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renamed[name] = new
+    return renamed
+
+
 def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> str:
-    printer = _Printer(trace)
+    imports = _imports(trace)
+    printer = _Printer(trace, _renamed_variables(trace, imports))
     body: list[str] = []
     for a in list(trace.args) + [v for v in trace.kwargs.values() if isinstance(v, Proxy)]:
         if isinstance(a, (TensorProxy, SizeProxy)):
-            body.append(f'{_INDENT}# {a.name}: "{a.type_string()}"')
+            body.append(f'{_INDENT}# {printer.name(a)}: "{a.type_string()}"')
     last_source = None
     for bsym in trace.bound_symbols:
         src = bsym.source
@@ -187,7 +261,7 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
     record = trace.tags.get("aliasing")  # (thunder.core.aliasing_record: what the program aliases and writes)
     if record:
         header.extend(record.comment_lines())
-    header.extend(_imports(trace))
+    header.extend(imports)
     header.append("")
     header.extend(trace.decorators)
     header.append(f"def {trace.fn_name}({_signature(trace, printer)}):")

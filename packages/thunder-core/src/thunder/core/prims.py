@@ -644,12 +644,12 @@ python_return = Symbol(
 
 
 def _del_printer(bsym, printer):
-    return [f"del {', '.join(p.name for p in bsym.args)}"]
+    return [f"del {', '.join(printer.name(p) for p in bsym.args)}"]
 
 
 def _size_of_printer(bsym, printer):
     t, dim = bsym.args
-    return [f"{bsym.output.name} = {t.name}.shape[{dim}]"]
+    return [f"{printer.name(bsym.output)} = {printer.name(t)}.shape[{dim}]"]
 
 
 # a size that depends on tensor values (nonzero's, a boolean mask's), read from the tensor once computed

@@ -28,12 +28,14 @@ def build_aliasing_record(
     constants: set[str],
     layout_steps: list[tuple],
     returned: list[tuple],
+    views: list[tuple] = (),
 ) -> AliasingRecord:
     """The record of ``trace``, whose last symbol is its return.
 
     ``callers``: input name -> how the prologue reads the caller's tensor; ``writes``: ``(new value, tensor)``
     in the order written back; ``constants``: the names among the written tensors that are constants, not
-    inputs; ``layout_steps`` and ``returned``: ``PostCall.steps`` and ``PostCall.returned``."""
+    inputs; ``layout_steps``, ``returned`` and ``views``: ``PostCall.steps``, ``PostCall.returned`` and
+    ``PostCall.views``."""
     by_caller = {expr: name for name, expr in callers.items()}
     written = {dst.name for _, dst in writes}
     no_grad: set[tuple[str, str]] = set()  # (new value, tensor) of updates autograd does not see
@@ -69,8 +71,9 @@ def build_aliasing_record(
     outputs = [p for p in ret.flat_args if isinstance(p, TensorProxy)]
     aliasing = []
     seen = set()
+    as_views = {v[3]: v[1] for v in views}
     for p in outputs:
-        if p.name in seen or p.name in callers:
+        if p.name in seen or p.name in callers or p.name in as_views:
             continue
         seen.add(p.name)
         if p.name in origins:
@@ -80,4 +83,5 @@ def build_aliasing_record(
         updates=updates,
         returned_inputs=tuple(dict.fromkeys(expr for _, expr, _ in returned)),
         outputs_aliasing_inputs=tuple(aliasing),
+        returned_views=tuple(as_views.items()),
     )

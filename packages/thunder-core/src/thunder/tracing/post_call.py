@@ -1,6 +1,14 @@
 """The step after a call that makes the caller's tensors what eager leaves them: inputs whose sizes or
-strides the program changed in place get their new layout, and an input the program returns is returned
-as the caller's tensor itself.
+strides the program changed in place get their new layout, an input the program returns is returned
+as the caller's tensor itself, and an output that is a view of an input the program updated in place is
+returned as that view of the caller's tensor.
+
+Views of updated inputs (``y.add_(1); return y.t()``): the program computes the output from the input's
+new value, a tensor of its own, and writes that value back into the caller's tensor at its end. Eager's
+output is a view of the caller's tensor: a later write through either reaches the other. The output's
+shadow says which storage it views and where (sizes, strides, storage offset, as eager computed them);
+after the write-back, the step returns the caller's tensor re-viewed there (``as_strided``), whose autograd
+history passes through the caller's tensor's new history, as eager's view does.
 
 Layout changes (``unsqueeze_``, ``t_``, ``resize_``, ``set_``, ``as_strided_`` ...): while tracing, such an
 input's stand-in becomes a view of ``_tt_original``, a stand-in of its elements in the layout the caller
@@ -35,6 +43,7 @@ class PostCall:
         self.proxies: dict[int, TensorProxy] = {}  # each input's proxy (its value when called)
         self.storages: dict[int, str] = {}  # storage of an input's shadow -> an expression reading that input
         self.nbytes: dict[int, int] = {}  # the size of each input's storage when called
+        self.storage_of: dict[int, int] = {}  # input stand-in -> storage of its shadow when called
         self._wrappers: list | None = []  # the inputs' stand-ins, until their layouts are taken (take_layouts)
         for ti in tensors:
             expr = state_exprs.get(ti.proxy.name, ti.expr) if ti.is_module_state else ti.expr
@@ -46,7 +55,13 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
+        # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
+        # detach(), storage updated): the outputs returned as views of the caller's storages
+        self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
+        # the inputs passed as views of one storage with others: the prologue gives the program its own views of
+        # that storage, so an update's autograd history reaches the program's views, not the caller's tensors
+        self.shared: frozenset[str] = frozenset()
 
     def take_layouts(self) -> None:
         """Notes the storage of every input as called: before the first in-place op that changes a tensor's
@@ -57,6 +72,7 @@ class PostCall:
             m = input_shadow(w)
             if m is not None:
                 self.storages.setdefault(_storage_id(m), expr)
+                self.storage_of[id(w)] = _storage_id(m)
                 with torch._C.DisableTorchFunction():
                     self.nbytes[id(w)] = m.untyped_storage().nbytes()
         self._wrappers = None
@@ -69,9 +85,12 @@ class PostCall:
         value = wrapper._thunder_proxy if original is None else original._thunder_proxy
         return ti.proxy if value is getattr(wrapper, "_tt_unchanged", None) else value
 
-    def plan(self, wrappers, result) -> None:
-        """Records the layout step of every input among ``wrappers`` whose layout the program changed, and
-        which leaves of the user's ``result`` are inputs."""
+    def plan(self, wrappers, result, written: set[int] = frozenset(), shared: set[str] = frozenset()) -> None:
+        """Records the layout step of every input among ``wrappers`` whose layout the program changed, which
+        leaves of the user's ``result`` are inputs, and which are views of the storage of an input the
+        program writes back (``written``: those inputs' stand-ins; ``shared``: the names of the inputs passed
+        as views of one storage with others)."""
+        self.shared = frozenset(self.exprs[w] for w, p in self.proxies.items() if p.name in shared)
         seen = set()
         for w in wrappers:
             original = getattr(w, "_tt_original", None)
@@ -83,11 +102,49 @@ class PostCall:
             leaves, self.spec = pytree.tree_flatten(result)
         except Exception:
             return
+        written_storages = shared_storages = None
         for i, leaf in enumerate(leaves):
-            if type(leaf) is TracingTensor and id(leaf) in self.exprs:
+            if type(leaf) is not TracingTensor:
+                continue
+            if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
                 unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
+            elif written or self.shared:
+                if written_storages is None:
+                    self.take_layouts()
+                    written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
+                    shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
+                self._plan_view(i, leaf, written_storages, shared_storages)
+
+    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> None:
+        """Records output leaf ``i`` as a view of the caller's tensor when its shadow views the storage of a
+        written input or of inputs passed as views of one storage (which the program reads as copies when one
+        requires grad), in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
+        conjugate or negative bit)."""
+        try:
+            m = shadow(leaf)
+        except Exception:  # (a shadow the meta device cannot compute: the output stays the program's)
+            return
+        storage = _storage_id(m)
+        if storage not in written_storages and storage not in shared_storages:
+            return
+        view = view_of(leaf)
+        root = view[0] if view is not None else None
+        # the input the output was derived from, else any input viewing that storage
+        if root is not None and self.storage_of.get(id(root)) == storage:
+            expr = self.exprs[id(root)]
+            base = self.proxies[id(root)]
+        else:
+            expr = self.storages[storage]
+            base = next(self.proxies[w] for w, e in self.exprs.items() if e == expr)
+        with torch._C.DisableTorchFunction():
+            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+            exotic = m.is_conj() or m.is_neg() or m.dtype is not base.dtype.torch_dtype
+        if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+            return
+        updated = storage in written_storages
+        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated))
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
         self.take_layouts()
@@ -110,22 +167,27 @@ class PostCall:
 
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
-        if not self.steps and not self.returned:
+        if not self.steps and not self.returned and not self.views:
             return structure, finish, finish_args
-        steps, returned, n_args, spec, nested = (
+        shared = self.shared
+        steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
             tuple(self.returned),
+            tuple(self.views),
             len(finish_args),
             self.spec,
             bool(self.extra),
         )
         named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
+        named |= {v[1] for v in views}
         exprs = sorted(named)
         where = {e: n_args + i for i, e in enumerate(exprs)}
 
         def finish_after_call(values, *args):
             out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
+            if views:  # (before the layout steps: the views are of the storages as called)
+                result = _return_views(result, views, args, where, spec, shared)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -138,7 +200,7 @@ class PostCall:
                     else:
                         t.set_(extra[detail].detach())
             if returned:
-                result = _return_inputs(result, returned, args, where, spec)
+                result = _return_inputs(result, returned, args, where, spec, shared)
             return result
 
         if nested:
@@ -195,11 +257,35 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
                 leaf._tt_seen = view[0]._tt_version
 
 
-def _return_inputs(result, returned, args, where, spec):
+def _return_views(result, views, args, where, spec, shared):
+    """``result`` with the outputs that are views of updated inputs' storages replaced by those views of the
+    caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
+
+    An output viewing the input through ``detach()`` is a view of the caller's tensor detached: for autograd it
+    is a tensor of its own. An output whose ``requires_grad`` the view would not reproduce (the caller's tensor
+    could not take the update's history; a detached alias that got a history of its own from updates through
+    it) stays the program's output: its values and gradients are right, its storage is not."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, expr, (size, stride, offset), _, detached, updated in views:
+        out, t = leaves[i], args[where[expr]]
+        if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
+            continue
+        view = (t.detach() if detached else t).as_strided(size, stride, offset)
+        # (an update of a storage several arguments view has its history in the program's own views of it)
+        if view.requires_grad == out.requires_grad and not (out.requires_grad and updated and expr in shared):
+            leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_inputs(result, returned, args, where, spec, shared):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 
-    An input whose new value carries autograd history the caller's tensor cannot hold (a view, or a tensor
-    autograd would not rebase) stays the program's output: its gradients are right, its identity is not."""
+    A view of a non-leaf base gets the update's history from the compiled function (``_record_view_updates``
+    of ``thunder.transforms.split``), so it is returned too. An input whose new value carries autograd history
+    the caller's tensor does not hold (a view of another argument's storage, a tensor autograd would not rebase)
+    stays the program's output: its gradients are right, its identity is not."""
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
@@ -208,5 +294,7 @@ def _return_inputs(result, returned, args, where, spec):
         if not isinstance(out, torch.Tensor) or out.shape != t.shape:
             continue
         if unchanged or out is t or not out.requires_grad or (t.requires_grad and t.is_leaf):
+            leaves[i] = t
+        elif t.requires_grad and t._base is not None and not t._base.is_leaf and expr not in shared:
             leaves[i] = t
     return pytree.tree_unflatten(spec, leaves)

@@ -261,7 +261,14 @@ def trace_program(
         )
     with tracectx(trace), size_env:
         structure, rebuild, finish_args = _collect_output(result, inputs.objects)
-        post_call.plan((ti.wrapper for ti in inputs.tensors), result)
+        post_call.plan(
+            (ti.wrapper for ti in inputs.tensors),
+            result,
+            {id(ti.wrapper) for ti in inputs.tensors if ti.proxy.name in written},
+            {name for _, names in inputs.shared_storages for name in names},
+        )
+        if post_call.views:  # (they are made again from the inputs' layouts: those must stay as traced)
+            prologue.check_layout = prologue.check_offsets = True
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
         trace.tags["aliasing"] = build_aliasing_record(
@@ -272,6 +279,7 @@ def trace_program(
             {dst.name for _, dst in constant_writes},
             post_call.steps,
             post_call.returned,
+            post_call.views,
         )
 
     # the computation takes the user's tensors, then the module state the program used

@@ -588,11 +588,10 @@ class Tracer:
             value = _nondifferentiable_update(self.trace, func, old, value)
         name = getattr(func, "__name__", None)
         if name == "copy_" and len(args) > 1 and args[1] is wrapper:
-            if wrapper._tt_view is not None:
-                return  # x.copy_(x) does nothing in eager (even on an expanded x)
-            region = None
-        else:
-            region = checked_written_region(func, wrapper, args, kwargs or {})
+            # x.copy_(x) does nothing in eager (even on an expanded x): its views stay views of it, not
+            # copies re-derived after an update
+            return
+        region = checked_written_region(func, wrapper, args, kwargs or {})
         view = wrapper._tt_view
         root = wrapper if view is None else view[0]
         # an input the caller expanded, written directly or through a view: every element at a written memory

@@ -31,7 +31,7 @@ __all__ = ["ThunderFunction", "split_forward_backward", "unpack_sequence", "Forw
 
 
 def _unpack_printer(bsym, printer):
-    names = [p.name if isinstance(p, (TensorProxy, SizeProxy)) else "_" for p in bsym.output]
+    names = [printer.name(p) if isinstance(p, (TensorProxy, SizeProxy)) else "_" for p in bsym.output]
     if not names:
         return []
     lines = [f"{', '.join(names)}, = {bsym.args[0]}"]
