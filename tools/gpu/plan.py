@@ -122,6 +122,34 @@ def _install(*extra: str) -> Stage:
     )
 
 
+def _pytest_stage(
+    name: str,
+    path: str,
+    timeout_s: int,
+    purpose: str,
+    *,
+    select: tuple[str, ...] = (),
+    workers: int = 0,
+    env: dict | None = None,
+    needs: tuple[str, ...] = ("install",),
+) -> Stage:
+    """A pytest run of ``path`` that writes a JUnit report ``{results}/<name>.xml``.
+
+    ``select`` narrows the tests (``-m``/``-k`` options); ``workers`` > 0 runs them with xdist.
+    """
+    xdist = ("-p", "xdist.plugin", "-n", str(workers)) if workers else ()
+    argv = ("{py}", "-m", "pytest", path, "-q", "-rfEs", "-p", "no:cacheprovider", *xdist, *select)
+    return Stage(
+        name,
+        (*argv, f"--junitxml={{results}}/{name}.xml"),
+        timeout_s,
+        purpose,
+        env={**(env or {}), **_PYTEST_ENV},
+        needs=needs,
+        pytest_paths=(path,),
+    )
+
+
 def _triton_bench(kernel: str, timeout_s: int) -> Stage:
     script = f"benchmarks/triton_{kernel}.py"
     return Stage(
@@ -150,28 +178,13 @@ CALL1 = Call(
             needs=("install",),
             paths=("tools/gpu/probe.py",),
         ),
-        Stage(
+        _pytest_stage(
             "triton_tests",
-            (
-                "{py}",
-                "-m",
-                "pytest",
-                "packages/thunder-triton/tests",
-                "-q",
-                "-rfEs",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "xdist.plugin",
-                "-n",
-                "8",
-                "--junitxml={results}/triton_tests.xml",
-            ),
+            "packages/thunder-triton/tests",
             110,
             "the thunder-triton test suite with the kernels compiled for the GPU",
-            env={"THUNDER_TRITON_TEST_DEVICE": "cuda", **_PYTEST_ENV},
-            needs=("install",),
-            pytest_paths=("packages/thunder-triton/tests",),
+            workers=8,
+            env={"THUNDER_TRITON_TEST_DEVICE": "cuda"},
         ),
         _triton_bench("rms_norm", 40),
         _triton_bench("swiglu", 35),
@@ -213,30 +226,15 @@ CALL2 = Call(
             needs=("nvfuser_join",),
             paths=("tools/gpu/nvfuser_probe.py",),
         ),
-        Stage(
+        _pytest_stage(
             "nvfuser_tests",
-            (
-                "{py}",
-                "-m",
-                "pytest",
-                "packages/thunder-nvfuser/tests",
-                "-q",
-                "-rfEs",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "xdist.plugin",
-                "-n",
-                "4",
-                "-k",
-                "not test_opinfo_values_and_grads",
-                "--junitxml={results}/nvfuser_tests.xml",
-            ),
+            "packages/thunder-nvfuser/tests",
             70,
             "thunder-nvfuser's tests with the real nvFuser, but the long OpInfo sweep (a later session: gpu_session.sh opinfo)",
-            env={"THUNDER_NVFUSER_ALLOW_TORCH_MISMATCH": "1", **_PYTEST_ENV},
+            select=("-k", "not test_opinfo_values_and_grads"),
+            workers=4,
+            env={"THUNDER_NVFUSER_ALLOW_TORCH_MISMATCH": "1"},
             needs=("nvfuser_probe",),
-            pytest_paths=("packages/thunder-nvfuser/tests",),
         ),
         Stage(
             "nvfuser_llama",
@@ -299,24 +297,12 @@ APEX = Call(
             needs=("install",),
             paths=("tools/gpu/build_apex.py",),
         ),
-        Stage(
+        _pytest_stage(
             "apex_tests",
-            (
-                "{py}",
-                "-m",
-                "pytest",
-                "packages/thunder-apex/tests",
-                "-q",
-                "-rfEs",
-                "-p",
-                "no:cacheprovider",
-                "--junitxml={results}/apex_tests.xml",
-            ),
+            "packages/thunder-apex/tests",
             60,
             "thunder-apex's tests, the apex_cuda ones against the real kernels",
-            env=_PYTEST_ENV,
             needs=("apex_build",),
-            pytest_paths=("packages/thunder-apex/tests",),
         ),
         Stage(
             "triton_step",
@@ -368,26 +354,12 @@ RECHECK = Call(
             ),
             purpose="the LitGPT training step: eager vs thunder's default executors vs thunder.discover()",
         ),
-        Stage(
+        _pytest_stage(
             "core_cuda_tests",
-            (
-                "{py}",
-                "-m",
-                "pytest",
-                "packages/thunder-core/tests/test_sdpa_executor.py",
-                "-m",
-                "cuda",
-                "-q",
-                "-rfEs",
-                "-p",
-                "no:cacheprovider",
-                "--junitxml={results}/core_cuda_tests.xml",
-            ),
+            "packages/thunder-core/tests/test_sdpa_executor.py",
             30,
             "thunder-core's CUDA tests: the sdpa executor's CUDA backward kernel (never run before) against eager",
-            env=_PYTEST_ENV,
-            needs=("install",),
-            pytest_paths=("packages/thunder-core/tests/test_sdpa_executor.py",),
+            select=("-m", "cuda"),
         ),
         Stage(
             "profile_step",
