@@ -156,15 +156,18 @@ def _to_bool(a):
 
 @torchsymbol(torch.any, T.any, method_name="any", tags=("reduction",))
 def any(a, dim=None, keepdim: bool = False):
-    b = clang.maybe_convert_to_dtype(_to_bool(a), dtypes.int32)
-    out = prims.gt(clang.amax(b, dim, keepdim) if b.ndim else b, 0)
-    return out
+    # counted, not a max: a max has no value over no elements, eager's any of an empty tensor is False
+    b = _to_bool(a)
+    return prims.gt(clang.sum(b, dim, keepdim), 0) if b.ndim else b
 
 
 @torchsymbol(torch.all, T.all, method_name="all", tags=("reduction",))
 def all(a, dim=None, keepdim: bool = False):
-    b = clang.maybe_convert_to_dtype(_to_bool(a), dtypes.int32)
-    return prims.gt(clang.amin(b, dim, keepdim) if b.ndim else b, 0)
+    # no element is false (eager's all of an empty tensor is True)
+    b = _to_bool(a)
+    if not b.ndim:
+        return b
+    return prims.eq(clang.sum(prims.eq(b, False), dim, keepdim), 0)
 
 
 @torchsymbol(torch.cumsum, T.cumsum, method_name="cumsum")
