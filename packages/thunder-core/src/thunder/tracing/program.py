@@ -154,7 +154,7 @@ def trace_program(
     size_env = SizeEnv(trace.make_name)
     prologue.size_env = size_env
     trace.tags["size_env"] = size_env  # (the traces transforms derive from this one keep it)
-    inputs = _InputBuilder(trace, prologue, share_repeated, dynamic, size_env)
+    inputs = tracer.inputs = _InputBuilder(trace, prologue, share_repeated, dynamic, size_env)
     grad_enabled = torch.is_grad_enabled()
     prologue.check_grad_and_autocast(grad_enabled)
 

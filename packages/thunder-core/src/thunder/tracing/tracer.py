@@ -18,8 +18,10 @@ from thunder.core.symbolic import current_size_env, has_symbolic, hints, special
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
+from thunder.tracing import autograd_queries
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
+from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -139,6 +141,7 @@ class Tracer:
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
         self.input_names: set[str] = set()
+        self.inputs = None  # the program's _InputBuilder (which stand-ins are arguments, and their checks)
         # whether autocast was on at some call (the program then holds autocast's casts)
         self.autocast = False
         # whether the trace depends on the inputs' layout (read strides, or updated a tensor in place)
@@ -169,6 +172,8 @@ class Tracer:
                 return func(*args, **kwargs)
         if func in _NONE_ATTRIBUTES:
             return None
+        if func in AUTOGRAD_QUERIES and isinstance(args[0], TracingTensor):
+            return autograd_queries.answer(self, func, args[0])
         if vmap_active[0] and has_batched(args, kwargs):
             return batched_call(self, func, args, kwargs)
         what = _DATA_DEPENDENT.get(func)

@@ -188,7 +188,7 @@ def _wrap_leaf(x):
 # metadata queries are answered from the wrapper itself (its sizes, dtype and device are the proxy's)
 _METADATA_NAMES = (
     "shape dtype device requires_grad ndim is_cuda is_cpu is_meta layout is_sparse is_quantized is_nested "
-    "is_mkldnn itemsize nbytes is_leaf names"
+    "is_mkldnn itemsize nbytes names"
 ).split()
 _METADATA_METHODS = (
     "size dim ndimension numel nelement is_floating_point is_complex is_signed element_size get_device "
@@ -197,7 +197,7 @@ _METADATA_METHODS = (
 _METADATA = {getattr(T, n).__get__ for n in _METADATA_NAMES if hasattr(T, n)} | {
     getattr(T, n) for n in _METADATA_METHODS if hasattr(T, n)
 }
-_NONE_ATTRIBUTES = {T.grad_fn.__get__, T.grad.__get__, T._base.__get__}
+_NONE_ATTRIBUTES = {T.grad.__get__}
 
 _NUMPY = (
     "convert a tensor to NumPy (NumPy computes on values; the torch function of the same name, such as "

@@ -1,0 +1,139 @@
+"""``x.is_leaf``, ``x.grad_fn``, ``x._base`` and ``x._is_view()`` read inside the traced function.
+
+Eager answers them from the autograd graph, which a stand-in does not have. The answers given here are eager's
+for the tensor the stand-in stands for:
+
+- a tensor computed inside the function is a leaf exactly when it does not require grad (an operation on a
+  tensor that requires grad records a ``grad_fn``); a ``grad_fn`` that exists reads as :data:`RUNTIME_GRAD_FN`,
+  a placeholder that is not None (the real one exists only when the program runs);
+- an argument answers as the caller's tensor did, and the prologue checks that answer on every call (a leaf
+  requiring grad and a non-leaf requiring grad get separate programs, as do a view and a tensor owning its
+  storage);
+- ``_base`` is the stand-in of the tensor a view was taken from (eager's base is always the first tensor of a
+  chain of views; ``detach()`` starts a new chain). Where that tensor is outside the function (an argument
+  that is a view of a tensor the caller did not pass), it reads as :data:`OUTSIDE_BASE`, a placeholder that is
+  not None; where thunder cannot tell (a view of arguments that share their storage), reading it raises a
+  clear error.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunder.tracing.errors import TracingError, describe_location, user_frame
+from thunder.tracing.tracing_tensor import TracingTensor
+from thunder.tracing.views import view_of
+
+T = torch.Tensor
+
+__all__ = ["AUTOGRAD_QUERIES", "OUTSIDE_BASE", "RUNTIME_GRAD_FN", "answer"]
+
+# (a getter is a new method-wrapper object at each attribute read: compared by ==, not identity)
+_IS_LEAF, _GRAD_FN, _BASE = T.is_leaf.__get__, T.grad_fn.__get__, T._base.__get__
+AUTOGRAD_QUERIES = frozenset({_IS_LEAF, _GRAD_FN, _BASE, T._is_view})
+
+
+class _RuntimeGradFn:
+    """What ``x.grad_fn`` reads inside the traced function when ``x`` has one: it exists when the program runs."""
+
+    def __getattr__(self, name: str):
+        raise TracingError(
+            f"thunder.jit cannot read grad_fn.{name} inside the jitted function: the autograd graph exists only "
+            "when the program runs (read it on the outputs after the call; `x.grad_fn is None` works inside)"
+        )
+
+    def __repr__(self) -> str:
+        return "<grad_fn of a thunder program's output>"
+
+
+RUNTIME_GRAD_FN = _RuntimeGradFn()
+
+
+class _OutsideBase:
+    """What ``x._base`` reads when ``x`` is (a view of) an argument that is a view of a tensor outside the function."""
+
+    def __getattr__(self, name: str):
+        raise TracingError(
+            f"thunder.jit cannot read ._base.{name} inside the jitted function: that base is a tensor the function "
+            "was not given (pass it as an argument; `x._base is None` works inside)"
+        )
+
+    def __repr__(self) -> str:
+        return "<the base of an argument, outside the jitted function>"
+
+
+OUTSIDE_BASE = _OutsideBase()
+
+
+def _input_of(tracer, w: TracingTensor) -> tuple[torch.Tensor, str] | tuple[None, None]:
+    """The caller's tensor a stand-in was made for and where the prologue reads it, or (None, None)."""
+    inputs = getattr(tracer, "inputs", None)
+    for ti in inputs.tensors if inputs is not None else ():
+        if ti.wrapper is w:
+            example = ti.example if ti.example is not None else ti.original
+            expr = inputs.first_read.get(id(example)) if example is not None else None
+            if expr is not None:
+                return example, expr
+    return None, None
+
+
+def _requires_grad(w: TracingTensor) -> bool:
+    p = w._thunder_proxy
+    return bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
+
+
+def _is_leaf(tracer, w: TracingTensor) -> bool:
+    example, expr = _input_of(tracer, w)
+    if example is None:
+        return not _requires_grad(w)
+    if _requires_grad(w) and not example.requires_grad:
+        return False  # an in-place update with a value that requires grad gave it a grad_fn
+    if example.requires_grad:  # (a tensor that does not require grad is a leaf: the tensor check covers it)
+        tracer.inputs.prologue.fail_unless(
+            f"getattr({expr}, 'is_leaf', None) is {example.is_leaf}", f"whether {expr} is a leaf"
+        )
+    return example.is_leaf
+
+
+def _base(tracer, w: TracingTensor):
+    example, expr = _input_of(tracer, w)
+    if example is not None:  # an argument: a view of a tensor outside the function, or no view
+        return _argument_base(tracer, example, expr, None)
+    if w._tt_nondiff:  # eager: detach() starts a new family; its views have the detach() output as base
+        family = getattr(w, "_tt_family", None)
+        if family is None:
+            _refuse("of a view taken through detach() or .data")
+        return None if family is w else family
+    view = view_of(w)
+    if view is None:
+        return None
+    root = view[0]
+    example, expr = _input_of(tracer, root)
+    if example is not None:
+        return _argument_base(tracer, example, expr, root)
+    if root._tt_owner is None:  # the storage several arguments share: its own base is not the answer
+        _refuse("of a view of an argument that shares its storage with another argument")
+    return root
+
+
+def _argument_base(tracer, example: torch.Tensor, expr: str, itself):
+    """The base of a view of the argument ``example`` (``itself``: its stand-in; None: of the argument itself)."""
+    if example._base is None:
+        tracer.inputs.prologue.fail_unless(f"getattr({expr}, '_base', 0) is None", f"whether {expr} is a view")
+        return itself
+    tracer.inputs.prologue.fail_unless(f"getattr({expr}, '_base', None) is not None", f"whether {expr} is a view")
+    return OUTSIDE_BASE
+
+
+def _refuse(where: str) -> None:
+    raise TracingError(f"thunder.jit cannot tell which tensor x._base is {where}\n  {describe_location(user_frame(4))}")
+
+
+def answer(tracer, func, w):
+    """Eager's answer to ``func`` (one of :data:`AUTOGRAD_QUERIES`) for the tensor ``w`` stands for."""
+    if func == _IS_LEAF:
+        return _is_leaf(tracer, w)
+    if func == _GRAD_FN:
+        return None if _is_leaf(tracer, w) else RUNTIME_GRAD_FN
+    base = _base(tracer, w)
+    return base if func == _BASE else base is not None
