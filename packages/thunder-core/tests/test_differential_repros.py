@@ -319,3 +319,25 @@ def test_view_input_updated_through_a_select_of_a_slice_then_returned():
     e.sum().backward()
     t.sum().backward()
     torch.testing.assert_close(leaf_t.grad, leaf_e.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8], ids=str)
+@pytest.mark.parametrize("limits", [(-0.5, 0.5), (-1.5, 2.5), (0.0, 6.0)], ids=str)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_hardtanh_of_an_integer_tensor_keeps_its_dtype(dtype, limits, inplace):
+    # campaign seed 9201: the trace said float32 for F.hardtanh(int64 tensor, -0.5, 0.5) while the kernel returns int64
+    # (it converts the limits to the integer type), so the in-place form raised "result type Float can't be cast"
+    def fn(x):
+        y = F.hardtanh(x, *limits, inplace=inplace)
+        return y, y.dtype == x.dtype
+
+    x = torch.tensor([[-3, 0, 1, 2, 7]]).to(dtype)
+    try:
+        expected = fn(x.clone())
+    except RuntimeError as e:  # uint8 with a limit below zero after truncation
+        with pytest.raises(RuntimeError, match=str(e)):
+            thunder.jit(fn)(x.clone())
+        return
+    actual = thunder.jit(fn)(x.clone())
+    assert actual[1] == expected[1] and actual[0].dtype == expected[0].dtype
+    assert torch.equal(actual[0], expected[0])

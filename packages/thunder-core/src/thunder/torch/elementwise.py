@@ -538,6 +538,13 @@ def nan_to_num(a, nan: float = 0.0, posinf=None, neginf=None):
 
 @torchsymbol(F.hardtanh)
 def hardtanh(a, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    if dtypes.is_integer_dtype(a.dtype) and a.dtype is not dtypes.bool8:
+        # eager's kernel converts the limits to the integer type (toward zero): the result keeps its dtype
+        min_val, max_val = int(min_val), int(max_val)
+        check(
+            a.dtype is not dtypes.uint8 or (min_val >= 0 and max_val >= 0),
+            "cannot do hardtanh on an unsigned type with negative limits",
+        )
     return clamp(a, min_val, max_val)
 
 
