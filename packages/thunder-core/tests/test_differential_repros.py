@@ -341,3 +341,29 @@ def test_hardtanh_of_an_integer_tensor_keeps_its_dtype(dtype, limits, inplace):
     actual = thunder.jit(fn)(x.clone())
     assert actual[1] == expected[1] and actual[0].dtype == expected[0].dtype
     assert torch.equal(actual[0], expected[0])
+
+
+@pytest.mark.parametrize("op", ["type_as", "to"])
+@pytest.mark.parametrize(
+    "a_dtype, a_requires_grad",
+    [(torch.int64, False), (torch.float64, False), (torch.float64, True), (torch.float32, True)],
+    ids=str,
+)
+def test_a_conversion_to_another_tensors_dtype_takes_no_gradient_from_it(op, a_dtype, a_requires_grad):
+    # outside fuzzer (generate-and-test), seed 2: int_tensor.type_as(w) with w requiring grad required grad in thunder
+    # (the dtype's tensor counted as a differentiable argument); eager's result requires grad only through a
+    a = torch.tensor([0.0, 1.0, 3.0]).to(a_dtype).requires_grad_(a_requires_grad)
+    w = torch.tensor([-0.3, 0.7, 1.1], requires_grad=True)
+
+    def fn(a, w):
+        y = getattr(a, op)(w)
+        return y * 2, y.requires_grad
+
+    expected, actual = fn(a, w), thunder.jit(fn)(a, w)
+    assert actual[1] == expected[1] and actual[0].requires_grad == expected[0].requires_grad
+    torch.testing.assert_close(actual[0], expected[0])
+    if expected[0].requires_grad:
+        ge = torch.autograd.grad(expected[0].sum(), [a, w], allow_unused=True)
+        gt = torch.autograd.grad(actual[0].sum(), [a, w], allow_unused=True)
+        assert gt[1] is None or not gt[1].any()
+        torch.testing.assert_close(gt[0], ge[0])

@@ -34,7 +34,7 @@ def _parse_to(a, args, kwargs):
     return device, dtype
 
 
-@torchsymbol(T.to, method_name="to")
+@torchsymbol(T.to, method_name="to", grad_args=1)
 def to(a, *args, **kwargs):
     device, dtype = _parse_to(a, args, kwargs)
     if device is not None:
@@ -48,7 +48,7 @@ def to(a, *args, **kwargs):
     return a
 
 
-@torchsymbol(T.type_as, method_name="type_as")
+@torchsymbol(T.type_as, method_name="type_as", grad_args=1)
 def type_as(a, other):
     return clang.maybe_convert_to_dtype(a, other.dtype)
 

@@ -41,8 +41,20 @@ class InplaceOp:
         self.returns_self = mutated_args is None
 
 
-def torchsymbol(*torch_fns, name: str | None = None, method_name: str | None = None, tags=(), id: str | None = None):
-    """Declares a torch-language symbol implemented by the decorated function."""
+def torchsymbol(
+    *torch_fns,
+    name: str | None = None,
+    method_name: str | None = None,
+    tags=(),
+    id: str | None = None,
+    grad_args: int | None = None,
+):
+    """Declares a torch-language symbol implemented by the decorated function.
+
+    ``grad_args``: how many leading positional arguments the result can be differentiated by (None: all).
+    A tensor after them is read for its metadata only (``x.type_as(other)``, ``x.to(other)``): it requiring
+    grad does not make the result require grad, as in eager.
+    """
 
     def decorator(fn: Callable) -> Symbol:
         sym_name = name or fn.__name__
@@ -58,6 +70,7 @@ def torchsymbol(*torch_fns, name: str | None = None, method_name: str | None = N
         sym.__doc__ = fn.__doc__
         sym.__wrapped__ = fn
         sym.torch_fns = torch_fns
+        sym.grad_args = grad_args
         # F.relu(x, inplace=True): the tracer computes out of place and updates x (see Tracer.record_call)
         params = list(inspect.signature(fn).parameters)
         sym.inplace_param = params.index("inplace") if "inplace" in params else None

@@ -337,7 +337,8 @@ class Tracer:
             for t, d, p in env.take_pending():
                 trace.scopes[-1].append(size_of.bind(t, d, output=p))
         if type(mapped) is not InplaceOp and not inplace_kw and out is not None:
-            out = self._grad_mode(out, uargs, ukwargs)
+            n = getattr(mapped, "grad_args", None)
+            out = self._grad_mode(out, uargs, ukwargs) if n is None else self._grad_mode(out, uargs[:n], {})
             if func in _DETACHING and isinstance(out, TensorProxy) and all(out is not a for a in uargs):
                 out.requires_grad = False  # detach() and .data: no gradient, so updates of them are no_grad's
         frame = user_frame(2)

@@ -175,7 +175,7 @@ class _Differentiator:
             bsym.sym.python_printer is not None
             or "in_place" in bsym.sym.tags  # writes of new values into inputs (buffer updates) carry no gradient
             or bsym.sym.id in _STOP_GRADIENT  # detach, .data, and the ends of no_grad regions
-            or not any(a.name in rg for a in bsym.flat_args)
+            or not any(a.name in rg for a in _gradient_inputs(bsym))
         ):
             forward.append(bsym)
             return
@@ -238,6 +238,12 @@ class _Differentiator:
         outs = {o.name: o for o in bsym.flat_outs if isinstance(o, TensorProxy)}
         groups.append(_Group(outs, bwd, cotangent_of, contributions))
         return True
+
+
+def _gradient_inputs(bsym: BoundSymbol) -> list:
+    """The arguments a gradient can flow from (a symbol's ``grad_args`` leading ones; all by default)."""
+    n = getattr(bsym.sym, "grad_args", None)
+    return bsym.flat_args if n is None else flat_proxies(tuple(bsym.args[:n]))
 
 
 def build_joint(trace: TraceCtx, requires_grad: set[str], executors) -> tuple[TraceCtx, Joint]:
