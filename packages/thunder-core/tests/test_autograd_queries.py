@@ -81,3 +81,38 @@ def test_reading_the_grad_fn_beyond_none_raises_a_clear_error():
 
     with pytest.raises(TracingError, match=r"grad_fn\.name.*exists only when the program runs"):
         thunder.jit(f)(torch.ones(2, requires_grad=True))
+
+
+def test_detach_in_place_of_a_computed_tensor_matches_eager():
+    # it used to do nothing: the result still required grad
+    def f(a):
+        y = a * 2
+        y.detach_()
+        return y * 3, y.requires_grad, y.is_leaf
+
+    a = torch.ones(2, requires_grad=True)
+    expected, actual = f(a), thunder.jit(f)(a)
+    assert actual[1:] == expected[1:] and actual[0].requires_grad == expected[0].requires_grad
+    torch.testing.assert_close(actual[0], expected[0])
+    with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+        thunder.jit(lambda a: (a * 2)[1:].detach_())(a)
+
+
+_CALLER_STATE_CHANGES = {
+    # (the function, an argument): each changed the caller's tensor in eager and was ignored inside jit
+    "x.data = y": (lambda x, y: (setattr(x, "data", y), x * 1)[1], torch.zeros(2, dtype=torch.int32)),
+    "requires_grad_ of an argument": (lambda x, y: x.requires_grad_() * y, torch.zeros(2)),
+    "detach_ of an argument": (lambda x, y: x.detach_() * y, torch.zeros(2, requires_grad=True)),
+}
+
+
+@pytest.mark.parametrize("fn, x", _CALLER_STATE_CHANGES.values(), ids=_CALLER_STATE_CHANGES.keys())
+def test_changes_of_the_callers_tensor_beyond_values_raise_a_clear_error(fn, x):
+    with pytest.raises(TracingError, match=r"(?s)thunder\.jit cannot .*test_autograd_queries\.py"):
+        thunder.jit(fn)(x, torch.ones(2))
+
+
+def test_requires_grad_that_changes_nothing_is_allowed():
+    x = torch.ones(2, requires_grad=True)
+    out = thunder.jit(lambda x: x.requires_grad_() * 2)(x)
+    assert out.requires_grad and x.requires_grad

@@ -26,11 +26,22 @@ from thunder.tracing.views import view_of
 
 T = torch.Tensor
 
-__all__ = ["AUTOGRAD_QUERIES", "OUTSIDE_BASE", "RUNTIME_GRAD_FN", "answer"]
+__all__ = [
+    "AUTOGRAD_QUERIES",
+    "AUTOGRAD_UPDATES",
+    "OUTSIDE_BASE",
+    "RUNTIME_GRAD_FN",
+    "answer",
+    "detach_in_place",
+    "refuse_unsupported_update",
+]
 
 # (a getter is a new method-wrapper object at each attribute read: compared by ==, not identity)
 _IS_LEAF, _GRAD_FN, _BASE = T.is_leaf.__get__, T.grad_fn.__get__, T._base.__get__
 AUTOGRAD_QUERIES = frozenset({_IS_LEAF, _GRAD_FN, _BASE, T._is_view})
+_SET_DATA = T.data.__set__
+# calls that change a tensor's autograd state rather than its values (see refuse_unsupported_update)
+AUTOGRAD_UPDATES = frozenset({T.requires_grad_, T.detach_, _SET_DATA})
 
 
 class _RuntimeGradFn:
@@ -137,3 +148,42 @@ def answer(tracer, func, w):
         return None if _is_leaf(tracer, w) else RUNTIME_GRAD_FN
     base = _base(tracer, w)
     return base if func == _BASE else base is not None
+
+
+def refuse_unsupported_update(tracer, func, args, kwargs) -> None:
+    """Raises for what would change the caller's tensor other than its values, which a program cannot do.
+
+    ``x.data = y`` (x then holds y's storage, dtype and sizes); and on an argument, ``x.requires_grad_()``
+    changing the flag, or ``x.detach_()`` (the caller's tensor would lose or gain its autograd history).
+    """
+    w = args[0]
+    if not isinstance(w, TracingTensor):
+        return
+    if func == _SET_DATA:
+        why = "assign x.data (x would take another tensor's storage, dtype and sizes)"
+        hint = "use `with torch.no_grad(): x.copy_(y)` to write y's values into x"
+    elif _input_of(tracer, w)[0] is None:
+        return
+    elif func is T.detach_:
+        why = "detach_() an argument (the caller's tensor would lose its autograd history)"
+        hint = "use `x = x.detach()` inside the function, or detach it before the call"
+    else:
+        flag = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+        if bool(flag) == _requires_grad(w):
+            return
+        why = f"change requires_grad of an argument (x.requires_grad_({bool(flag)}) changes the caller's tensor)"
+        hint = "call it before the jitted function"
+    raise TracingError(f"thunder.jit cannot {why}: {hint}\n  {describe_location(user_frame(3))}")
+
+
+def detach_in_place(tracer, w: TracingTensor) -> TracingTensor:
+    """``w.detach_()`` of a tensor computed inside the function: from here on it holds its detached value."""
+    if view_of(w) is not None and not w._tt_nondiff:
+        raise RuntimeError(
+            "Can't detach views in-place. Use detach() instead (as in eager)\n  " + describe_location(user_frame(3))
+        )
+    detached = tracer.handle(T.detach, (w,), {})
+    w._thunder_proxy = detached._thunder_proxy
+    with torch._C.DisableTorchFunction():
+        w.requires_grad_(False)
+    return w

@@ -21,7 +21,7 @@ from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing import autograd_queries
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
-from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES
+from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
 from thunder.tracing.errors import (
     TracingError,
     data_dependent_error,
@@ -192,8 +192,12 @@ class Tracer:
             return iter(self.handle(T.unbind, (args[0], 0), {}))
         if func is T.__repr__ or func is T.__str__:
             return TracingTensor.__repr__(args[0])
-        if func is T.requires_grad_:
-            return args[0]
+        if func in AUTOGRAD_UPDATES:
+            autograd_queries.refuse_unsupported_update(self, func, args, kwargs)
+            if func is T.requires_grad_:
+                return args[0]
+            if func is T.detach_ and isinstance(args[0], TracingTensor):
+                return autograd_queries.detach_in_place(self, args[0])
         if func is T.type and len(args) == 1 and kwargs.get("dtype") is None and isinstance(args[0], TracingTensor):
             return _type_string(args[0])  # the string for the real tensor, not the stand-in's meta storage
         if func in _GRAD_MODE_SWITCHES:
