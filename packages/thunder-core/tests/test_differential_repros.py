@@ -367,3 +367,23 @@ def test_a_conversion_to_another_tensors_dtype_takes_no_gradient_from_it(op, a_d
         gt = torch.autograd.grad(actual[0].sum(), [a, w], allow_unused=True)
         assert gt[1] is None or not gt[1].any()
         torch.testing.assert_close(gt[0], ge[0])
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_an_argument_updated_under_no_grad_is_returned_as_the_callers_tensor(as_dict):
+    # outside fuzzer, seed 3: thunder returned a copy (values and gradients right, but a later write through the
+    # output did not reach the argument); eager returns the argument itself, with the history it had
+    def fn(a0):
+        with torch.no_grad():
+            a0.mul_(a0)
+        return {"a0": a0} if as_dict else a0
+
+    leaves = [torch.tensor([[0.5, -2.0], [1.5, 3.0]], requires_grad=True) for _ in range(2)]
+    args = [leaf * 1 for leaf in leaves]
+    expected, actual = fn(args[0]), thunder.jit(fn)(args[1])
+    e, a = (expected["a0"], actual["a0"]) if as_dict else (expected, actual)
+    assert e is args[0] and a is args[1]
+    torch.testing.assert_close(a, e)
+    (e * 2).sum().backward()
+    (a * 2).sum().backward()
+    torch.testing.assert_close(leaves[1].grad, leaves[0].grad)
