@@ -387,3 +387,32 @@ def test_an_argument_updated_under_no_grad_is_returned_as_the_callers_tensor(as_
     (e * 2).sum().backward()
     (a * 2).sum().backward()
     torch.testing.assert_close(leaves[1].grad, leaves[0].grad)
+
+
+_VIEWS_OF_ARGUMENT = {
+    "non-leaf": lambda l: l * 1,
+    "column view": lambda l: (l * 1)[:, 1:],
+    "row view": lambda l: (l * 1)[1:],
+}
+
+
+@pytest.mark.parametrize("make", _VIEWS_OF_ARGUMENT.values(), ids=_VIEWS_OF_ARGUMENT.keys())
+@pytest.mark.parametrize("returned", ["itself", "product"])
+def test_an_update_under_no_grad_through_a_view_keeps_the_gradient_of_the_written_elements(make, returned):
+    # outside fuzzer, seed 4: `with torch.no_grad(): a1[..., 0] += 1` zeroed the gradient of the written elements
+    # (the update cut them off from the base's history); eager's no_grad update records nothing, so they keep it
+    def fn(a1):
+        with torch.no_grad():
+            a1[..., 0].add_(1)
+            a1[..., 0] += 1
+        return a1 if returned == "itself" else a1 * 3
+
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        leaf = torch.arange(8.0, dtype=torch.float64).reshape(4, 2).requires_grad_()
+        a1 = make(leaf)
+        out = f(a1)
+        grads.append(torch.autograd.grad((out * 3).sum() + (a1 * 2).sum(), leaf)[0])
+        grads.append(out.detach())
+    torch.testing.assert_close(grads[2], grads[0])
+    torch.testing.assert_close(grads[3], grads[1])

@@ -642,8 +642,13 @@ class Tracer:
             and new_base.dtype.kind in ("float", "complex")
         ):
             new_base.requires_grad = True  # (recorded as prims, which leave the flag unset)
-        if self.autodiff and wrapper._tt_nondiff and new_base.dtype.kind in ("float", "complex"):
-            # written through detach(): the base keeps its gradient path, as in eager
+        if (
+            self.autodiff
+            and (wrapper._tt_nondiff or not torch.is_grad_enabled())
+            and new_base.dtype.kind in ("float", "complex")
+        ):
+            # written through detach(), or under no_grad: the base keeps its gradient path, as in eager (whose
+            # no_grad update records nothing, so the written elements' gradient still reaches the base's history)
             new_base = _no_grad_update(self.trace, old_base, new_base)
         base._tt_value = new_base
         base._tt_version += 1
