@@ -416,3 +416,17 @@ def test_an_update_under_no_grad_through_a_view_keeps_the_gradient_of_the_writte
         grads.append(out.detach())
     torch.testing.assert_close(grads[2], grads[0])
     torch.testing.assert_close(grads[3], grads[1])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("value", [float("nan"), 1.5, float("inf")], ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_of_a_zero_dim_tensor_along_a_dim_passes_the_whole_gradient(op, value, keepdim):
+    # outside fuzzer, seed 4: x.max(dim=0).values of a 0-d NaN had a NaN gradient (eager: the cotangent)
+    def fn(x):
+        return getattr(x, op)(dim=0, keepdim=keepdim).values * 3
+
+    xe = torch.tensor(value, requires_grad=True)
+    xt = torch.tensor(value, requires_grad=True)
+    torch.testing.assert_close(thunder.jit(fn)(xt), fn(xe), equal_nan=True)
+    torch.testing.assert_close(torch.autograd.grad(thunder.jit(fn)(xt), xt)[0], torch.autograd.grad(fn(xe), xe)[0])

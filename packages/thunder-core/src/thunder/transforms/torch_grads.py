@@ -259,11 +259,14 @@ def _value_selecting(sym):
         keepdim = bound.get("keepdim", False)
         if dim is None and isinstance(a, TensorProxy):
             return _evenly_distributed(sym, a)
-        if not isinstance(dim, int) or a.ndim == 0:
+        if not isinstance(dim, int):
             return NotImplemented
         out = sym(*args, **kwargs)
         vals, idx = out
         g = get_grad(vals)
+        if a.ndim == 0:  # the value is the element itself (also a NaN, which no comparison would select)
+            put_grad(a, g)
+            return out
         d = dim % a.ndim
         if not keepdim:
             g = ltorch.unsqueeze(g, d)
