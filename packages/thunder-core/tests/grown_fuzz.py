@@ -586,7 +586,8 @@ def check(src):
 
 
 REFUSAL = re.compile(
-    r"DataDependent|data-dependent|not known while tracing|depends on the values|ThunderFX|cannot trace|not supported",
+    r"DataDependent|data-dependent|not known while tracing|depends on the values|ThunderFX|cannot trace|not supported|"
+    r"thunder\.jit cannot",
     re.I,
 )
 
