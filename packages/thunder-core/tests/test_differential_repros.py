@@ -430,3 +430,18 @@ def test_max_of_a_zero_dim_tensor_along_a_dim_passes_the_whole_gradient(op, valu
     xt = torch.tensor(value, requires_grad=True)
     torch.testing.assert_close(thunder.jit(fn)(xt), fn(xe), equal_nan=True)
     torch.testing.assert_close(torch.autograd.grad(thunder.jit(fn)(xt), xt)[0], torch.autograd.grad(fn(xe), xe)[0])
+
+
+def test_a_layout_change_of_an_expanded_argument_then_a_reshape():
+    # outside fuzzer, seed 3: the element positions of an expanded root were divided by its zero stride
+    # (ZeroDivisionError while the program ran)
+    def fn(a1):
+        a1.unsqueeze_(0)
+        return a1.reshape_as(a1), a1 // 2
+
+    def make():
+        return (torch.arange(3.0).reshape(1, 3, 1) * 1).unsqueeze(0).expand(2, 1, 3, 1)
+
+    expected, actual = fn(make()), thunder.jit(fn)(make())
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)

@@ -522,7 +522,8 @@ def _strided_index(rm: torch.Tensor, vm: torch.Tensor, device) -> TensorProxy:
     contiguous = [1] * rm.ndim
     for d in range(rm.ndim - 2, -1, -1):
         contiguous[d] = contiguous[d + 1] * rm.shape[d + 1]
-    dims = sorted((d for d in range(rm.ndim) if rm.shape[d] > 1), key=lambda d: -rm.stride(d))
+    # (a dimension of stride 0, an expanded root's, holds one storage element: coordinate 0 stands for it)
+    dims = sorted((d for d in range(rm.ndim) if rm.shape[d] > 1 and rm.stride(d) != 0), key=lambda d: -rm.stride(d))
     index = None
     for d in dims:
         q = prims.floor_divide(pos, rm.stride(d))
