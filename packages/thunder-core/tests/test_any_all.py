@@ -29,6 +29,8 @@ def test_any_all_match_eager(shape, dtype, op):
         actual = thunder.jit(f)(x)
         assert actual.dtype == expected.dtype and actual.shape == expected.shape
         assert torch.equal(actual, expected)
+        # what the trace believes (read inside the function) is what the kernel returns (uint8: uint8)
+        assert thunder.jit(lambda x: f(x).dtype)(x) == expected.dtype
 
 
 def test_all_of_an_empty_tensor_is_true_and_any_false():

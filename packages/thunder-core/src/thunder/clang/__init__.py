@@ -396,7 +396,14 @@ def reduction(a, prim, dim=None, keepdim=False, dtype=None, kind=TypePromotionKi
 
 
 def sum(a, dim=None, keepdim=False, dtype=None):
-    return reduction(a, prims.sum, dim, keepdim, dtype, TypePromotionKind.BOOL_TO_LONG)
+    return reduction(a, prims.sum, dim, keepdim, sum_result_dtype(a, dtype), TypePromotionKind.BOOL_TO_LONG)
+
+
+def sum_result_dtype(a, dtype):
+    """The dtype of a sum or product: as eager, int64 for bool and every integer type unless ``dtype`` is given."""
+    if dtype is None and dtypes.is_integer_dtype(a.dtype):
+        return dtypes.int64
+    return dtype
 
 
 def amax(a, dim=None, keepdim=False):

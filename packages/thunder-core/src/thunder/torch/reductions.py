@@ -27,7 +27,7 @@ def mean(a, dim=None, keepdim: bool = False, *, dtype=None):
 
 @torchsymbol(torch.prod, T.prod, method_name="prod", tags=("reduction",))
 def prod(a, dim=None, keepdim: bool = False, *, dtype=None):
-    return clang.reduction(a, prims.prod, dim, keepdim, dtype, TPK.BOOL_TO_LONG)
+    return clang.reduction(a, prims.prod, dim, keepdim, clang.sum_result_dtype(a, dtype), TPK.BOOL_TO_LONG)
 
 
 @torchsymbol(torch.amax, T.amax, method_name="amax", tags=("reduction",))
@@ -158,7 +158,7 @@ def _to_bool(a):
 def any(a, dim=None, keepdim: bool = False):
     # counted, not a max: a max has no value over no elements, eager's any of an empty tensor is False
     b = _to_bool(a)
-    return prims.gt(clang.sum(b, dim, keepdim), 0) if b.ndim else b
+    return _like_eager(prims.gt(clang.sum(b, dim, keepdim), 0) if b.ndim else b, a)
 
 
 @torchsymbol(torch.all, T.all, method_name="all", tags=("reduction",))
@@ -166,8 +166,13 @@ def all(a, dim=None, keepdim: bool = False):
     # no element is false (eager's all of an empty tensor is True)
     b = _to_bool(a)
     if not b.ndim:
-        return b
-    return prims.eq(clang.sum(prims.eq(b, False), dim, keepdim), 0)
+        return _like_eager(b, a)
+    return _like_eager(prims.eq(clang.sum(prims.eq(b, False), dim, keepdim), 0), a)
+
+
+def _like_eager(result, a):
+    # eager's any/all of a uint8 tensor are uint8 (0 or 1), of every other dtype bool
+    return clang.maybe_convert_to_dtype(result, dtypes.uint8) if a.dtype is dtypes.uint8 else result
 
 
 @torchsymbol(torch.cumsum, T.cumsum, method_name="cumsum")
