@@ -445,3 +445,29 @@ def test_a_layout_change_of_an_expanded_argument_then_a_reshape():
     expected, actual = fn(make()), thunder.jit(fn)(make())
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: torch.randn(3), lambda: torch.randn(3, requires_grad=True) * 1, lambda: torch.randn(2, 3).t()],
+    ids=["tensor", "non-leaf", "transposed"],
+)
+@pytest.mark.parametrize("start", ["empty_like", "product"])
+def test_a_tensor_copied_into_is_its_own_memory(make, start):
+    # outside fuzzer, seed 5: `v = torch.empty_like(a); v.copy_(a); return v` returned `a` itself (the copy was
+    # elided), so a write through the output changed the caller's argument
+    def fn(a):
+        v = torch.empty_like(a) if start == "empty_like" else a * 2
+        v.copy_(a)
+        return v
+
+    a = make()
+    out = thunder.jit(fn)(a)
+    expected = fn(a)
+    torch.testing.assert_close(out, expected)
+    assert out.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+    assert out.requires_grad == expected.requires_grad
+    before = a.detach().clone()
+    with torch.no_grad():
+        out.add_(1)
+    torch.testing.assert_close(a.detach(), before)

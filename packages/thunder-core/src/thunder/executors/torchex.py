@@ -136,7 +136,9 @@ def _view_as(a, other):
 def _copy_to(a, src, non_blocking=False):
     if not isinstance(src, torch.Tensor):  # x.copy_(1.5)
         return torch.full_like(a, src)
-    return src.to(device=a.device, dtype=a.dtype).expand(a.shape)
+    # a's new elements in memory of its own (a's layout), as eager's a.copy_(src): src converted and expanded would
+    # be src itself or a view of it, and a returned a would share src's memory
+    return torch.empty_like(a).copy_(src)
 
 
 def _batch_norm_functional(a, running_mean, running_var, weight, bias, training, momentum, eps):

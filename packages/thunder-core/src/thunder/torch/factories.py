@@ -380,7 +380,12 @@ def copy(a, src, non_blocking: bool = False):
         return fill(a, src)
     if src.device is not a.device:
         src = prims.device_put(src, a.device)
-    return clang.expand(clang.maybe_convert_to_dtype(src, a.dtype), a.shape)
+    values = clang.maybe_convert_to_dtype(src, a.dtype)
+    if values is src:
+        # a's elements are its own in eager, not src's: without the copy, a's new value would be src (or a view of
+        # it), and a returned a would share src's memory
+        values = prims.clone(src)
+    return clang.expand(values, a.shape)
 
 
 register_torch_alias(T.zero_, InplaceOp(zero))
