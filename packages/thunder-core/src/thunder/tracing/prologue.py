@@ -26,6 +26,7 @@ from thunder.core.symbol import Symbol
 from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
+from thunder.tracing.dict_versions import dict_version_function
 
 __all__ = ["MISS", "PrologueBuilder", "parameter_locals", "size_local"]
 
@@ -131,6 +132,7 @@ class _ModuleChecks:
         self.hooks: list[dict] = []
         self.containers: list[dict] = []
         self.submodules: list[dict] = []
+        self.submodule_dicts: list[dict] = []  # the containers' own ``_modules`` dicts (for the version gate)
         self.exprs: list[tuple[str, str]] = []
         c = builder.constant
         self.names = {
@@ -153,6 +155,7 @@ class _ModuleChecks:
         if module._modules:
             self.containers.append(d)
             self.submodules.append(dict(module._modules))
+            self.submodule_dicts.append(module._modules)
         self.exprs.append((expr, what))
 
     def source(self) -> str:
@@ -162,6 +165,26 @@ class _ModuleChecks:
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
             f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}: return MISS"
         )
+
+    def gated_source(self, builder: PrologueBuilder, dict_version) -> list[str]:
+        """The checks behind a version gate: the tags of the modules' ``__dict__``s and of the containers'
+        ``_modules`` are read first; when they equal those of the last call whose checks all passed, every key
+        of those dicts still maps to the very same object (training flags, hook dicts, instance ``forward``,
+        submodules, attributes), so only the hook dicts' contents are checked. The prologue stores the tags
+        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``)."""
+        n = self.names
+        c = builder.constant
+        builder.trace.constants["_dict_version"] = dict_version
+        gated = c(tuple(self.dicts) + tuple(self.submodule_dicts), "_gated_dicts")
+        gate = builder.gate = c([None], "_gate")  # the tags of the last call that passed (None: none yet)
+        return [
+            f"_versions = list(map(_dict_version, {gated}))",
+            f"_gate_ok = _versions == {gate}[0]",
+            f"if not _gate_ok and (list(map(_module_state_of, {n['dicts']})) != {n['states']}"
+            f" or any(map(_contains, {n['dicts']}, _forward_key))"
+            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}): return MISS",
+            f"if any({n['hooks']}): return MISS",
+        ]
 
     def separate_checks(self) -> list[str]:
         """The same checks one module per line, each returning what it guards (for the recompilation warning)."""
@@ -197,6 +220,7 @@ class _IdentityChecks:
         self.keys: list[str] = []
         self.values: list = []
         self.checks: list[tuple[str, str | None]] = []  # (the check's line, what it guards)
+        self.ends: list[int] = []  # the checks of read i are checks[ends[i - 1]:ends[i]]
         c = builder.constant
         self.names = {"dicts": c(self.dicts, "_read_dicts"), "keys": c(self.keys, "_read_keys")}
         self.names["values"] = c(self.values, "_read_values")
@@ -210,11 +234,30 @@ class _IdentityChecks:
         self.keys.append(key)
         self.values.append(value)
         self.checks.extend(zip(lines, descriptions))
+        self.ends.append(len(self.checks))
 
     def source(self) -> list[str]:
         n = self.names
         head = f"if not _all(map(_is, map(_dict_get, {n['dicts']}, {n['keys']}, _absent), {n['values']})):"
         return [head, *(f"  {line}" for line, _ in self.checks)]
+
+    def split_source(self, builder: PrologueBuilder, gated: set[int]) -> list[str]:
+        """As ``source``, with the reads from the dicts ``gated`` (ids) tested only when the version gate of
+        module state failed (``_gate_ok``, see ``_ModuleChecks.gated_source``)."""
+        out = []
+        for is_gated in (True, False):
+            picked = [i for i, d in enumerate(self.dicts) if (id(d) in gated) is is_gated]
+            if not picked:
+                continue
+            c = builder.constant
+            dicts = c([self.dicts[i] for i in picked], "_read_dicts")
+            keys = c([self.keys[i] for i in picked], "_read_keys")
+            values = c([self.values[i] for i in picked], "_read_values")
+            condition = "not _gate_ok and not _all" if is_gated else "not _all"
+            out.append(f"if {condition}(map(_is, map(_dict_get, {dicts}, {keys}, _absent), {values})):")
+            for i in picked:
+                out.extend(f"  {line}" for line, _ in self.checks[self.ends[i - 1] if i else 0 : self.ends[i]])
+        return out
 
 
 # up to this many tensors, the checks before the C++ guard are inline code; beyond, loops over a tuple
@@ -257,6 +300,7 @@ class PrologueBuilder:
     param_locals: dict = field(default_factory=dict)
     # (the user's signature as a def's parameters, the arguments passing them on) when some parameter is renamed
     _forward: tuple | None = None
+    gate: str | None = None  # the constant holding the version tags of the last call that passed (see _ModuleChecks)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -568,10 +612,25 @@ class PrologueBuilder:
         return forwarder
 
     def _rendered_lines(self) -> list[str]:
-        group = self.identity
-        if group is None:
-            return list(self.lines)
-        return [*self.lines[: group.line], *group.source(), *self.lines[group.line + 1 :]]
+        group, modules = self.identity, self.modules
+        dict_version = dict_version_function() if modules is not None else None
+        if dict_version is None:
+            if group is None:
+                return list(self.lines)
+            return [*self.lines[: group.line], *group.source(), *self.lines[group.line + 1 :]]
+        # the module checks behind a gate of dict version tags; the attribute reads from those modules'
+        # __dict__s behind the same gate when they come after it (they read its _gate_ok)
+        lines = list(self.lines)
+        out = [*lines[: modules.line], *modules.gated_source(self, dict_version)]
+        rest = lines[modules.line + 1 :]
+        if group is not None and group.line > modules.line:
+            at = group.line - modules.line - 1
+            gated = {id(d) for d in modules.dicts}
+            rest = [*rest[:at], *group.split_source(self, gated), *rest[at + 1 :]]
+        elif group is not None:
+            out = [*lines[: group.line], *group.source(), *lines[group.line + 1 : modules.line], *out[modules.line :]]
+        # every check passed: the tags read before them describe a state that passes
+        return [*out, *rest, f"if not _gate_ok: {self.gate}[0] = _versions"]
 
     def build_unchecked(self):
         """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
