@@ -3,7 +3,8 @@ of its state: each test warms the program up, changes the module the way a user 
 result (and gradients where they apply) with eager's on the same module, for the first call after the change and
 the next.
 
-These pin down what a cheaper check of module state (docs/caching.md, "How a call is checked") must still catch.
+Every test runs twice: with the prologue's gate of dict version tags (docs/caching.md, "How a module's state is
+checked cheaply") and with every check on every call (as where PyTorch provides no tags).
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ import torch
 from torch import nn
 
 import thunder
+from thunder.tracing import dict_versions
+
+
+@pytest.fixture(autouse=True, params=["version gate", "full checks"])
+def gate(request, monkeypatch):
+    if request.param == "full checks":
+        monkeypatch.setattr(dict_versions, "_resolved", [None])
+    else:
+        assert dict_versions.dict_version_function() is not None, "torch's dict_version does not work here"
+    return request.param
+
+
+def _uses_gate(jitted) -> bool:
+    return "_dict_version" in str(thunder.last_prologue_traces(jitted)[-1])
 
 
 class _Net(nn.Module):
@@ -59,6 +74,31 @@ def _same_as_eager(model, jitted, x, *, grads: bool = True, calls: int = 2) -> N
             g_expected = torch.autograd.grad(expected.sum(), params)
             for a, e in zip(g_actual, g_expected):
                 torch.testing.assert_close(a, e)
+
+
+def test_the_gate_is_in_the_prologue_only_where_tags_work(gate):
+    model, jitted, x = _setup()
+    assert _uses_gate(jitted) is (gate == "version gate")
+
+
+def test_a_change_undone_before_the_next_call_is_still_checked():
+    # the tags come from one counter: setting an attribute and setting it back changes the tag, the checks run
+    # and pass (a hit), and the tags are refreshed so the call after that is back on the gate
+    model, jitted, x = _setup()
+    hits = thunder.cache_hits(jitted)
+    eps = model.norm.eps
+    model.norm.eps = 0.25
+    model.norm.eps = eps
+    _same_as_eager(model, jitted, x)
+    assert thunder.cache_hits(jitted) == hits + 2 and thunder.cache_misses(jitted) == 1
+
+
+def test_an_attribute_replaced_by_an_equal_number_is_a_hit():
+    model, jitted, x = _setup()
+    hits = thunder.cache_hits(jitted)
+    model.norm.eps = float(str(model.norm.eps))  # another float object, equal: the checks pass
+    _same_as_eager(model, jitted, x)
+    assert thunder.cache_hits(jitted) == hits + 2 and thunder.cache_misses(jitted) == 1
 
 
 def test_requires_grad_turned_off_and_on():
