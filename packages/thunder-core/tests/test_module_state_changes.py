@@ -268,3 +268,25 @@ def test_many_alternating_changes_keep_matching():
         model.fc1.weight.requires_grad_(i % 3 != 0)
         model.norm.eps = 1e-5 if i % 2 else 1e-3
         _same_as_eager(model, jitted, x, calls=1)
+
+
+class _Scaled(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 10
+
+
+def test_class_of_a_submodule_reassigned():
+    # ``module.__class__ = Other`` changes which forward runs without touching the module's __dict__
+    model, jitted, x = _setup()
+    model.body[1].__class__ = _Scaled
+    _same_as_eager(model, jitted, x)
+    model.body[1].__class__ = nn.Linear
+    _same_as_eager(model, jitted, x)
+
+
+def test_class_of_a_module_with_hooks_reassigned():
+    model, jitted, x = _setup()
+    model.body[1].register_forward_hook(lambda mod, inp, out: out + 1)  # (a module with hooks: its own check line)
+    _same_as_eager(model, jitted, x)
+    model.body[1].__class__ = _Scaled
+    _same_as_eager(model, jitted, x)

@@ -134,8 +134,13 @@ class _ModuleChecks:
         self.submodules: list[dict] = []
         self.submodule_dicts: list[dict] = []  # the containers' own ``_modules`` dicts (for the version gate)
         self.exprs: list[tuple[str, str]] = []
+        # the modules and their classes (``module.__class__ = Other`` changes the forward, not the __dict__)
+        self.modules: list[torch.nn.Module] = []
+        self.classes: list[type] = []
         c = builder.constant
         self.names = {
+            "modules": c(self.modules, "_modules_checked"),
+            "classes": c(self.classes, "_module_classes"),
             "dicts": c(self.dicts, "_module_dicts"),
             "states": c(self.states, "_module_states"),
             "hooks": c(self.hooks, "_module_hooks"),
@@ -149,6 +154,8 @@ class _ModuleChecks:
 
     def add(self, module: torch.nn.Module, state: tuple, expr: str, what: str) -> None:
         d = module.__dict__
+        self.modules.append(module)
+        self.classes.append(type(module))
         self.dicts.append(d)
         self.states.append(state)
         self.hooks.extend(state[1:])
@@ -163,7 +170,8 @@ class _ModuleChecks:
         return (
             f"if list(map(_module_state_of, {n['dicts']})) != {n['states']} or any({n['hooks']})"
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
-            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}: return MISS"
+            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}"
+            f" or list(map(type, {n['modules']})) != {n['classes']}: return MISS"
         )
 
     def gated_source(self, builder: PrologueBuilder, dict_version) -> list[str]:
@@ -183,7 +191,7 @@ class _ModuleChecks:
             f"if not _gate_ok and (list(map(_module_state_of, {n['dicts']})) != {n['states']}"
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
             f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}): return MISS",
-            f"if any({n['hooks']}): return MISS",
+            f"if any({n['hooks']}) or list(map(type, {n['modules']})) != {n['classes']}: return MISS",
         ]
 
     def separate_checks(self) -> list[str]:
@@ -194,7 +202,7 @@ class _ModuleChecks:
             d = self.dicts[i]
             cond = (
                 f"_module_state_of({expr}.__dict__) != {n['states']}[{i}] or any({n['states']}[{i}][1:])"
-                f" or 'forward' in {expr}.__dict__"
+                f" or 'forward' in {expr}.__dict__ or type({expr}) is not {n['classes']}[{i}]"
             )
             if c < len(self.containers) and self.containers[c] is d:
                 cond += f" or {expr}._modules != {n['submodules']}[{c}]"
@@ -474,7 +482,8 @@ class PrologueBuilder:
 
     def _check_module_line(self, module: torch.nn.Module, expr: str, what: str) -> None:
         d = module.__dict__
-        cond = [f"{expr}.training is not {module.training}"]
+        cond = [f"type({expr}) is not {self.constant(type(module), '_module_class')}"]
+        cond.append(f"{expr}.training is not {module.training}")
         if module._modules:
             cond.append(f"{expr}._modules != {self.constant(dict(module._modules), '_submodules')}")
         for hooks in _MODULE_STATE_KEYS[1:]:
