@@ -26,6 +26,7 @@ from thunder.core.symbol import Symbol
 from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
+from thunder.tracing.dict_versions import dict_version_function
 
 __all__ = ["MISS", "PrologueBuilder", "parameter_locals", "size_local"]
 
@@ -131,9 +132,15 @@ class _ModuleChecks:
         self.hooks: list[dict] = []
         self.containers: list[dict] = []
         self.submodules: list[dict] = []
+        self.submodule_dicts: list[dict] = []  # the containers' own ``_modules`` dicts (for the version gate)
         self.exprs: list[tuple[str, str]] = []
+        # the modules and their classes (``module.__class__ = Other`` changes the forward, not the __dict__)
+        self.modules: list[torch.nn.Module] = []
+        self.classes: list[type] = []
         c = builder.constant
         self.names = {
+            "modules": c(self.modules, "_modules_checked"),
+            "classes": c(self.classes, "_module_classes"),
             "dicts": c(self.dicts, "_module_dicts"),
             "states": c(self.states, "_module_states"),
             "hooks": c(self.hooks, "_module_hooks"),
@@ -147,12 +154,15 @@ class _ModuleChecks:
 
     def add(self, module: torch.nn.Module, state: tuple, expr: str, what: str) -> None:
         d = module.__dict__
+        self.modules.append(module)
+        self.classes.append(type(module))
         self.dicts.append(d)
         self.states.append(state)
         self.hooks.extend(state[1:])
         if module._modules:
             self.containers.append(d)
             self.submodules.append(dict(module._modules))
+            self.submodule_dicts.append(module._modules)
         self.exprs.append((expr, what))
 
     def source(self) -> str:
@@ -160,8 +170,29 @@ class _ModuleChecks:
         return (
             f"if list(map(_module_state_of, {n['dicts']})) != {n['states']} or any({n['hooks']})"
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
-            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}: return MISS"
+            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}"
+            f" or list(map(type, {n['modules']})) != {n['classes']}: return MISS"
         )
+
+    def gated_source(self, builder: PrologueBuilder, dict_version) -> list[str]:
+        """The checks behind a version gate: the tags of the modules' ``__dict__``s and of the containers'
+        ``_modules`` are read first; when they equal those of the last call whose checks all passed, every key
+        of those dicts still maps to the very same object (training flags, hook dicts, instance ``forward``,
+        submodules, attributes), so only the hook dicts' contents are checked. The prologue stores the tags
+        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``)."""
+        n = self.names
+        c = builder.constant
+        builder.trace.constants["_dict_version"] = dict_version
+        gated = c(tuple(self.dicts) + tuple(self.submodule_dicts), "_gated_dicts")
+        gate = builder.gate = c([None], "_gate")  # the tags of the last call that passed (None: none yet)
+        return [
+            f"_versions = list(map(_dict_version, {gated}))",
+            f"_gate_ok = _versions == {gate}[0]",
+            f"if not _gate_ok and (list(map(_module_state_of, {n['dicts']})) != {n['states']}"
+            f" or any(map(_contains, {n['dicts']}, _forward_key))"
+            f" or list(map(_submodules_of, {n['containers']})) != {n['submodules']}): return MISS",
+            f"if any({n['hooks']}) or list(map(type, {n['modules']})) != {n['classes']}: return MISS",
+        ]
 
     def separate_checks(self) -> list[str]:
         """The same checks one module per line, each returning what it guards (for the recompilation warning)."""
@@ -171,7 +202,7 @@ class _ModuleChecks:
             d = self.dicts[i]
             cond = (
                 f"_module_state_of({expr}.__dict__) != {n['states']}[{i}] or any({n['states']}[{i}][1:])"
-                f" or 'forward' in {expr}.__dict__"
+                f" or 'forward' in {expr}.__dict__ or type({expr}) is not {n['classes']}[{i}]"
             )
             if c < len(self.containers) and self.containers[c] is d:
                 cond += f" or {expr}._modules != {n['submodules']}[{c}]"
@@ -197,6 +228,7 @@ class _IdentityChecks:
         self.keys: list[str] = []
         self.values: list = []
         self.checks: list[tuple[str, str | None]] = []  # (the check's line, what it guards)
+        self.ends: list[int] = []  # the checks of read i are checks[ends[i - 1]:ends[i]]
         c = builder.constant
         self.names = {"dicts": c(self.dicts, "_read_dicts"), "keys": c(self.keys, "_read_keys")}
         self.names["values"] = c(self.values, "_read_values")
@@ -210,11 +242,30 @@ class _IdentityChecks:
         self.keys.append(key)
         self.values.append(value)
         self.checks.extend(zip(lines, descriptions))
+        self.ends.append(len(self.checks))
 
     def source(self) -> list[str]:
         n = self.names
         head = f"if not _all(map(_is, map(_dict_get, {n['dicts']}, {n['keys']}, _absent), {n['values']})):"
         return [head, *(f"  {line}" for line, _ in self.checks)]
+
+    def split_source(self, builder: PrologueBuilder, gated: set[int]) -> list[str]:
+        """As ``source``, with the reads from the dicts ``gated`` (ids) tested only when the version gate of
+        module state failed (``_gate_ok``, see ``_ModuleChecks.gated_source``)."""
+        out = []
+        for is_gated in (True, False):
+            picked = [i for i, d in enumerate(self.dicts) if (id(d) in gated) is is_gated]
+            if not picked:
+                continue
+            c = builder.constant
+            dicts = c([self.dicts[i] for i in picked], "_read_dicts")
+            keys = c([self.keys[i] for i in picked], "_read_keys")
+            values = c([self.values[i] for i in picked], "_read_values")
+            condition = "not _gate_ok and not _all" if is_gated else "not _all"
+            out.append(f"if {condition}(map(_is, map(_dict_get, {dicts}, {keys}, _absent), {values})):")
+            for i in picked:
+                out.extend(f"  {line}" for line, _ in self.checks[self.ends[i - 1] if i else 0 : self.ends[i]])
+        return out
 
 
 # up to this many tensors, the checks before the C++ guard are inline code; beyond, loops over a tuple
@@ -257,6 +308,7 @@ class PrologueBuilder:
     param_locals: dict = field(default_factory=dict)
     # (the user's signature as a def's parameters, the arguments passing them on) when some parameter is renamed
     _forward: tuple | None = None
+    gate: str | None = None  # the constant holding the version tags of the last call that passed (see _ModuleChecks)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -430,7 +482,8 @@ class PrologueBuilder:
 
     def _check_module_line(self, module: torch.nn.Module, expr: str, what: str) -> None:
         d = module.__dict__
-        cond = [f"{expr}.training is not {module.training}"]
+        cond = [f"type({expr}) is not {self.constant(type(module), '_module_class')}"]
+        cond.append(f"{expr}.training is not {module.training}")
         if module._modules:
             cond.append(f"{expr}._modules != {self.constant(dict(module._modules), '_submodules')}")
         for hooks in _MODULE_STATE_KEYS[1:]:
@@ -568,10 +621,25 @@ class PrologueBuilder:
         return forwarder
 
     def _rendered_lines(self) -> list[str]:
-        group = self.identity
-        if group is None:
-            return list(self.lines)
-        return [*self.lines[: group.line], *group.source(), *self.lines[group.line + 1 :]]
+        group, modules = self.identity, self.modules
+        dict_version = dict_version_function() if modules is not None else None
+        if dict_version is None:
+            if group is None:
+                return list(self.lines)
+            return [*self.lines[: group.line], *group.source(), *self.lines[group.line + 1 :]]
+        # the module checks behind a gate of dict version tags; the attribute reads from those modules'
+        # __dict__s behind the same gate when they come after it (they read its _gate_ok)
+        lines = list(self.lines)
+        out = [*lines[: modules.line], *modules.gated_source(self, dict_version)]
+        rest = lines[modules.line + 1 :]
+        if group is not None and group.line > modules.line:
+            at = group.line - modules.line - 1
+            gated = {id(d) for d in modules.dicts}
+            rest = [*rest[:at], *group.split_source(self, gated), *rest[at + 1 :]]
+        elif group is not None:
+            out = [*lines[: group.line], *group.source(), *lines[group.line + 1 : modules.line], *out[modules.line :]]
+        # every check passed: the tags read before them describe a state that passes
+        return [*out, *rest, f"if not _gate_ok: {self.gate}[0] = _versions"]
 
     def build_unchecked(self):
         """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
