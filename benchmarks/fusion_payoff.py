@@ -12,9 +12,11 @@ compiled"). Per case (k, N, reduction):
 - ``compile_s``: the wall time of the fused variant's first call (the region's compile, in this process's
   Inductor cache: the first case also pays Dynamo's and Inductor's import).
 
-Times are the median of ``--repeat`` rounds, each the mean of ``--number`` calls.
+Times are the best of ``--repeat`` rounds, each the mean of ``--number`` calls (the minimum: on a shared
+machine the other rounds measure the other processes). Run it with ``OMP_NUM_THREADS=1`` on a loaded machine:
+OpenMP threads that spin at barriers while other processes hold the cores make every variant erratic.
 
-    python benchmarks/fusion_payoff.py
+    OMP_NUM_THREADS=1 python benchmarks/fusion_payoff.py
     python benchmarks/fusion_payoff.py --ops 2 4 8 --numel 1024 65536 1048576 --reduction
 
 Prints one JSON object on stdout.
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 import timeit
@@ -60,7 +61,7 @@ def make_chain(k: int, reduction: bool):
 def time_us(fn, x, number: int, repeat: int) -> float:
     fn(x)
     runs = timeit.repeat(lambda: fn(x), number=number, repeat=repeat)
-    return statistics.median(runs) / number * 1e6
+    return min(runs) / number * 1e6  # the minimum: the least disturbed round on a shared machine
 
 
 def measure(thunder, k: int, numel: int, reduction: bool, number: int, repeat: int) -> dict:

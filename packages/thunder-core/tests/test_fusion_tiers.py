@@ -22,7 +22,7 @@ from differential.programs import FEATURES, programs
 from hypothesis import HealthCheck, given, settings
 
 import thunder
-from thunder.executors import pythonex, torchex
+from thunder.executors import pythonex, tiers, torchex
 from thunder.executors.fusion import region_trace
 from thunder.executors.torch_compile import torch_compile_ex
 from thunder.extend import FusionExecutor
@@ -221,14 +221,18 @@ def test_user_threads_calling_during_the_swap_get_eager_answers():
 
 def test_no_background_thread_or_program_outlives_the_work():
     ex = SlowFusion()
-    ex.release.set()
     jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    user_interval = sys.getswitchinterval()
     jf(torch.randn(2, 3), torch.randn(2, 3))
+    # while the worker compiles, the user's thread gets the GIL back sooner
+    assert sys.getswitchinterval() == min(user_interval, tiers.WORKER_SWITCH_INTERVAL_S)
+    ex.release.set()
     assert thunder.wait_for_fusion(jf, timeout=60)
     for t in threading.enumerate():
         if t.name == "thunder-background-fusion":
             t.join(10)
     assert not [t for t in threading.enumerate() if t.name == "thunder-background-fusion" and t.is_alive()]
+    assert sys.getswitchinterval() == user_interval  # restored when the work is done
     cd = weakref.ref(thunder.compile_data(jf))
     del jf
     gc.collect()
