@@ -109,7 +109,9 @@ def main() -> None:
             try:
                 cases.append(measure(thunder, k, numel, args.reduction, args.number, args.repeat))
             except Exception as e:  # noqa: BLE001 - reported in the JSON, the other cases still run
-                cases.append({"ops": k, "numel": numel, "reduction": args.reduction, "error": f"{type(e).__name__}: {e}"})
+                cases.append(
+                    {"ops": k, "numel": numel, "reduction": args.reduction, "error": f"{type(e).__name__}: {e}"}
+                )
     print(json.dumps({"benchmark": "fusion_payoff", "machine": machine_info(), "cases": cases}, indent=1))
 
 

@@ -6,18 +6,23 @@ it runs. On CPU, Inductor generates C++/OpenMP kernels and builds them with the 
 compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
 executor.
 
-It is not in the default executor list: compiling costs seconds per region (see ``docs/extending.md``
-for measured figures), which only pays off for long-running programs. Use it with
+It is not in ``thunder.jit``'s default executor list: compiling costs seconds per region (see
+``docs/extending.md`` for measured figures), which only pays off for long-running programs. On a machine
+without CUDA, ``thunder.discover()`` includes it (``thunder.plugins``). Or use it with
 ``thunder.jit(fn, executors=["torch_compile", *thunder.get_default_executors()])``; thunder.jit then
 compiles its regions in the background while the first calls run unfused (``thunder.executors.tiers``).
 
-Which regions it compiles (the ones that can pay off):
+Which regions it compiles (the ones that can pay off; the rule and its measurements are in
+docs/extending.md, "Which regions torch_compile compiles"):
 
 - matrix products and convolutions (symbols whose decomposition holds a ``matmul``, ``linear`` or
   ``convolution`` prim) stay with the torch executor: on the CPU Inductor calls the same GEMM and
   convolution kernels PyTorch does, so compiling them buys nothing;
 - a region of a single operation is handed back to the torch executor: one operation compiled is one
   kernel, as in eager;
+- a region whose largest tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
+  2**18) is handed back too: a compiled region's call costs tens of microseconds more than the torch calls
+  it replaces, which small tensors do not win back (``benchmarks/fusion_payoff.py``);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
@@ -49,7 +54,7 @@ __all__ = ["TorchCompileExecutor", "torch_compile_ex"]
 _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
 
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
-MIN_REGION_NUMEL = 65536
+MIN_REGION_NUMEL = 262144  # 2**18: 1 MiB of float32
 
 
 class TorchCompileExecutor(FusionExecutor):
