@@ -130,8 +130,16 @@ def test_region_rule_a_region_on_small_tensors_stays_unfused():
     assert _regions(f, small, small, executor=torch_compile_ex) == []
     large = torch.randn(2, n // 2)
     assert _regions(f, large, large, executor=torch_compile_ex) == [["mul", "add", "tanh"]]
-    # a reduction's input counts: a chain ending in a small result is still a large region
+    # a chain ending in a reduction to a small result is still a large region: it computes large tensors
     assert _regions(lambda a: (a * 2).exp().sum(), large, executor=torch_compile_ex) == [["mul", "exp", "sum"]]
+    # what it only reads does not count: a lookup in a large table computes a few rows (a decode step's embedding)
+    table, idx = torch.randn(n // 64, 64), torch.tensor([[3, 5]])
+    assert (
+        _regions(lambda t, i: torch.nn.functional.embedding(i, t) * 2 + 1, table, idx, executor=torch_compile_ex) == []
+    )
+    assert _regions(lambda t, i: torch.nn.functional.embedding(i, t) * 2 + 1, table, idx) == [
+        ["embedding", "mul", "add"]
+    ]
 
 
 def test_min_region_numel_must_be_a_non_negative_int():

@@ -20,7 +20,7 @@ docs/extending.md, "Which regions torch_compile compiles"):
   convolution kernels PyTorch does, so compiling them buys nothing;
 - a region of a single operation is handed back to the torch executor: one operation compiled is one
   kernel, as in eager;
-- a region whose largest tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
+- a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
   2**18) is handed back too: a compiled region's call costs tens of microseconds more than the torch calls
   it replaces, which small tensors do not win back (``benchmarks/fusion_payoff.py``);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
@@ -62,7 +62,7 @@ class TorchCompileExecutor(FusionExecutor):
 
     Args:
         name: the executor's name.
-        min_region_numel: a region whose largest tensor has fewer elements than this goes back to the torch
+        min_region_numel: a region whose largest computed tensor has fewer elements than this goes back to the torch
             executor (the region rule, in the module docstring); 0 compiles every region of 2+ operations.
         compile_options: keyword arguments for ``torch.compile`` (default: ``dynamic=False``).
     """
@@ -79,7 +79,7 @@ class TorchCompileExecutor(FusionExecutor):
         self.compile_options = {"dynamic": False, **compile_options}
 
     def worth_fusing(self, bound_symbols) -> bool:
-        """At least ``min_region_size`` operations, and a tensor of at least ``min_region_numel`` elements."""
+        """At least ``min_region_size`` operations, and a computed tensor of at least ``min_region_numel`` elements."""
         if len(bound_symbols) < self.min_region_size:
             return False
         return self.min_region_numel == 0 or _largest_numel(bound_symbols) >= self.min_region_numel
@@ -128,10 +128,11 @@ class TorchCompileExecutor(FusionExecutor):
 
 
 def _largest_numel(bound_symbols) -> int:
-    """The element count of the largest tensor the bound symbols read or write."""
+    """The element count of the largest tensor the bound symbols compute. (Not the ones they read: an embedding
+    reads its whole table to write a few rows, and a region around it has little to fuse.)"""
     largest = 0
     for bsym in bound_symbols:
-        for p in (*bsym.flat_args, *bsym.flat_outs):
+        for p in bsym.flat_outs:
             if isinstance(p, TensorProxy):
                 largest = max(largest, math.prod(hints(p.shape)))
     return largest
