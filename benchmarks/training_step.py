@@ -147,11 +147,12 @@ def run_variant(variant: str, layers: int, steps: int, wall_steps: int = 0) -> d
         result["fusion_wait_s"] = time.perf_counter() - t0
         result["fused_after_steps"] = fused_after
         result["fusion_states"] = thunder.fusion_states(runner)
+    step()
+    if variant == "thunder_discover":  # (the traces of the last call: the fused program's, once it is swapped in)
         fwd, bwd = thunder.last_traces(runner)[-1], thunder.last_backward_traces(runner)[-1]
         result["fused_regions"] = sum(
             "fusion" in b.sym.tags for t in (fwd, bwd) if t is not None for b in t.bound_symbols
         )
-    step()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
