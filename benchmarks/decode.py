@@ -1,4 +1,5 @@
-"""Tokens per second of a greedy decode on the CPU: eager, thunder.jit and torch.compile(dynamic=True).
+"""Tokens per second of a greedy decode on the CPU: eager, thunder.jit, thunder.jit with thunder.discover()'s
+executors (`--backends thunder-discover`) and torch.compile(dynamic=True).
 
 --model litgpt (default): LitGPT's GPT with thunder.tests.litgpt_model's "llama-tiny" config (2 layers,
 n_embd 256, 4 heads, 2 query groups; random weights) and its KV cache (fixed-size buffers updated in
@@ -108,6 +109,10 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
         import thunder
 
         model = thunder.jit(raw)
+    elif name == "thunder-discover":
+        import thunder
+
+        model = thunder.jit(raw, executors=thunder.discover())
     elif name == "torch.compile":
         from torch._dynamo import reset
         from torch._inductor.compile_fx import compile_fx
@@ -135,7 +140,7 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    if name == "thunder":
+    if name.startswith("thunder"):
         import thunder
 
         compiles[0] = thunder.cache_misses(model)

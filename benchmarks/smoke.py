@@ -22,10 +22,13 @@ HERE = Path(__file__).resolve().parent
 RUNS: dict[str, tuple[str, list[str]]] = {
     "overhead": ("overhead.py", ["--no-torch-compile", "--number", "200", "--repeat", "2"]),
     "compile_time": ("compile_time.py", ["--layers", "1", "--repeats", "1", "--eager-calls", "1", "--seq", "16"]),
-    "training_step": ("training_step.py", ["--layers", "1", "--steps", "2"]),
+    "training_step": (
+        "training_step.py",
+        ["--layers", "1", "--steps", "2", "--wall-steps", "2", "--variants", "eager", "thunder", "thunder_discover"],
+    ),
     "decode_litgpt": (
         "decode.py",
-        ["--tokens", "4", "--prompt", "4", "--repeats", "1", "--backends", "eager", "thunder"],
+        ["--tokens", "4", "--prompt", "4", "--repeats", "1", "--backends", "eager", "thunder", "thunder-discover"],
     ),
     "decode_hf": (
         "decode.py",
@@ -59,6 +62,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "aten_counts": ("aten_counts.py", ["--seq", "16"]),
+    "fusion_payoff": ("fusion_payoff.py", ["--ops", "2", "--numel", "4096", "--number", "2", "--repeat", "1"]),
     "thunderfx": ("thunderfx.py", ["--layers", "1", "--steps", "2", "--seq", "16", "--no-inductor"]),
     "distributed": ("distributed.py", ["--layers", "1", "--steps", "1", "--warmup", "1", "--seq", "16"]),
     "vision": ("vision.py", ["--smoke", "--control", "--cpu-time", "--stat", "min"]),

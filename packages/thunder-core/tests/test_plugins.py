@@ -118,6 +118,7 @@ print(json.dumps({
     "correct": bool(torch.equal(out, a * b)),
     "by_name": thunder.extend.get_executor("example") is executors[0],
     "inductor_imported": "torch._inductor" in sys.modules,
+    "dynamo_imported": "torch._dynamo" in sys.modules,
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 """
@@ -155,7 +156,7 @@ def test_discover_installed_plugins(site_dir):
     assert result["correct"]
 
     # discovering imported no compiler backends and did not initialise CUDA
-    assert not result["inductor_imported"]
+    assert not result["inductor_imported"] and not result["dynamo_imported"]
     assert not result["cuda_initialized"]
 
     report = result["report"]
@@ -265,8 +266,10 @@ def test_priority_order_and_skips(registered):
         found = thunder.discover(reload=True)
     names = [ex.name for ex in found]
     defaults = [ex.name for ex in thunder.get_default_executors()]
-    # priority first (higher first); equal priorities in plugin-name order; then the defaults
-    assert names == ["test_high", "test_mid_b", "test_mid_a", "test_low", *defaults]
+    # priority first (higher first); equal priorities in plugin-name order; then the CPU fusion executor where it
+    # can run (see below), then the defaults
+    cpu_fusion = [ex.name for ex in found if ex.name == "torch_compile"]
+    assert names == ["test_high", "test_mid_b", "test_mid_a", "test_low", *cpu_fusion, *defaults]
     assert "test_gpu_only" not in names
     msgs = [str(w.message) for w in caught if issubclass(w.category, plugins.ThunderPluginWarning)]
     assert len(msgs) == 1 and "'bad_type_plugin'" in msgs[0] and "got str" in msgs[0]
@@ -393,3 +396,42 @@ def test_hookspecs_help_shows_the_hooks():
     text = pydoc.render_doc(plugins.hookspecs, renderer=pydoc.plaintext)
     for hook in ("thunder_executors", "thunder_unavailable_reason", "thunder_transforms", "thunder_distributed"):
         assert hook in text.split("FUNCTIONS", 1)[-1], hook
+
+
+_CPU_FUSION = thunder.extend.get_executor("torch_compile")
+_cpu_fusion_here = pytest.mark.skipif(
+    torch.cuda.is_available() or _CPU_FUSION.unavailable_reason() is not None,
+    reason="discover() adds torch_compile only on a machine without CUDA that has a C++ compiler",
+)
+
+
+@_cpu_fusion_here
+def test_discover_adds_the_cpu_fusion_executor_before_the_defaults():
+    names = [ex.name for ex in thunder.discover()]
+    defaults = [ex.name for ex in thunder.get_default_executors()]
+    assert names[-len(defaults) - 1 :] == ["torch_compile", *defaults]
+    assert "torch_compile" not in defaults  # plain thunder.jit(fn) does not fuse
+
+
+@_cpu_fusion_here
+def test_discover_leaves_the_cpu_fusion_executor_out_when_a_plugin_fuses(registered):
+    from thunder.extend import FusionExecutor
+
+    registered("fusing_plugin", _plugin("fusing", executors=[FusionExecutor("test_plugin_fuser", priority=3)]))
+    names = [ex.name for ex in thunder.discover(reload=True)]
+    assert "test_plugin_fuser" in names and "torch_compile" not in names
+
+
+def test_discover_leaves_the_cpu_fusion_executor_out_silently_without_a_cxx_compiler(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-for-thunder")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = [ex.name for ex in thunder.discover()]
+    assert "torch_compile" not in names
+    assert not caught, [str(w.message) for w in caught]
+    buf = io.StringIO()
+    plugins.report(file=buf)
+    assert (
+        "CPU fusion (torch_compile) left out of thunder.discover(): Inductor's CPU backend needs a C++ compiler, "
+        "and 'no-such-compiler-for-thunder' ($CXX) is not on PATH" in buf.getvalue().splitlines()
+    )

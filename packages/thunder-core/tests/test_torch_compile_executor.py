@@ -8,6 +8,9 @@ import torch
 import thunder
 from thunder.executors.torch_compile import TorchCompileExecutor, torch_compile_ex
 
+# the region rule without its size threshold: small tensors, so these tests compile little
+any_size = TorchCompileExecutor("torch_compile_any_size", min_region_numel=0)
+
 
 def test_registered_by_name_not_default():
     assert thunder.extend.get_executor("torch_compile") is torch_compile_ex
@@ -21,7 +24,7 @@ def test_results_and_grads_equal_eager():
         return torch.tanh(c).sum(-1), torch.relu(c) * 2
 
     # (fusion="wait": the first call runs the fused program, rather than the unfused one while it compiles)
-    jf = thunder.jit(f, executors=["torch_compile", *thunder.get_default_executors()], fusion="wait")
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait")
     a = torch.randn(4, 8, requires_grad=True)
     b = torch.randn(4, 8)
     out = jf(a, b)
@@ -75,16 +78,16 @@ def test_unavailable_without_a_cxx_compiler(monkeypatch):
     assert reason is not None and "C++ compiler" in reason and "no-such-compiler" in reason
 
 
-def _regions(fn, *args) -> list[list[str]]:
-    """The torch_compile regions of ``fn``'s trace: for each, the names of its top-level operations.
+def _regions(fn, *args, executor=any_size) -> list[list[str]]:
+    """The ``executor``'s regions of ``fn``'s trace: for each, the names of its top-level operations.
     (The fusion pass wraps each region in torch.compile, which compiles nothing until it is called.)"""
     from thunder.executors.passes import claim_executors
 
     jf = thunder.jit(fn)
     jf(*args)
     trace = thunder.last_traces(jf)[0]
-    claimed = claim_executors(trace, [torch_compile_ex, *thunder.get_default_executors()])
-    fused = torch_compile_ex.fusion_pass(claimed)
+    claimed = claim_executors(trace, [executor, *thunder.get_default_executors()])
+    fused = executor.fusion_pass(claimed)
     return [[s.sym.name for s in b.subsymbols] for b in fused.bound_symbols if "fusion" in b.sym.tags]
 
 
@@ -113,3 +116,32 @@ def test_region_rule_elementwise_and_reduction_chains_are_one_region():
 
     (region,) = _regions(f, torch.randn(4, 8), torch.randn(4, 8))
     assert {"mul", "add", "softmax", "mean"} <= set(region)
+
+
+def test_region_rule_a_region_on_small_tensors_stays_unfused():
+    """Below ``min_region_numel`` elements (its largest tensor) a region runs as PyTorch's kernels: at that size
+    the fused kernel saves less than the call overhead it adds (benchmarks/fusion_payoff.py)."""
+    n = torch_compile_ex.min_region_numel
+
+    def f(a, b):
+        return torch.tanh(a * b + 1)
+
+    small = torch.randn(2, n // 2 - 1)  # one row short of the threshold
+    assert _regions(f, small, small, executor=torch_compile_ex) == []
+    large = torch.randn(2, n // 2)
+    assert _regions(f, large, large, executor=torch_compile_ex) == [["mul", "add", "tanh"]]
+    # a chain ending in a reduction to a small result is still a large region: it computes large tensors
+    assert _regions(lambda a: (a * 2).exp().sum(), large, executor=torch_compile_ex) == [["mul", "exp", "sum"]]
+    # what it only reads does not count: a lookup in a large table computes a few rows (a decode step's embedding)
+    table, idx = torch.randn(n // 64, 64), torch.tensor([[3, 5]])
+    assert (
+        _regions(lambda t, i: torch.nn.functional.embedding(i, t) * 2 + 1, table, idx, executor=torch_compile_ex) == []
+    )
+    assert _regions(lambda t, i: torch.nn.functional.embedding(i, t) * 2 + 1, table, idx) == [
+        ["embedding", "mul", "add"]
+    ]
+
+
+def test_min_region_numel_must_be_a_non_negative_int():
+    with pytest.raises(ValueError, match="min_region_numel must be a non-negative int, got -1"):
+        TorchCompileExecutor("bad", min_region_numel=-1)

@@ -166,8 +166,8 @@ class FusionExecutor(Executor):
 
     Subclasses implement ``fuse_region`` and, optionally, ``can_fuse`` (by default: a symbol this
     executor has an implementation for, or a composite whose whole decomposition it can fuse).
-    Regions with fewer than ``min_region_size`` bound symbols are handed back to the other
-    executors. An executor whose regions take seconds to compile sets ``compiles_slowly``; its callables
+    Regions with fewer than ``min_region_size`` bound symbols, or that ``worth_fusing`` declines
+    otherwise, are handed back to the other executors. An executor whose regions take seconds to compile sets ``compiles_slowly``; its callables
     should compile on their first call, which thunder.jit then makes from a background thread with
     example inputs of the region's metadata.
     """
@@ -185,6 +185,14 @@ class FusionExecutor(Executor):
             return True
         subs = bsym.subsymbols
         return bool(subs) and all(self.can_fuse(s) for s in subs)
+
+    def worth_fusing(self, bound_symbols) -> bool:
+        """Whether a region of these bound symbols (claimed by this executor, in order) is worth compiling.
+
+        By default: it has at least ``min_region_size`` of them. A region declined goes back to the other
+        executors in the list, bound symbol by bound symbol.
+        """
+        return len(bound_symbols) >= self.min_region_size
 
     def fuse_region(self, region) -> Callable:
         """Compiles ``region`` (a ``thunder.executors.fusion.Region``) into a callable.

@@ -210,7 +210,7 @@ def fusion_pass(trace: TraceCtx, executor) -> TraceCtx:
             if not is_member(node[0]):
                 out.extend(node)
                 continue
-            if len(node) < executor.min_region_size:
+            if not executor.worth_fusing(node):
                 if not others:
                     raise RuntimeError(f"{executor.name}: a region is too small to fuse and no other executor is known")
                 out.extend(claim_bound_symbols(node, others, new))

@@ -17,6 +17,12 @@ Compiling a region holds the compile lock that tracing holds (Dynamo and Thunder
 process-wide state, such as ``torch.compiler.is_compiling()``): a new program traced meanwhile waits for
 the region being compiled, not for the whole job.
 
+While the worker has work, the interpreter's thread switch interval (``sys.setswitchinterval``) is lowered
+to ``WORKER_SWITCH_INTERVAL_S``, and restored when the queue is empty. Compiling is seconds of pure Python
+(Dynamo, Inductor) that holds the GIL; every PyTorch kernel the user's thread runs meanwhile releases the GIL
+and must wait for the worker to give it back, by default up to 5 ms each time: a step of hundreds of kernels
+then takes seconds. With the lower interval the user's thread waits a tenth of that.
+
 The worker thread starts when a job is queued and ends when the queue is empty, so no thread outlives the
 work. It is a daemon thread: a process that exits with jobs pending does not wait for them. At exit the
 worker gets a short grace period to stop between two steps of its job, since a thread left inside native
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -101,24 +108,32 @@ class FusionJob:
             self.done.set()
 
 
+# the thread switch interval while the worker compiles (see the module docstring); Python's default is 5 ms
+WORKER_SWITCH_INTERVAL_S = 0.0005
+
 _queue: collections.deque[FusionJob] = collections.deque()
 _queue_lock = threading.Lock()
 _worker: threading.Thread | None = None
 _shutting_down = False
+_switch_intervals: tuple[float, float] | None = None  # (the user's, the worker's) while the worker runs
 
 
 def submit(job: FusionJob) -> None:
     """Queues ``job`` for the background worker (started if it is not running)."""
-    global _worker
+    global _worker, _switch_intervals
     with _queue_lock:
         _queue.append(job)
         if _worker is None or not _worker.is_alive():
+            if _switch_intervals is None:  # (the user's interval, and ours: restored when the worker ends)
+                user = sys.getswitchinterval()
+                _switch_intervals = (user, min(user, WORKER_SWITCH_INTERVAL_S))
+                sys.setswitchinterval(_switch_intervals[1])
             _worker = threading.Thread(target=_work, name="thunder-background-fusion", daemon=True)
             _worker.start()
 
 
 def _work() -> None:
-    global _worker
+    global _worker, _switch_intervals
     while True:
         with _queue_lock:
             if not _queue or _shutting_down:
@@ -126,6 +141,11 @@ def _work() -> None:
                 for job in _queue:  # (exiting: pending jobs are dropped, their waiters released)
                     job.done.set()
                 _queue.clear()
+                if _switch_intervals is not None:
+                    user, ours = _switch_intervals
+                    if sys.getswitchinterval() == ours:  # (unless someone else has set it meanwhile)
+                        sys.setswitchinterval(user)
+                    _switch_intervals = None
                 return
             job = _queue.popleft()
         job.run()

@@ -6,18 +6,23 @@ it runs. On CPU, Inductor generates C++/OpenMP kernels and builds them with the 
 compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
 executor.
 
-It is not in the default executor list: compiling costs seconds per region (see ``docs/extending.md``
-for measured figures), which only pays off for long-running programs. Use it with
+It is not in ``thunder.jit``'s default executor list: compiling costs seconds per region (see
+``docs/extending.md`` for measured figures), which only pays off for long-running programs. On a machine
+without CUDA, ``thunder.discover()`` includes it (``thunder.plugins``). Or use it with
 ``thunder.jit(fn, executors=["torch_compile", *thunder.get_default_executors()])``; thunder.jit then
 compiles its regions in the background while the first calls run unfused (``thunder.executors.tiers``).
 
-Which regions it compiles (the ones that can pay off):
+Which regions it compiles (the ones that can pay off; the rule and its measurements are in
+docs/extending.md, "Which regions torch_compile compiles"):
 
 - matrix products and convolutions (symbols whose decomposition holds a ``matmul``, ``linear`` or
   ``convolution`` prim) stay with the torch executor: on the CPU Inductor calls the same GEMM and
   convolution kernels PyTorch does, so compiling them buys nothing;
 - a region of a single operation is handed back to the torch executor: one operation compiled is one
   kernel, as in eager;
+- a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
+  2**18) is handed back too: a compiled region's call costs tens of microseconds more than the torch calls
+  it replaces, which small tensors do not win back (``benchmarks/fusion_payoff.py``);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
@@ -25,14 +30,19 @@ Importing this module compiles nothing and does not import Inductor.
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import os
+import shlex
 import shutil
 from collections.abc import Callable
 
 import torch
 
 from thunder.core.prims import OpTags
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
+from thunder.core.symbolic import hints
 from thunder.executors import pythonex, torchex
 from thunder.executors.base import FusionExecutor
 from thunder.executors.fusion import Region, region_trace
@@ -43,12 +53,17 @@ __all__ = ["TorchCompileExecutor", "torch_compile_ex"]
 # random numbers differ from eager's), opaque fallbacks (no thunder semantics to rely on)
 _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
 
+# a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
+MIN_REGION_NUMEL = 262144  # 2**18: 1 MiB of float32
+
 
 class TorchCompileExecutor(FusionExecutor):
     """A fusion executor compiling each region with ``torch.compile`` (Inductor backend).
 
     Args:
         name: the executor's name.
+        min_region_numel: a region whose largest computed tensor has fewer elements than this goes back to the torch
+            executor (the region rule, in the module docstring); 0 compiles every region of 2+ operations.
         compile_options: keyword arguments for ``torch.compile`` (default: ``dynamic=False``).
     """
 
@@ -56,18 +71,28 @@ class TorchCompileExecutor(FusionExecutor):
     compiles_slowly = True
     min_region_size = 2
 
-    def __init__(self, name: str = "torch_compile", **compile_options):
+    def __init__(self, name: str = "torch_compile", *, min_region_numel: int = MIN_REGION_NUMEL, **compile_options):
         super().__init__(name, version=torch.__version__)
+        if isinstance(min_region_numel, bool) or not isinstance(min_region_numel, int) or min_region_numel < 0:
+            raise ValueError(f"min_region_numel must be a non-negative int, got {min_region_numel!r}")
+        self.min_region_numel = min_region_numel
         self.compile_options = {"dynamic": False, **compile_options}
 
+    def worth_fusing(self, bound_symbols) -> bool:
+        """At least ``min_region_size`` operations, and a computed tensor of at least ``min_region_numel`` elements."""
+        if len(bound_symbols) < self.min_region_size:
+            return False
+        return self.min_region_numel == 0 or _largest_numel(bound_symbols) >= self.min_region_numel
+
     def unavailable_reason(self) -> str | None:
-        try:
-            import torch._dynamo  # noqa: F401
-        except Exception as e:  # pragma: no cover - torch builds without dynamo
-            return f"torch.compile is unavailable in this torch build ({type(e).__name__}: {e})"
-        cxx = os.environ.get("CXX", "g++")
-        if shutil.which(cxx) is None and shutil.which("clang++") is None:
-            return f"Inductor's CPU backend needs a C++ compiler and neither {cxx!r} nor 'clang++' is on PATH"
+        """Why Inductor cannot compile here (None: it can). Imports neither Dynamo nor Inductor."""
+        if importlib.util.find_spec("torch._dynamo") is None:  # pragma: no cover - torch builds without dynamo
+            return "torch.compile is unavailable in this torch build (no torch._dynamo)"
+        cxx = os.environ.get("CXX", "").strip()
+        program = shlex.split(cxx)[0] if cxx else "g++"
+        if shutil.which(program) is None:
+            where = "$CXX" if cxx else "the compiler Inductor uses when $CXX is not set"
+            return f"Inductor's CPU backend needs a C++ compiler, and {program!r} ({where}) is not on PATH"
         return None
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
@@ -100,6 +125,17 @@ class TorchCompileExecutor(FusionExecutor):
         run_region.__thunder_trace__ = trace
         run_region.__wrapped__ = compiled
         return run_region
+
+
+def _largest_numel(bound_symbols) -> int:
+    """The element count of the largest tensor the bound symbols compute. (Not the ones they read: an embedding
+    reads its whole table to write a few rows, and a region around it has little to fuse.)"""
+    largest = 0
+    for bsym in bound_symbols:
+        for p in bsym.flat_outs:
+            if isinstance(p, TensorProxy):
+                largest = max(largest, math.prod(hints(p.shape)))
+    return largest
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

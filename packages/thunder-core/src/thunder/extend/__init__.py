@@ -57,5 +57,6 @@ add_default_executor(torchex.ex, position=0)
 # sdpa: PyTorch's own fused attention kernels, no compile cost; first so it sees attention before torch
 add_default_executor(sdpaex.sdpa_ex, position=0)
 # torch_compile: registered (jit(executors=["torch_compile", ...])) but not default: Inductor compiles
-# each region on first call, which costs seconds on CPU (see docs/extending.md)
+# each region on first call, which costs seconds on CPU (see docs/extending.md); thunder.discover()
+# includes it on CPU, where its regions compile in the background
 register_executor(torch_compile.torch_compile_ex)

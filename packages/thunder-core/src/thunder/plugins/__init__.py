@@ -7,7 +7,8 @@ when Thunder is imported: the first call of ``discover``, ``plugin_infos``,
 ``load_setuptools_entrypoints``), calls their hooks once each and remembers the result.
 
 ``thunder.discover()`` returns the executors the plugins provide that can run here, highest
-``priority`` first, followed by the default executors, so that
+``priority`` first, then the CPU fusion executor ``torch_compile`` (Inductor) on machines without a CUDA
+device where no plugin provides a fusion executor and a C++ compiler is on PATH, followed by the default executors, so that
 ``thunder.jit(fn, executors=thunder.discover())`` uses everything installed.
 ``python -m thunder.plugins`` prints the report.
 """
@@ -23,7 +24,7 @@ from typing import TextIO
 
 import pluggy
 
-from thunder.executors.base import Executor
+from thunder.executors.base import Executor, FusionExecutor
 from thunder.executors.registry import get_default_executors, register_executor
 from thunder.plugins import hookspecs
 from thunder.plugins.hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
@@ -247,14 +248,36 @@ def discover(*, reload: bool = False) -> tuple[Executor, ...]:
     Use the result as ``thunder.jit(fn, executors=thunder.discover())``. A plugin that fails to
     import or whose hook raises is skipped with one ``ThunderPluginWarning``.
 
+    On a machine without a CUDA device, when no discovered executor fuses (no ``FusionExecutor``), the
+    ``torch_compile`` executor comes after the plugins' executors, so that the CPU fuses too: regions of elementwise and
+    reduction operations on large enough tensors compile with Inductor in the background while the first
+    calls run unfused (the region rule: ``thunder.executors.torch_compile``; docs/extending.md). It is left
+    out, silently, where Inductor cannot build its kernels (no C++ compiler: ``$CXX``, or ``g++``, is not on
+    ``PATH``); ``python -m thunder.plugins`` says why. Discovering imports neither Dynamo nor Inductor.
+
     Args:
         reload: look for plugins again instead of reusing the first discovery's result.
     """
     executors = _ordered_plugin_executors(plugin_infos(reload=reload))
     for ex in executors:
         register_executor(ex)
+    fusion = _cpu_fusion_executor(executors)
+    if fusion is not None:
+        executors.append(fusion)
     names = {ex.name for ex in executors}
     return tuple(executors) + tuple(ex for ex in get_default_executors() if ex.name not in names)
+
+
+def _cpu_fusion_executor(discovered: list[Executor]) -> Executor | None:
+    """``torch_compile`` on a machine without a CUDA device, when no discovered executor fuses and Inductor can
+    build its kernels here; else None. (Its region rule was measured on CPUs: on a GPU, plugins fuse.)"""
+    import torch
+
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    if any(isinstance(ex, FusionExecutor) for ex in discovered) or torch.cuda.is_available():
+        return None
+    return torch_compile_ex if torch_compile_ex.is_available() else None
 
 
 def discover_transforms(*, reload: bool = False) -> dict[str, Callable]:
@@ -328,6 +351,10 @@ def report(*, file: TextIO | None = None, reload: bool = False, verbose: bool = 
         lines += _plugin_line(info, verbose)
     lines.append("Default executors: " + ", ".join(ex.name for ex in get_default_executors()))
     lines.append("thunder.discover(): " + ", ".join(ex.name for ex in discover()))
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    if (reason := torch_compile_ex.unavailable_reason()) is not None:
+        lines.append(f"CPU fusion (torch_compile) left out of thunder.discover(): {reason}")
     reasons = [r for info in infos for r in (info.error, info.unavailable_reason) if r]
     reasons += [r for info in infos for _, r in info.skipped]
     if not verbose and any(_short(r) != r.strip() for r in reasons):
