@@ -228,11 +228,7 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     results = sym.record(trace, (*diff_inputs, *routed_proxies), {})
     for i, p in zip(routed, results):
         if i in dirty:  # the input itself, as in eager: it now holds the output, with the Function's gradient
-            in_symbol, tracer.in_symbol = tracer.in_symbol, True  # the write records symbols directly
-            try:
-                tracer._rebind(cls.apply, outs[i], p)
-            finally:
-                tracer.in_symbol = in_symbol
+            tracer._rebind(cls.apply, outs[i], p)
             with torch._C.DisableTorchFunction():
                 if outs[i].is_leaf and not outs[i].requires_grad:
                     outs[i].requires_grad_(True)

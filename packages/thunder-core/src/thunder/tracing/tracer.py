@@ -536,7 +536,13 @@ class Tracer:
         """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases."""
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
             self.flush_shadows()
-        self._rebind_value(func, wrapper, value, args, kwargs)
+        # the write records its symbols directly (also when called after the op's own call: an opaque op that
+        # returned its argument), never as user calls that would hand back stand-ins instead of proxies
+        in_symbol, self.in_symbol = self.in_symbol, True
+        try:
+            self._rebind_value(func, wrapper, value, args, kwargs)
+        finally:
+            self.in_symbol = in_symbol
         if value.requires_grad and torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # as in eager, the updated tensor (and the base it is a view of) now requires grad: what user code
             # (and autograd.Function.apply) reads
