@@ -6,7 +6,7 @@ inputs (``thunder.core.aliasing``). Built once per traced program, at compile ti
 
 from __future__ import annotations
 
-from thunder.core.aliasing import may_alias_an_argument
+from thunder.core.aliasing import aliased_argument_positions, may_alias_an_argument, may_return_alias
 from thunder.core.aliasing_record import AliasingRecord, InputUpdate, SharedStorage
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx
@@ -43,11 +43,16 @@ def build_aliasing_record(
     for b in trace.bound_symbols:
         if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy) and b.args[0].name in written:
             no_grad.add((b.output.name, b.args[0].name))
-        from_inputs = [origins[a.name] for a in b.flat_args if isinstance(a, TensorProxy) and a.name in origins]
+        args = b.flat_args
+        from_inputs = [origins[a.name] for a in args if isinstance(a, TensorProxy) and a.name in origins]
         if from_inputs and may_alias_an_argument(b):
+            if may_return_alias(b.sym):  # (declared by the symbol itself: only the arguments it names)
+                from_inputs = [
+                    origins[args[i].name] for i in aliased_argument_positions(b) if args[i].name in origins
+                ]
             reached = frozenset().union(*from_inputs)
             for o in b.flat_outs:
-                if isinstance(o, TensorProxy):
+                if isinstance(o, TensorProxy) and reached:
                     origins[o.name] = reached
     layouts = {expr: _layout_step(kind, detail, by_caller) for expr, kind, detail, _ in layout_steps}
     updates = tuple(

@@ -47,6 +47,7 @@ from thunder.tracing.inplace_grad import (
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
+    comparison_operands_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -574,14 +575,13 @@ class Tracer:
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
-        # a bool/int result written into a float tensor that requires grad (x.logical_not_(), x.eq_(0)): the
-        # tensor still requires grad, as in eager
-        nondiff_result = (
-            old.requires_grad
-            and torch.is_grad_enabled()
-            and old.dtype.kind in ("float", "complex")
-            and value.dtype.kind not in ("float", "complex")
-        )
+        # a bool/int result written into a float tensor (x.logical_not_(), x.eq_(y)): the tensor still requires
+        # grad when it did, and after a comparison also when y does (zero gradients for both), as in eager
+        nondiff_result = old.dtype.kind in ("float", "complex") and value.dtype.kind not in ("float", "complex")
+        read = ()
+        if nondiff_result and torch.is_grad_enabled():
+            read = comparison_operands_requiring_grad(func, old, flat_proxies(self._unwrap_inputs((args[1:], kwargs or {}))))
+        nondiff_result = nondiff_result and torch.is_grad_enabled() and (old.requires_grad or bool(read))
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
                 raise RuntimeError(
@@ -591,7 +591,7 @@ class Tracer:
 
             value = ltorch_to(value, old.dtype.torch_dtype)
         if nondiff_result:
-            value = _nondifferentiable_update(self.trace, func, old, value)
+            value = _nondifferentiable_update(self.trace, func, old, value, read)
         name = getattr(func, "__name__", None)
         if name == "copy_" and len(args) > 1 and args[1] is wrapper:
             # x.copy_(x) does nothing in eager (even on an expanded x): its views stay views of it, not
