@@ -269,6 +269,8 @@ def trace_program(
         )
         if post_call.views:  # (they are made again from the inputs' layouts: those must stay as traced)
             prologue.check_layout = prologue.check_offsets = True
+        if post_call.internal_views:  # (whether eager's output is a view follows from the inputs' layouts)
+            prologue.check_layout = True
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
         trace.tags["aliasing"] = build_aliasing_record(
@@ -280,6 +282,7 @@ def trace_program(
             post_call.steps,
             post_call.returned,
             post_call.views,
+            post_call.internal_views,
         )
 
     # the computation takes the user's tensors, then the module state the program used

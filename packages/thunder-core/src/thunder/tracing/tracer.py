@@ -60,6 +60,7 @@ from thunder.tracing.known_values import (
 )
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
+from thunder.tracing.result_layouts import defer_result_layout
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -148,6 +149,7 @@ class Tracer:
         # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
         self.autodiff = torch.is_grad_enabled()
         self.pending_shadows: list[_PendingShadows] = []
+        self.pending_layouts: list = []  # results whose strides are learned when needed (result_layouts.py)
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
@@ -367,32 +369,35 @@ class Tracer:
                 if a is out:  # (the symbol returned its argument)
                     aliasing = True
                     break
-        if aliasing:
-            for a in args:
-                if isinstance(a, TracingTensor):
-                    break
-            else:
+        if not aliasing:
+            # a fresh result: eager's strides follow its arguments' (elementwise ops), learned when needed
+            defer_result_layout(self, func, args, kwargs, wrapped)
+            return wrapped
+        for a in args:
+            if isinstance(a, TracingTensor):
+                break
+        else:
+            return wrapped
+        if not fell_back and type(mapped) is Symbol:
+            if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
+                return args[0]  # x.float() of a float32 x is x, as in eager
+            if _can_defer_shadows(func, mapped, args, wrapped):
+                self.pending_shadows.append(_PendingShadows(func, args, kwargs, mapped, uargs, ukwargs, wrapped))
                 return wrapped
-            if not fell_back and type(mapped) is Symbol:
-                if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
-                    return args[0]  # x.float() of a float32 x is x, as in eager
-                if _can_defer_shadows(func, mapped, args, wrapped):
-                    self.pending_shadows.append(_PendingShadows(func, args, kwargs, mapped, uargs, ukwargs, wrapped))
-                    return wrapped
-            mout = run_on_shadows(func, args, kwargs)
-            if mout is not None:
-                wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
-                if (
-                    fell_back
-                    and isinstance(out, TensorProxy)
-                    and any(wrapped is a for a in args)
-                    and wrapped._thunder_proxy is not out
-                ):
-                    # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
-                    # (or returned it unchanged: atleast_2d of a matrix, conj of a real tensor)
-                    if getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace"):
-                        _refuse_update_of_grad_leaf(func, wrapped)
-                    self._rebind(func, wrapped, out)
+        mout = run_on_shadows(func, args, kwargs)
+        if mout is not None:
+            wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
+            if (
+                fell_back
+                and isinstance(out, TensorProxy)
+                and any(wrapped is a for a in args)
+                and wrapped._thunder_proxy is not out
+            ):
+                # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
+                # (or returned it unchanged: atleast_2d of a matrix, conj of a real tensor)
+                if getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace"):
+                    _refuse_update_of_grad_leaf(func, wrapped)
+                self._rebind(func, wrapped, out)
         return wrapped
 
     def _grad_mode(self, out, uargs, ukwargs):
@@ -580,7 +585,9 @@ class Tracer:
         nondiff_result = old.dtype.kind in ("float", "complex") and value.dtype.kind not in ("float", "complex")
         read = ()
         if nondiff_result and torch.is_grad_enabled():
-            read = comparison_operands_requiring_grad(func, old, flat_proxies(self._unwrap_inputs((args[1:], kwargs or {}))))
+            read = comparison_operands_requiring_grad(
+                func, old, flat_proxies(self._unwrap_inputs((args[1:], kwargs or {})))
+            )
         nondiff_result = nondiff_result and torch.is_grad_enabled() and (old.requires_grad or bool(read))
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
@@ -732,6 +739,7 @@ class Tracer:
         if self.before_layout_change is not None:
             self.before_layout_change()
             self.before_layout_change = None
+        self.flush_layouts()  # (their arguments' layouts are those of the ops' calls)
         if getattr(wrapper, "_tt_constant", False):
             raise NotImplementedError(
                 f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
@@ -820,10 +828,18 @@ class Tracer:
             p.resolve()
         pending.clear()
 
+    def flush_layouts(self) -> None:
+        """Runs the deferred layout runs of fresh results (before an in-place op changes a tensor's layout)."""
+        pending = self.pending_layouts
+        for p in pending:
+            p.resolve()
+        pending.clear()
+
     def finish(self) -> None:
         # deferred shadow runs of views no update reached are not needed: what reads views after tracing
         # (the outputs' checks) resolves its own through view_of
         self.pending_shadows.clear()
+        self.pending_layouts.clear()  # (a result's own run stays with it, made if its shadow is asked for)
         if self._pending_name is not None:
             self._apply_name(self._pending_name[1], self._pending_name[2])
             self._pending_name = None
