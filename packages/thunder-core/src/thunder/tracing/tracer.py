@@ -149,7 +149,6 @@ class Tracer:
         # autodiff may run on this program: ops run with grad disabled end in a stop-gradient
         self.autodiff = torch.is_grad_enabled()
         self.pending_shadows: list[_PendingShadows] = []
-        self.pending_layouts: list = []  # results whose strides are learned when needed (result_layouts.py)
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
@@ -371,7 +370,7 @@ class Tracer:
                     break
         if not aliasing:
             # a fresh result: eager's strides follow its arguments' (elementwise ops), learned when needed
-            defer_result_layout(self, func, args, kwargs, wrapped)
+            defer_result_layout(func, args, kwargs, wrapped)
             return wrapped
         for a in args:
             if isinstance(a, TracingTensor):
@@ -739,7 +738,6 @@ class Tracer:
         if self.before_layout_change is not None:
             self.before_layout_change()
             self.before_layout_change = None
-        self.flush_layouts()  # (their arguments' layouts are those of the ops' calls)
         if getattr(wrapper, "_tt_constant", False):
             raise NotImplementedError(
                 f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
@@ -828,18 +826,10 @@ class Tracer:
             p.resolve()
         pending.clear()
 
-    def flush_layouts(self) -> None:
-        """Runs the deferred layout runs of fresh results (before an in-place op changes a tensor's layout)."""
-        pending = self.pending_layouts
-        for p in pending:
-            p.resolve()
-        pending.clear()
-
     def finish(self) -> None:
         # deferred shadow runs of views no update reached are not needed: what reads views after tracing
         # (the outputs' checks) resolves its own through view_of
         self.pending_shadows.clear()
-        self.pending_layouts.clear()  # (a result's own run stays with it, made if its shadow is asked for)
         if self._pending_name is not None:
             self._apply_name(self._pending_name[1], self._pending_name[2])
             self._pending_name = None
