@@ -310,6 +310,29 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
 keep_grad_of = value_update_symbol("keep_grad_of", gradient_to_old=True)
 
 
+def _zero_gradient_rule(new, *read):
+    from thunder.transforms.autodiff import put_grad, zeros_like
+
+    out = zero_gradient_update(new, *read)
+    for r in read:
+        if r.requires_grad:
+            put_grad(r, zeros_like(r))
+    return out
+
+
+# ``zero_gradient_update(new, *read)``: ``new``'s values for a tensor updated in place by an op autograd records
+# with a zero gradient for every tensor it read (``x.eq_(y)``: derivatives.yaml gives ``x`` and ``y`` zeros)
+zero_gradient_update = Symbol(
+    "zero_gradient_update",
+    lambda new, *read: TensorProxy(like=new, requires_grad=True),
+    id="zero_gradient_update",
+    is_prim=True,
+    call_ctx={"zero_gradient_update": lambda new, *read: new.detach()},
+    tags=("view",),  # (its output shares ``new``'s memory, never that of the tensors it reads for their gradient)
+)
+zero_gradient_update.grad_rule = _zero_gradient_rule
+
+
 def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
     """The value an in-place update under ``no_grad`` gives a tensor: ``new``'s values, and for autodiff the
     gradient path ``old`` had (``keep_grad_of``), or none when ``old`` needed no gradient (``detach``)."""

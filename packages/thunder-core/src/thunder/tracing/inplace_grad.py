@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import Symbol
-from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol
+from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol, zero_gradient_update
 from thunder.tracing.errors import (
     TracingError,
 )
@@ -61,31 +60,6 @@ _HISTORY_KEEPING_UPDATES = frozenset(("logical_not_", "logical_and_", "logical_o
 
 def _func_name_of(func) -> str | None:
     return getattr(func, "__name__", None)
-
-
-def _zero_gradient_meta(new, *read):
-    return TensorProxy(like=new, requires_grad=True)
-
-
-def _zero_gradient_rule(new, *read):
-    from thunder.transforms.autodiff import put_grad, zeros_like
-
-    out = zero_gradient_update(new, *read)
-    for r in read:
-        if r.requires_grad:
-            put_grad(r, zeros_like(r))
-    return out
-
-
-zero_gradient_update = Symbol(
-    "zero_gradient_update",
-    _zero_gradient_meta,
-    id="zero_gradient_update",
-    is_prim=True,
-    call_ctx={"zero_gradient_update": lambda new, *read: new.detach()},
-    tags=("view",),  # (its output shares ``new``'s memory, never that of the tensors it reads for their gradient)
-)
-zero_gradient_update.grad_rule = _zero_gradient_rule
 
 
 def comparison_operands_requiring_grad(func, old: TensorProxy, operands) -> tuple[TensorProxy, ...]:
