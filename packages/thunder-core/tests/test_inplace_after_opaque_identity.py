@@ -105,3 +105,22 @@ def test_update_of_a_view_of_a_leaf_that_requires_grad(no_grad):
     for t, e in zip(run(thunder.jit(fn)), run(fn)):
         assert t.requires_grad == e.requires_grad
         torch.testing.assert_close(t.detach(), e.detach())
+
+
+@pytest.mark.parametrize("identity", sorted(IDENTITY_OPS))
+def test_identity_op_of_a_transposed_view_input_is_returned(identity):
+    """Campaign seed 9301 (issue 25): ``a0.resolve_conj()`` of a transposed non-leaf input was taken as an update
+    of the input, whose write-back then copied the input onto itself and raised autograd's overlap error."""
+    fn = IDENTITY_OPS[identity]
+
+    def run(f):
+        leaf = torch.tensor([[-1.5], [1.25]], dtype=torch.float64, requires_grad=True)
+        x = (leaf * 1).t()
+        out = f(x)
+        (grad,) = torch.autograd.grad((out * out).sum() + (x * 3).sum(), leaf)
+        return out, x, grad
+
+    (t_out, t_x, t_grad), (e_out, e_x, e_grad) = run(thunder.jit(fn)), run(fn)
+    assert t_out.requires_grad == e_out.requires_grad
+    for t, e in ((t_out, e_out), (t_x, e_x), (t_grad, e_grad)):
+        torch.testing.assert_close(t.detach(), e.detach())

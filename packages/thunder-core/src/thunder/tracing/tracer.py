@@ -391,11 +391,10 @@ class Tracer:
                 and isinstance(out, TensorProxy)
                 and any(wrapped is a for a in args)
                 and wrapped._thunder_proxy is not out
-            ):
-                # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
-                # (or returned it unchanged: atleast_2d of a matrix, conj of a real tensor)
-                if getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace"):
-                    _refuse_update_of_grad_leaf(func, wrapped)
+            ) and (getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace")):
+                # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place (one
+                # returning it unchanged, atleast_2d of a matrix or resolve_conj of a real tensor, did not)
+                _refuse_update_of_grad_leaf(func, wrapped)
                 self._rebind(func, wrapped, out)
         return wrapped
 
