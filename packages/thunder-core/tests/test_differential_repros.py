@@ -471,3 +471,26 @@ def test_a_tensor_copied_into_is_its_own_memory(make, start):
     with torch.no_grad():
         out.add_(1)
     torch.testing.assert_close(a.detach(), before)
+
+
+def test_input_updated_under_no_grad_and_returned_is_the_callers_tensor():
+    # the CI fuzz slice (issue 25): a non-leaf input updated only under no_grad and returned came back as a copy;
+    # eager returns the caller's tensor itself, its history unchanged
+    def fn(a):
+        v = a * 2
+        with torch.no_grad():
+            a.add_(a)
+        return v, a
+
+    def run(f):
+        leaf = _x(2, 3)
+        a = leaf * 1
+        out = f(a)
+        assert out[1] is a
+        (grad,) = torch.autograd.grad(out[0].sum() + (out[1] * out[1]).sum() + (a * 3).sum(), leaf)
+        return out, grad
+
+    (e_out, e_grad), (t_out, t_grad) = run(fn), run(thunder.jit(fn))
+    for t, e in zip(t_out, e_out):
+        torch.testing.assert_close(t, e)
+    torch.testing.assert_close(t_grad, e_grad)

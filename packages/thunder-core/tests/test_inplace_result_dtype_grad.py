@@ -78,3 +78,62 @@ def test_logical_update_of_a_leaf_that_requires_grad_runs_as_in_eager(name):
 
     for a, e in zip(run(True), run(False)):
         torch.testing.assert_close(a, e)
+
+
+# comparisons with a tensor that requires grad (issue 25): eager's autograd records them with a zero gradient for
+# both operands, so the updated tensor requires grad even when it did not, and the operand's .grad is zeros
+_COMPARISONS = {
+    "eq_": lambda x, y: x.eq_(y),
+    "ne_": lambda x, y: x.ne_(y),
+    "lt_": lambda x, y: x.lt_(y),
+    "le_": lambda x, y: x.le_(y),
+    "gt_": lambda x, y: x.gt_(y),
+    "ge_": lambda x, y: x.ge_(y),
+    "view_eq_": lambda x, y: x[1:].eq_(y[1:]),
+}
+_UPDATED = {
+    "intermediate": lambda update: lambda x, y: (lambda v: (update(v, y), v * 2)[1])(x * 1),
+    "returned_intermediate": lambda update: lambda x, y: (lambda v: (update(v, y), v)[1])(x * 1),
+    "input": lambda update: lambda x, y: (update(x, y), x * 2)[1],
+}
+
+
+def _run_comparison(fn, jit: bool, x_requires_grad: bool):
+    x_leaf = torch.tensor([0.0, 1.5, -2.0], dtype=torch.float64, requires_grad=x_requires_grad)
+    y_leaf = torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    x = x_leaf * 1 if x_requires_grad else x_leaf.clone()
+    out = (thunder.jit(fn) if jit else fn)(x, y_leaf * 1)
+    (out.sum() + (x * 5).sum()).backward()
+    return out, x, y_leaf.grad, x_leaf.grad
+
+
+@pytest.mark.parametrize("x_requires_grad", [True, False], ids=["x_requires_grad", "x_no_grad"])
+@pytest.mark.parametrize("updated", sorted(_UPDATED))
+@pytest.mark.parametrize("name", sorted(_COMPARISONS))
+def test_comparison_with_an_operand_that_requires_grad(name, updated, x_requires_grad):
+    fn = _UPDATED[updated](_COMPARISONS[name])
+    e_out, e_x, e_ygrad, e_xgrad = _run_comparison(fn, False, x_requires_grad)
+    t_out, t_x, t_ygrad, t_xgrad = _run_comparison(fn, True, x_requires_grad)
+    assert t_out.requires_grad == e_out.requires_grad
+    assert t_x.requires_grad == e_x.requires_grad  # the caller's tensor after the call
+    torch.testing.assert_close(t_out.detach(), e_out.detach())
+    torch.testing.assert_close(t_x.detach(), e_x.detach())
+    assert e_ygrad is not None  # eager: zeros, not "unused"
+    torch.testing.assert_close(t_ygrad, e_ygrad)
+    if x_requires_grad:
+        torch.testing.assert_close(t_xgrad, e_xgrad)
+
+
+def test_comparison_with_an_operand_that_requires_grad_under_no_grad():
+    def fn(x, y):
+        v = x * 1
+        with torch.no_grad():
+            v.eq_(y)
+        return v
+
+    y = torch.tensor([0.0, 1.0], requires_grad=True)
+    x = torch.tensor([0.0, 1.5])
+    assert not fn(x, y).requires_grad
+    actual = thunder.jit(fn)(x, y)
+    assert not actual.requires_grad
+    torch.testing.assert_close(actual, fn(x, y))

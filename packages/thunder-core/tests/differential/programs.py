@@ -32,7 +32,8 @@ FEATURES = {
     "mixed_dtype": "int64/bool/float32 inputs beside float64 ones, dtype casts and comparisons",
     "singular_values": "inputs with zeros and ties, and the reductions singular there (prod, norm, std, var, max(dim))",
     "reduction": "sum/mean/amax/logsumexp (prod/norm/std/var/max(dim) with singular_values)",
-    "view": "transpose, .mT, unsqueeze, reshape, view, indexing with ints and slices, expand, diagonal",
+    "view": "transpose, .mT, unsqueeze, reshape, view, indexing with ints and slices, expand, diagonal, and "
+    "resolve_neg/resolve_conj/positive (which return their argument itself)",
     "zero_dim_views": "view ops (and in-place through views) on 0-d tensors too",
     "indexing": "advanced indexing, index_select, gather, masked_fill",
     "matmul": "matmul between tensors of matching inner size",
@@ -130,6 +131,10 @@ _VIEW = [
     "{a}.unbind(0)[0]",
     "{a}.chunk(2, -1)[0]",
     "{a}[::2]",
+    # opaque ops (no torch-language symbol) that return a real tensor itself: updates of the result reach it
+    "{a}.resolve_neg()",
+    "{a}.resolve_conj()",
+    "{a}.positive()",
 ]
 _INDEX = [
     "{a}[torch.tensor([0, 0])]",

@@ -57,6 +57,9 @@ class AliasingRecord:
     a caller's tensor the program updates in place (``y.add_(1); return y.t()``) or that shares its storage with
     another argument, with how the prologue reads that tensor: after the write-back, the step after the call
     views the caller's storage where eager's output does, so a write through either reaches the other.
+    ``views_of_results``: each output eager returns as a view of a tensor the program computes (``y = x * 2;
+    return y.t()``), with that tensor: the program returns it too, and the step after the call views it where
+    eager's output does (so the output has a ``_base``, and in-place updates of it after the call work with grad).
     """
 
     shared_storage: tuple[SharedStorage, ...] = ()
@@ -64,6 +67,7 @@ class AliasingRecord:
     returned_inputs: tuple[str, ...] = ()
     outputs_aliasing_inputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     returned_views: tuple[tuple[str, str], ...] = ()
+    views_of_results: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(
@@ -72,6 +76,7 @@ class AliasingRecord:
             or self.returned_inputs
             or self.outputs_aliasing_inputs
             or self.returned_views
+            or self.views_of_results
         )
 
     def updated(self, name: str) -> InputUpdate | None:
@@ -103,6 +108,8 @@ class AliasingRecord:
             lines.append(f"#   returns the caller's own tensors: {', '.join(self.returned_inputs)}")
         for out, caller in self.returned_views:
             lines.append(f"#   output {out} is returned as a view of the caller's {caller}")
+        for out, base in self.views_of_results:
+            lines.append(f"#   output {out} is returned as a view of the program's {base}")
         for out, ins in self.outputs_aliasing_inputs:
             lines.append(f"#   output {out} may be a view of {', '.join(ins)}")
         return lines

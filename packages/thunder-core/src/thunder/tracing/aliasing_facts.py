@@ -6,7 +6,7 @@ inputs (``thunder.core.aliasing``). Built once per traced program, at compile ti
 
 from __future__ import annotations
 
-from thunder.core.aliasing import may_alias_an_argument
+from thunder.core.aliasing import aliased_argument_positions, may_alias_an_argument, may_return_alias
 from thunder.core.aliasing_record import AliasingRecord, InputUpdate, SharedStorage
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx
@@ -29,13 +29,14 @@ def build_aliasing_record(
     layout_steps: list[tuple],
     returned: list[tuple],
     views: list[tuple] = (),
+    internal_views: list[tuple] = (),
 ) -> AliasingRecord:
     """The record of ``trace``, whose last symbol is its return.
 
     ``callers``: input name -> how the prologue reads the caller's tensor; ``writes``: ``(new value, tensor)``
     in the order written back; ``constants``: the names among the written tensors that are constants, not
     inputs; ``layout_steps``, ``returned`` and ``views``: ``PostCall.steps``, ``PostCall.returned`` and
-    ``PostCall.views``."""
+    ``PostCall.views``; ``internal_views``: ``PostCall.internal_views``."""
     by_caller = {expr: name for name, expr in callers.items()}
     written = {dst.name for _, dst in writes}
     no_grad: set[tuple[str, str]] = set()  # (new value, tensor) of updates autograd does not see
@@ -43,11 +44,14 @@ def build_aliasing_record(
     for b in trace.bound_symbols:
         if b.sym.id == "keep_grad_of" and isinstance(b.args[0], TensorProxy) and b.args[0].name in written:
             no_grad.add((b.output.name, b.args[0].name))
-        from_inputs = [origins[a.name] for a in b.flat_args if isinstance(a, TensorProxy) and a.name in origins]
+        args = b.flat_args
+        from_inputs = [origins[a.name] for a in args if isinstance(a, TensorProxy) and a.name in origins]
         if from_inputs and may_alias_an_argument(b):
+            if may_return_alias(b.sym):  # (declared by the symbol itself: only the arguments it names)
+                from_inputs = [origins[args[i].name] for i in aliased_argument_positions(b) if args[i].name in origins]
             reached = frozenset().union(*from_inputs)
             for o in b.flat_outs:
-                if isinstance(o, TensorProxy):
+                if isinstance(o, TensorProxy) and reached:
                     origins[o.name] = reached
     layouts = {expr: _layout_step(kind, detail, by_caller) for expr, kind, detail, _ in layout_steps}
     updates = tuple(
@@ -72,8 +76,9 @@ def build_aliasing_record(
     aliasing = []
     seen = set()
     as_views = {v[3]: v[1] for v in views}
+    of_results = {v[4]: v[5] for v in internal_views}
     for p in outputs:
-        if p.name in seen or p.name in callers or p.name in as_views:
+        if p.name in seen or p.name in callers or p.name in as_views or p.name in of_results:
             continue
         seen.add(p.name)
         if p.name in origins:
@@ -84,4 +89,5 @@ def build_aliasing_record(
         returned_inputs=tuple(dict.fromkeys(expr for _, expr, _ in returned)),
         outputs_aliasing_inputs=tuple(aliasing),
         returned_views=tuple(as_views.items()),
+        views_of_results=tuple(of_results.items()),
     )

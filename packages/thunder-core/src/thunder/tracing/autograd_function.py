@@ -228,11 +228,7 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     results = sym.record(trace, (*diff_inputs, *routed_proxies), {})
     for i, p in zip(routed, results):
         if i in dirty:  # the input itself, as in eager: it now holds the output, with the Function's gradient
-            in_symbol, tracer.in_symbol = tracer.in_symbol, True  # the write records symbols directly
-            try:
-                tracer._rebind(cls.apply, outs[i], p)
-            finally:
-                tracer.in_symbol = in_symbol
+            tracer._rebind(cls.apply, outs[i], p)
             with torch._C.DisableTorchFunction():
                 if outs[i].is_leaf and not outs[i].requires_grad:
                     outs[i].requires_grad_(True)
@@ -312,6 +308,29 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
 
 
 keep_grad_of = value_update_symbol("keep_grad_of", gradient_to_old=True)
+
+
+def _zero_gradient_rule(new, *read):
+    from thunder.transforms.autodiff import put_grad, zeros_like
+
+    out = zero_gradient_update(new, *read)
+    for r in read:
+        if r.requires_grad:
+            put_grad(r, zeros_like(r))
+    return out
+
+
+# ``zero_gradient_update(new, *read)``: ``new``'s values for a tensor updated in place by an op autograd records
+# with a zero gradient for every tensor it read (``x.eq_(y)``: derivatives.yaml gives ``x`` and ``y`` zeros)
+zero_gradient_update = Symbol(
+    "zero_gradient_update",
+    lambda new, *read: TensorProxy(like=new, requires_grad=True),
+    id="zero_gradient_update",
+    is_prim=True,
+    call_ctx={"zero_gradient_update": lambda new, *read: new.detach()},
+    tags=("view",),  # (its output shares ``new``'s memory, never that of the tensors it reads for their gradient)
+)
+zero_gradient_update.grad_rule = _zero_gradient_rule
 
 
 def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core.proxies import TensorProxy
-from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol
+from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol, zero_gradient_update
 from thunder.tracing.errors import (
     TracingError,
 )
@@ -62,12 +62,29 @@ def _func_name_of(func) -> str | None:
     return getattr(func, "__name__", None)
 
 
-def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy) -> TensorProxy:
-    """``new`` (a bool/int result converted to ``old``'s float dtype) as the value of a tensor that required grad:
-    with ``old``'s gradient path after a logical op, with a zero gradient after any other (``eq_``, ``lt_``)."""
+def comparison_operands_requiring_grad(func, old: TensorProxy, operands) -> tuple[TensorProxy, ...]:
+    """The tensors an in-place update ``func`` with a bool result (``x.eq_(y)``, ``x.lt_(y)``) reads that require
+    grad, ``old`` (the updated tensor's former value) first: eager's autograd gives each a zero gradient and the
+    updated tensor requires grad. Empty for the logical ops, which autograd does not record."""
+    if getattr(func, "__name__", None) in _HISTORY_KEEPING_UPDATES or not torch.is_grad_enabled():
+        return ()
+    read = [old] if old.requires_grad else []
+    read += [p for p in operands if isinstance(p, TensorProxy) and p.requires_grad and p is not old]
+    return tuple(read)
+
+
+def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy, read=()) -> TensorProxy:
+    """``new`` (a bool/int result converted to ``old``'s float dtype) as the value of a float tensor: with
+    ``old``'s gradient path after a logical op, requiring grad with a zero gradient for each tensor in ``read``
+    (see ``comparison_operands_requiring_grad``) after any other (``eq_``, ``lt_``)."""
     if getattr(func, "__name__", None) in _HISTORY_KEEPING_UPDATES:
         return _no_grad_update(trace, old, new)
-    return _still_requires_grad(trace, old, new)
+    if zero_gradient_update.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
+
+        zero_gradient_update.executor = torch_ex
+    with _recording_directly():
+        return zero_gradient_update.record(trace, (new, *read), {})
 
 
 def _detached(p: TensorProxy) -> TensorProxy:

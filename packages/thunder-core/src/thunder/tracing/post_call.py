@@ -27,6 +27,7 @@ import torch
 from thunder.core import pytree
 from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import has_symbolic
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
 __all__ = ["PostCall"]
@@ -58,6 +59,10 @@ class PostCall:
         # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
         # detach(), storage updated): the outputs returned as views of the caller's storages
         self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
+        # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
+        # (size, stride) of that tensor, output's name, that tensor's name): outputs returned as views of tensors
+        # the program computes, as eager's are (see _return_internal_views)
+        self.internal_views: list[tuple[int, int, tuple, tuple, str, str]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program its own views of
         # that storage, so an update's autograd history reaches the program's views, not the caller's tensors
@@ -108,16 +113,60 @@ class PostCall:
                 continue
             if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
-                unchanged = value is self.proxies[id(leaf)] or value is getattr(leaf, "_tt_unchanged", None)
+                original = self.proxies[id(leaf)]
+                unchanged = (
+                    value is original
+                    or value is getattr(leaf, "_tt_unchanged", None)
+                    or _updated_unseen_by_autograd(value, original)
+                )
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
-            elif written or self.shared:
+                continue
+            if written or self.shared:
                 if written_storages is None:
                     self.take_layouts()
                     written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
                     shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
-                self._plan_view(i, leaf, written_storages, shared_storages)
+                if self._plan_view(i, leaf, written_storages, shared_storages):
+                    continue
+            self._plan_internal_view(i, leaf)
 
-    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> None:
+    def _plan_internal_view(self, i: int, leaf: TracingTensor) -> None:
+        """Records output leaf ``i`` as a view of the tensor ``root`` the program computes when eager's output is
+        one (``y = x * 2; return y.t()``): the program also returns ``root``, and the step after the call views it
+        where eager's output views its base. An output of the program's autograd node that is a view of a tensor
+        made inside it refuses in-place updates with grad (and one computed as a tensor of its own has no
+        ``_base``), where eager's allows them; a view of one of the node's outputs is what eager returns."""
+        if leaf._tt_pending is None and leaf._tt_view is None:
+            return  # (the common case: a tensor of its own)
+        view = view_of(leaf)
+        if view is None or leaf._tt_nondiff:
+            return
+        root = view[0]
+        if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
+            return  # (a view of an input is the step's other business; a root that changed its layout in place)
+        value = root._thunder_proxy
+        if value.name in {p.name for p in self.proxies.values()}:
+            return  # (the root holds an input's value: the caller's tensor)
+        if has_symbolic(value.shape) or has_symbolic(leaf._thunder_proxy.shape):
+            return  # (the layout as numbers holds for the traced sizes only)
+        try:
+            m, rm = shadow(leaf), shadow(root)
+        except Exception:
+            return
+        with torch._C.DisableTorchFunction():
+            if _storage_id(m) != _storage_id(rm) or rm.storage_offset() != 0 or rm.is_conj() or rm.is_neg():
+                return
+            if m.is_conj() or m.is_neg() or m.dtype != rm.dtype:
+                return
+            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+            root_layout = (tuple(rm.shape), tuple(rm.stride()))
+        numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
+        if not all(type(n) is int for n in numbers):
+            return
+        self.internal_views.append((i, len(self.extra), layout, root_layout, leaf._thunder_proxy.name, value.name))
+        self.extra.append(value)
+
+    def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> bool:
         """Records output leaf ``i`` as a view of the caller's tensor when its shadow views the storage of a
         written input or of inputs passed as views of one storage (which the program reads as copies when one
         requires grad), in a layout ``as_strided`` can make again (plain integers, the input's dtype, no
@@ -125,10 +174,10 @@ class PostCall:
         try:
             m = shadow(leaf)
         except Exception:  # (a shadow the meta device cannot compute: the output stays the program's)
-            return
+            return True
         storage = _storage_id(m)
         if storage not in written_storages and storage not in shared_storages:
-            return
+            return False
         view = view_of(leaf)
         root = view[0] if view is not None else None
         # the input the output was derived from, else any input viewing that storage
@@ -142,9 +191,10 @@ class PostCall:
             layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
             exotic = m.is_conj() or m.is_neg() or m.dtype is not base.dtype.torch_dtype
         if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
-            return
+            return True
         updated = storage in written_storages
         self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated))
+        return True
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
         self.take_layouts()
@@ -167,9 +217,10 @@ class PostCall:
 
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
-        if not self.steps and not self.returned and not self.views:
+        if not self.steps and not self.returned and not self.views and not self.internal_views:
             return structure, finish, finish_args
         shared = self.shared
+        internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
             tuple(self.returned),
@@ -186,6 +237,8 @@ class PostCall:
         def finish_after_call(values, *args):
             out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
+            if internal_views:
+                result = _return_internal_views(result, internal_views, extra, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec, shared)
             for expr, kind, detail, (size, stride, offset) in steps:
@@ -206,6 +259,21 @@ class PostCall:
         if nested:
             structure = (structure, tuple(self.extra))
         return structure, finish_after_call, [*finish_args, *exprs]
+
+
+def _updated_unseen_by_autograd(value: TensorProxy, original: TensorProxy) -> bool:
+    """Whether ``value`` is the input ``original`` updated only where autograd does not see it (``no_grad``): its
+    gradient path is the input's own, so the caller's tensor, written back in place, is the output eager returns
+    (with its history as it was)."""
+    from thunder.core.trace import get_tracectx
+
+    trace = get_tracectx()
+    if trace is None or not original.requires_grad:
+        return False
+    for b in reversed(trace.bound_symbols):
+        if b.output is value:
+            return b.sym.id == "keep_grad_of" and b.args[0] is original
+    return False
 
 
 def _aliases_of(trace, names: set[str]) -> set[str]:
@@ -275,6 +343,35 @@ def _return_views(result, views, args, where, spec, shared):
         view = (t.detach() if detached else t).as_strided(size, stride, offset)
         # (an update of a storage several arguments view has its history in the program's own views of it)
         if view.requires_grad == out.requires_grad and not (out.requires_grad and updated and expr in shared):
+            leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_internal_views(result, internal_views, extra, spec):
+    """``result`` with the outputs that are views of tensors the program computes replaced by those views of the
+    program's own outputs (``as_strided``), as eager returns them: their ``_base`` is set, and an in-place update
+    of one after the call is allowed with grad and reaches the others viewing that tensor. A tensor the executors
+    laid out otherwise than eager is copied into eager's layout first; an output whose ``requires_grad`` the view
+    would not reproduce stays the program's."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    bases = {}
+    for i, k, (size, stride, offset), (root_size, root_stride), _, _ in internal_views:
+        out, root = leaves[i], extra[k]
+        if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
+            continue
+        if root.shape != root_size or out.shape != size:
+            continue
+        base = bases.get(k)
+        if base is None:
+            base = root
+            if root._base is not None or root.stride() != root_stride or root.storage_offset() != 0:
+                base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
+                base.copy_(root)
+            bases[k] = base
+        view = base.as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
 

@@ -267,9 +267,10 @@ def trace_program(
             {id(ti.wrapper) for ti in inputs.tensors if ti.proxy.name in written},
             {name for _, names in inputs.shared_storages for name in names},
         )
-        _return_callers_tensors_updated_without_grad(post_call, inputs.tensors, trace, writes)
         if post_call.views:  # (they are made again from the inputs' layouts: those must stay as traced)
             prologue.check_layout = prologue.check_offsets = True
+        if post_call.internal_views:  # (whether eager's output is a view follows from the inputs' layouts)
+            prologue.check_layout = True
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
         trace.tags["aliasing"] = build_aliasing_record(
@@ -281,6 +282,7 @@ def trace_program(
             post_call.steps,
             post_call.returned,
             post_call.views,
+            post_call.internal_views,
         )
 
     # the computation takes the user's tensors, then the module state the program used
@@ -405,14 +407,3 @@ def _dependencies_changed(dependencies) -> bool:
         except ValueError:
             return True
     return False
-
-
-def _return_callers_tensors_updated_without_grad(post_call, tensors, trace, writes) -> None:
-    """An argument the program returns after updating it where autograd does not see (``no_grad``, ``.data``)
-    keeps its history in eager, so the caller's tensor itself (written back) is returned, as eager does."""
-    if not post_call.returned:
-        return
-    kept = {b.output.name for b in trace.bound_symbols if b.sym.id == "keep_grad_of"}
-    invisible = {dst.name for new, dst in writes if new.name in kept}
-    exprs = {post_call.exprs.get(id(ti.wrapper)) for ti in tensors if ti.proxy.name in invisible}
-    post_call.returned = [(i, expr, unchanged or expr in exprs) for i, expr, unchanged in post_call.returned]

@@ -49,6 +49,7 @@ from thunder.tracing.inplace_grad import (
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
+    comparison_operands_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -61,6 +62,7 @@ from thunder.tracing.known_values import (
 )
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
+from thunder.tracing.result_layouts import defer_result_layout
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -376,32 +378,34 @@ class Tracer:
                 if a is out:  # (the symbol returned its argument)
                     aliasing = True
                     break
-        if aliasing:
-            for a in args:
-                if isinstance(a, TracingTensor):
-                    break
-            else:
+        if not aliasing:
+            # a fresh result: eager's strides follow its arguments' (elementwise ops), learned when needed
+            defer_result_layout(func, args, kwargs, wrapped)
+            return wrapped
+        for a in args:
+            if isinstance(a, TracingTensor):
+                break
+        else:
+            return wrapped
+        if not fell_back and type(mapped) is Symbol:
+            if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
+                return args[0]  # x.float() of a float32 x is x, as in eager
+            if _can_defer_shadows(func, mapped, args, wrapped):
+                self.pending_shadows.append(_PendingShadows(func, args, kwargs, mapped, uargs, ukwargs, wrapped))
                 return wrapped
-            if not fell_back and type(mapped) is Symbol:
-                if out is uargs[0] and _returns_itself_when_unchanged(func, args, kwargs):
-                    return args[0]  # x.float() of a float32 x is x, as in eager
-                if _can_defer_shadows(func, mapped, args, wrapped):
-                    self.pending_shadows.append(_PendingShadows(func, args, kwargs, mapped, uargs, ukwargs, wrapped))
-                    return wrapped
-            mout = run_on_shadows(func, args, kwargs)
-            if mout is not None:
-                wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
-                if (
-                    fell_back
-                    and isinstance(out, TensorProxy)
-                    and any(wrapped is a for a in args)
-                    and wrapped._thunder_proxy is not out
-                ):
-                    # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place
-                    # (or returned it unchanged: atleast_2d of a matrix, conj of a real tensor)
-                    if getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace"):
-                        _refuse_update_of_grad_leaf(func, wrapped)
-                    self._rebind(func, wrapped, out)
+        mout = run_on_shadows(func, args, kwargs)
+        if mout is not None:
+            wrapped = adopt_shadows(func, mapped, fell_back, args, uargs, ukwargs, wrapped, mout)
+            if (
+                fell_back
+                and isinstance(out, TensorProxy)
+                and any(wrapped is a for a in args)
+                and wrapped._thunder_proxy is not out
+            ) and (getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace")):
+                # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place (one
+                # returning it unchanged, atleast_2d of a matrix or resolve_conj of a real tensor, did not)
+                _refuse_update_of_grad_leaf(func, wrapped)
+                self._rebind(func, wrapped, out)
         return wrapped
 
     def _grad_mode(self, out, uargs, ukwargs):
@@ -546,7 +550,13 @@ class Tracer:
         """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases."""
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
             self.flush_shadows()
-        self._rebind_value(func, wrapper, value, args, kwargs)
+        # the write records its symbols directly (also when called after the op's own call: an opaque op that
+        # returned its argument), never as user calls that would hand back stand-ins instead of proxies
+        in_symbol, self.in_symbol = self.in_symbol, True
+        try:
+            self._rebind_value(func, wrapper, value, args, kwargs)
+        finally:
+            self.in_symbol = in_symbol
         if value.requires_grad and torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # as in eager, the updated tensor (and the base it is a view of) now requires grad: what user code
             # (and autograd.Function.apply) reads
@@ -578,14 +588,15 @@ class Tracer:
         if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
             # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
             value = _no_grad_update(self.trace, old, value)
-        # a bool/int result written into a float tensor that requires grad (x.logical_not_(), x.eq_(0)): the
-        # tensor still requires grad, as in eager
-        nondiff_result = (
-            old.requires_grad
-            and torch.is_grad_enabled()
-            and old.dtype.kind in ("float", "complex")
-            and value.dtype.kind not in ("float", "complex")
-        )
+        # a bool/int result written into a float tensor (x.logical_not_(), x.eq_(y)): the tensor still requires
+        # grad when it did, and after a comparison also when y does (zero gradients for both), as in eager
+        nondiff_result = old.dtype.kind in ("float", "complex") and value.dtype.kind not in ("float", "complex")
+        read = ()
+        if nondiff_result and torch.is_grad_enabled():
+            read = comparison_operands_requiring_grad(
+                func, old, flat_proxies(self._unwrap_inputs((args[1:], kwargs or {})))
+            )
+        nondiff_result = nondiff_result and torch.is_grad_enabled() and (old.requires_grad or bool(read))
         if value.dtype is not old.dtype:
             if not _can_cast(value.dtype, old.dtype):
                 raise RuntimeError(
@@ -595,7 +606,7 @@ class Tracer:
 
             value = ltorch_to(value, old.dtype.torch_dtype)
         if nondiff_result:
-            value = _nondifferentiable_update(self.trace, func, old, value)
+            value = _nondifferentiable_update(self.trace, func, old, value, read)
         name = getattr(func, "__name__", None)
         if name == "copy_" and len(args) > 1 and args[1] is wrapper:
             # x.copy_(x) does nothing in eager (even on an expanded x): its views stay views of it, not

@@ -39,6 +39,7 @@ class TracingTensor(torch.Tensor):
     _tt_version = 0  # bumped by every in-place update (views of this tensor re-derive lazily)
     _tt_meta = None  # the shadow: a meta tensor with eager's sizes, strides and storage (lazy)
     _tt_pending = None  # the view op whose shadow run is deferred until something needs it (_PendingShadows)
+    _tt_layout_pending = None  # the run giving this result eager's strides, until needed (result_layouts.py)
     _tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
     _tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path

@@ -108,6 +108,9 @@ def shadow(w: TracingTensor) -> torch.Tensor:
     if w._tt_pending is not None:
         w._tt_pending.resolve()
     m = w._tt_meta
+    if m is None and w._tt_layout_pending is not None:  # (result_layouts.py)
+        w._tt_layout_pending.resolve()
+        m = w._tt_meta
     if m is None:
         m = input_shadow(w)
         if m is None:
