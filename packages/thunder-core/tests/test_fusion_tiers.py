@@ -279,6 +279,7 @@ def test_discover_default_fuses_in_the_background_with_eager_answers_in_both_tie
     assert torch_compile_ex in executors
     jf = thunder.jit(f, executors=executors)
     n = torch_compile_ex.min_region_numel
+    torch.manual_seed(0)
     x0, w, b = torch.randn(n // 64, 64), torch.randn(64, 64, requires_grad=True), torch.randn(64)
 
     def check():
@@ -290,7 +291,8 @@ def test_discover_default_fuses_in_the_background_with_eager_answers_in_both_tie
         torch.testing.assert_close(x, xr)  # the in-place update reached the caller's tensor
         out.sum().backward()
         expected.sum().backward()
-        torch.testing.assert_close(w.grad, wr.grad)
+        # w's gradient sums 4096 float32 products: their order (fused or not) moves it by ~1e-5
+        torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
 
     check()
     assert thunder.fusion_states(jf) in (["unfused"], ["fused"])
