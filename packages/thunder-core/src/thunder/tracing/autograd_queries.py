@@ -44,36 +44,33 @@ _SET_DATA = T.data.__set__
 AUTOGRAD_UPDATES = frozenset({T.requires_grad_, T.detach_, _SET_DATA})
 
 
-class _RuntimeGradFn:
-    """What ``x.grad_fn`` reads inside the traced function when ``x`` has one: it exists when the program runs."""
+class _Placeholder:
+    """An answer that is not None but holds nothing to read: reading from it raises ``refusal`` (naming what)."""
+
+    def __init__(self, description: str, refusal: str) -> None:
+        self._description, self._refusal = description, refusal
 
     def __getattr__(self, name: str):
-        raise TracingError(
-            f"thunder.jit cannot read grad_fn.{name} inside the jitted function: the autograd graph exists only "
-            "when the program runs (read it on the outputs after the call; `x.grad_fn is None` works inside)"
-        )
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise TracingError(self._refusal.format(name=name))
 
     def __repr__(self) -> str:
-        return "<grad_fn of a thunder program's output>"
+        return f"<{self._description}>"
 
 
-RUNTIME_GRAD_FN = _RuntimeGradFn()
-
-
-class _OutsideBase:
-    """What ``x._base`` reads when ``x`` is (a view of) an argument that is a view of a tensor outside the function."""
-
-    def __getattr__(self, name: str):
-        raise TracingError(
-            f"thunder.jit cannot read ._base.{name} inside the jitted function: that base is a tensor the function "
-            "was not given (pass it as an argument; `x._base is None` works inside)"
-        )
-
-    def __repr__(self) -> str:
-        return "<the base of an argument, outside the jitted function>"
-
-
-OUTSIDE_BASE = _OutsideBase()
+# what x.grad_fn reads inside the traced function when x has one: it exists when the program runs
+RUNTIME_GRAD_FN = _Placeholder(
+    "grad_fn of a thunder program's output",
+    "thunder.jit cannot read grad_fn.{name} inside the jitted function: the autograd graph exists only when the "
+    "program runs (read it on the outputs after the call; `x.grad_fn is None` works inside)",
+)
+# what x._base reads when x is (a view of) an argument that is a view of a tensor outside the function
+OUTSIDE_BASE = _Placeholder(
+    "the base of an argument, outside the jitted function",
+    "thunder.jit cannot read ._base.{name} inside the jitted function: that base is a tensor the function was not "
+    "given (pass it as an argument; `x._base is None` works inside)",
+)
 
 
 def _input_of(tracer, w: TracingTensor) -> tuple[torch.Tensor, str] | tuple[None, None]:
