@@ -587,7 +587,7 @@ def check(src):
 
 REFUSAL = re.compile(
     r"DataDependent|data-dependent|not known while tracing|depends on the values|ThunderFX|cannot trace|not supported|"
-    r"thunder\.jit cannot",
+    r"thunder\.jit cannot|depends on tensor values",
     re.I,
 )
 
