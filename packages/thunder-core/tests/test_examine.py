@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import NamedTuple
+
 import torch
 
 import thunder
@@ -101,3 +104,35 @@ def test_examine_counts_fusion_regions_forward_and_backward(capsys):
     capsys.readouterr()
     report = thunder.examine(f, a, b)
     assert not report.fusion_regions and "fusion regions" not in capsys.readouterr().out
+
+
+class _Inputs(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+@dataclasses.dataclass
+class _Holder:
+    x: torch.Tensor
+
+
+def test_examine_copies_tensors_inside_named_tuples_and_dataclasses(capsys):
+    # the eager run must update copies: a tensor left shared with the caller was updated by both runs, and
+    # the report said thunder differs from eager
+    def update_pair(p):
+        p.a.add_(1)
+        return p.a * p.b
+
+    def update_holder(h):
+        h.x.mul_(3)
+        return h.x + 1
+
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    report = thunder.examine(update_pair, _Inputs(a, b))
+    assert report.matches, report.mismatch
+    torch.testing.assert_close(a, torch.full((3,), 2.0))  # updated once, by thunder's run
+
+    x = torch.ones(2)
+    report = thunder.examine(update_holder, _Holder(x))
+    assert report.matches, report.mismatch
+    torch.testing.assert_close(x, torch.full((2,), 3.0))

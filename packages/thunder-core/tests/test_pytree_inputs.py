@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -188,3 +189,35 @@ def test_list_and_dict_arguments_changed_in_place_as_in_eager():
         torch.testing.assert_close(mine_acc[0], ref_acc[0])
         torch.testing.assert_close(mine_opts["shifted"], ref_opts["shifted"])
     assert thunder.cache_misses(jf) == 1
+
+
+class _Pair(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+# torch operators that take a sequence of tensors, given a named tuple built inside the program: the
+# printed program used to hold the named tuple as a constant of stand-ins (or rebuild it from a generator)
+_SEQUENCE_OPS = {
+    "cat": lambda a, b: torch.cat(_Pair(a, b)) * 2,
+    "stack": lambda a, b: torch.stack(_Pair(a, b), 1) * 2,
+    "meshgrid": lambda a, b: torch.mul(*torch.meshgrid(_Pair(a, b), indexing="ij")),
+    "atleast_2d": lambda a, b: torch.stack(torch.atleast_2d(_Pair(a, b))) * 2,
+    "column_stack": lambda a, b: torch.column_stack(_Pair(a, b)) * 2,
+    "einsum": lambda a, b: torch.einsum("i,j->ij", _Pair(a, b)) * 2,
+    "argument": lambda p: torch.cat(p) * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SEQUENCE_OPS))
+def test_named_tuple_as_an_operators_sequence_argument(name):
+    fn = _SEQUENCE_OPS[name]
+    leaves = [torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    args = (_Pair(*leaves),) if name == "argument" else tuple(leaves)
+    expected = fn(*args)
+    actual = thunder.jit(fn)(*args)
+    torch.testing.assert_close(actual, expected)
+    weights = torch.randn_like(expected)
+    torch.testing.assert_close(
+        torch.autograd.grad((actual * weights).sum(), leaves), torch.autograd.grad((expected * weights).sum(), leaves)
+    )

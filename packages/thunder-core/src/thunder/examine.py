@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from thunder.core import pytree
 from thunder.core.aliasing_record import AliasingRecord
 
 __all__ = ["examine", "ExamineReport"]
@@ -91,28 +92,30 @@ def _clean_name(name: str) -> str:
 
 
 def _clone(x, memo: dict):
+    """``x`` with its tensors cloned and its modules deep-copied, through every container thunder walks
+    (named tuples, dataclasses, user objects: the same pytree as ``thunder.jit``'s arguments)."""
+    pytree.discover_nodes(x)
+    return pytree.tree_map(lambda y: _clone_leaf(y, memo), x)
+
+
+def _clone_leaf(x, memo: dict):
     if isinstance(x, torch.nn.Module):
         return copy.deepcopy(x, memo)
     if isinstance(x, torch.Tensor):
         return x.detach().clone().requires_grad_(x.requires_grad)
-    if isinstance(x, (tuple, list)):
-        return type(x)(_clone(y, memo) for y in x) if type(x) in (tuple, list) else x
-    if isinstance(x, dict):
-        return {k: _clone(v, memo) for k, v in x.items()}
     return x
 
 
 def _state(x) -> list:
     """The tensors a call may update in place: tensor arguments and module state."""
-    if isinstance(x, torch.nn.Module):
-        return [t.detach() for t in x.state_dict().values()]
-    if isinstance(x, torch.Tensor):
-        return [x.detach()]
-    if isinstance(x, (tuple, list)):
-        return [t for y in x for t in _state(y)]
-    if isinstance(x, dict):
-        return [t for y in x.values() for t in _state(y)]
-    return []
+    pytree.discover_nodes(x)
+    out = []
+    for leaf in pytree.tree_leaves(x):
+        if isinstance(leaf, torch.nn.Module):
+            out += [t.detach() for t in leaf.state_dict().values()]
+        elif isinstance(leaf, torch.Tensor):
+            out.append(leaf.detach())
+    return out
 
 
 def examine(

@@ -71,7 +71,9 @@ class _Printer:
             return "..."
         if isinstance(x, torch.memory_format):
             return str(x)
-        if isinstance(x, torch.Size):
+        if isinstance(x, tuple):
+            # torch.Size, a named tuple or a structseq: torch's operators take any sequence (the traced call
+            # saw the caller's object; its type is not kept by the printed program)
             return self.value(tuple(x))
         if isinstance(x, complex):
             return repr(x)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_map
 
 __all__ = ["autocast_policy", "autocast_state", "any_autocast_enabled"]
 
@@ -156,8 +157,6 @@ def autocast_policy(func, args, kwargs):
     def cast(x):
         if isinstance(x, TensorProxy) and dtypes.is_float_dtype(x.dtype) and x.dtype.torch_dtype != target:
             return ltorch_to(x, target)
-        if isinstance(x, (tuple, list)):
-            return type(x)(cast(y) for y in x)
         return x
 
-    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+    return tree_map(cast, args), tree_map(cast, kwargs)

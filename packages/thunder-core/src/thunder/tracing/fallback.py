@@ -10,7 +10,7 @@ import torch
 
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_map
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbol import Symbol, flat_proxies
 from thunder.core.symbolic import current_size_env, hint, hints, size_env_of, specialize
 from thunder.torch.registry import InplaceOp, torch_to_thunder
@@ -104,20 +104,19 @@ _fallback_cache: dict[Any, Symbol] = {}
 def _to_meta(x, fake: bool = False):
     """Meta tensors for an opaque op's proxies; with ``fake``, fake tensors with the proxies' symbolic sizes (made
     inside the size environment's FakeTensorMode)."""
+    return tree_map(lambda y: _leaf_to_meta(y, fake), x)
+
+
+def _leaf_to_meta(x, fake: bool):
     if isinstance(x, TensorProxy):
         if fake:
             return torch.empty(x.shape, dtype=x.dtype.torch_dtype, device=x.device._torch_device)
         specialize(x.shape)  # (no symbolic sizes here: the op's output sizes are learned as numbers)
         return torch.empty(hints(x.shape), dtype=x.dtype.torch_dtype, device="meta")
-    if type(x) is torch.SymInt:
-        if not fake:
-            specialize(x)
-            return hint(x)
-        return x
-    if isinstance(x, (tuple, list)):
-        return type(x)(_to_meta(y, fake) for y in x)
-    if isinstance(x, dict):
-        return {k: _to_meta(v, fake) for k, v in x.items()}
+    t = type(x)
+    if not fake and (t is torch.SymInt or t is torch.Size):
+        specialize(x)
+        return hint(x) if t is torch.SymInt else torch.Size(hints(x))
     if isinstance(x, devices.Device):
         return x._torch_device
     return x
@@ -135,31 +134,21 @@ def _result_device(args, kwargs):
 
 
 def _from_meta(x, device):
-    if isinstance(x, torch.Tensor):
-        return TensorProxy(shape=x.shape, dtype=x.dtype, device=device, requires_grad=False)
-    if isinstance(x, (tuple, list)):
-        return (
-            type(x)(_from_meta(y, device) for y in x)
-            if type(x) in (tuple, list)
-            else type(x)(tuple(_from_meta(y, device) for y in x))
-        )
-    return x
+    return tree_map(
+        lambda y: (
+            TensorProxy(shape=y.shape, dtype=y.dtype, device=device, requires_grad=False)
+            if isinstance(y, torch.Tensor)
+            else y
+        ),
+        x,
+    )
 
 
 def _first_symbolic_size(x):
     """A symbolic size in ``x`` (the proxies' shapes included), or None."""
-    if isinstance(x, TensorProxy):
-        return next((s for s in x.shape if type(s) is torch.SymInt), None)
-    if type(x) is torch.SymInt:
-        return x
-    if isinstance(x, (tuple, list)):
-        x = iter(x)
-    elif isinstance(x, dict):
-        x = iter(x.values())
-    else:
-        return None
-    for y in x:
-        found = _first_symbolic_size(y)
+    for leaf in tree_leaves(x):
+        sizes = leaf.shape if isinstance(leaf, TensorProxy) else leaf if type(leaf) is torch.Size else (leaf,)
+        found = next((s for s in sizes if type(s) is torch.SymInt), None)
         if found is not None:
             return found
     return None
@@ -190,12 +179,10 @@ def _run_tracking_grad(func, margs, mkwargs):
             leaf = x.detach().requires_grad_(True)
             leaves.append(leaf)
             return leaf
-        if isinstance(x, (tuple, list)):
-            return type(x)(grad_leaf(y) for y in x)
         return x
 
-    gargs = grad_leaf(margs)
-    gkwargs = {k: grad_leaf(v) for k, v in mkwargs.items()}
+    gargs = tree_map(grad_leaf, margs)
+    gkwargs = tree_map(grad_leaf, mkwargs)
     if not leaves:
         return None
     try:

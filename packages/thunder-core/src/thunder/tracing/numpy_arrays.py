@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from thunder.core.pytree import register_node
+from thunder.core.pytree import register_node, tree_map
 from thunder.tracing.errors import TracingError, describe_location
 from thunder.tracing.tracing_tensor import TracingTensor
 
@@ -360,11 +360,8 @@ def _operand(x):
 
 
 def _tree(x, leaf):
-    if isinstance(x, (tuple, list)):
-        return type(x)(_tree(y, leaf) for y in x)
-    if isinstance(x, dict):
-        return {k: _tree(v, leaf) for k, v in x.items()}
-    return leaf(x)
+    """``x`` with ``leaf`` applied to its leaves, an array being one (a registered node elsewhere)."""
+    return tree_map(leaf, x, is_leaf=lambda y: type(y) is TracedArray)
 
 
 def _what_numpy_returns(np, func, args, kwargs):

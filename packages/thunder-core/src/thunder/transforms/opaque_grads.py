@@ -19,6 +19,7 @@ from thunder.core import dtypes
 from thunder.core.aliasing import OPAQUE_KEEPING_RNG_STATE
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbol import Symbol, flat_proxies
 from thunder.transforms.autodiff import get_grad, needs_grad, put_grad
 
@@ -30,15 +31,15 @@ def _float(p) -> bool:
 
 
 def _replace_tensors(x, values, pos):
-    if isinstance(x, TensorProxy):
-        v = values[pos[0]]
+    """``x`` with its tensor proxies replaced by ``values``, in ``flat_proxies``' order (the pytree's)."""
+
+    def replace(y):
+        if not isinstance(y, TensorProxy):
+            return y
         pos[0] += 1
-        return v
-    if isinstance(x, (tuple, list)):
-        return type(x)(_replace_tensors(y, values, pos) for y in x)
-    if isinstance(x, dict):
-        return {k: _replace_tensors(v, values, pos) for k, v in x.items()}
-    return x
+        return values[pos[0] - 1]
+
+    return tree_map(replace, x)
 
 
 def opaque_grad_rule(sym: Symbol):
@@ -71,7 +72,7 @@ def opaque_grad_rule(sym: Symbol):
                 call_args = _replace_tensors(args, leaves, pos)
                 call_kwargs = _replace_tensors(kwargs, leaves, pos)
                 result = func(*call_args, **call_kwargs)
-                flat = [r for r in (result if isinstance(result, (tuple, list)) else (result,)) if torch.is_tensor(r)]
+                flat = [r for r in tree_leaves(result) if torch.is_tensor(r)]
                 flat = [r for r in flat if r.is_floating_point() or r.is_complex()]
                 # outputs PyTorch does not differentiate (layer norm's statistics, lu's permutation) carry none
                 pairs = [(r, c) for r, c in zip(flat, cots) if r.requires_grad]
