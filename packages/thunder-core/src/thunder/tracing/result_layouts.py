@@ -17,13 +17,11 @@ op reading another pending result is taken as contiguous, as before this module 
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from thunder.core.symbolic import hints
 from thunder.tracing.tracing_tensor import TracingTensor
-from thunder.tracing.views import _SAME_ORDER_VIEWS, run_on_shadows, shadow
+from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, shadow
 
 __all__ = ["PendingLayout", "defer_result_layout"]
 
@@ -95,29 +93,23 @@ def _as_shadows(x):
     return x
 
 
-class PendingLayout:
+class PendingLayout(DeferredMetaRun):
     """An op's run on its arguments' shadows (taken when it was called), made when a result's shadow is first
     needed: one meta run, never a chain of them."""
 
-    __slots__ = ("func", "args", "kwargs", "outputs")
+    __slots__ = ()
+    marker = "_tt_layout_pending"
 
     def __init__(self, func, args, kwargs, outputs: tuple[TracingTensor, ...]) -> None:
         self.func = func
         self.args, self.kwargs = _as_shadows(args), _as_shadows(kwargs)
-        self.outputs = tuple(weakref.ref(w) for w in outputs)
-        for w in outputs:
-            w._tt_layout_pending = self
+        self._hold(outputs)
 
     def resolve(self) -> None:
-        if self.outputs is None:
+        ran = self._run()
+        if ran is None:
             return
-        refs = self.outputs
-        self.outputs = None
-        outs = [r() for r in refs]
-        for w in outs:
-            if w is not None:
-                w._tt_layout_pending = None
-        mout = run_on_shadows(self.func, self.args, self.kwargs)
+        outs, mout = ran
         if isinstance(mout, torch.Tensor):
             mout = (mout,)
         if not isinstance(mout, (tuple, list)) or len(mout) != len(outs):

@@ -335,7 +335,33 @@ def _to_shadows(x):
     return x
 
 
-class _PendingShadows:
+class DeferredMetaRun:
+    """An op's run on its arguments' shadows, made when one of its outputs first needs it: one meta run, never
+    a chain of them. The outputs are held weakly (each holds this record through its ``marker`` attribute:
+    no reference cycle)."""
+
+    __slots__ = ("func", "args", "kwargs", "outputs")
+    marker = ""  # the outputs' attribute that points at their pending run
+
+    def _hold(self, outputs) -> None:
+        self.outputs = tuple(weakref.ref(w) for w in outputs)
+        for w in outputs:
+            setattr(w, self.marker, self)
+
+    def _run(self):
+        """``(outputs, meta result)``, each output unmarked (None where it is gone); None if it ran already."""
+        refs = self.outputs
+        if refs is None:
+            return None
+        self.outputs = None
+        outs = [r() for r in refs]
+        for w in outs:
+            if w is not None:
+                setattr(w, self.marker, None)
+        return outs, run_on_shadows(self.func, self.args, self.kwargs)
+
+
+class _PendingShadows(DeferredMetaRun):
     """A view op's shadow run, deferred: most views are never updated in place nor asked for their layout.
 
     It runs when one of its outputs' shadows is needed (``shadow``), before any in-place update (which must
@@ -344,31 +370,23 @@ class _PendingShadows:
     pending run first. The outputs are held weakly (each holds this record: no reference cycle).
     """
 
-    __slots__ = ("func", "args", "kwargs", "mapped", "uargs", "ukwargs", "outputs", "container")
+    __slots__ = ("mapped", "uargs", "ukwargs", "container")
+    marker = "_tt_pending"
 
     def __init__(self, func, args, kwargs, mapped, uargs, ukwargs, wrapped) -> None:
         self.func, self.mapped, self.uargs, self.ukwargs = func, mapped, uargs, ukwargs
         self.args, self.kwargs = _snapshot(args), _snapshot(kwargs)  # (user code may change a list it passed)
         single = type(wrapped) is TracingTensor
         self.container = None if single else type(wrapped)
-        outs = (wrapped,) if single else wrapped
-        self.outputs = tuple(weakref.ref(w) for w in outs)
-        for w in outs:
-            w._tt_pending = self
+        self._hold((wrapped,) if single else wrapped)
 
     def resolve(self) -> None:
-        refs = self.outputs
-        if refs is None:
+        ran = self._run()
+        if ran is None or ran[1] is None:
             return
-        self.outputs = None
-        outs = [r() for r in refs]
-        for w in outs:
-            if w is not None:
-                w._tt_pending = None
-        mout = run_on_shadows(self.func, self.args, self.kwargs)
-        if mout is not None:
-            wrapped = outs[0] if self.container is None else self.container(outs)
-            adopt_shadows(self.func, self.mapped, False, self.args, self.uargs, self.ukwargs, wrapped, mout)
+        outs, mout = ran
+        wrapped = outs[0] if self.container is None else self.container(outs)
+        adopt_shadows(self.func, self.mapped, False, self.args, self.uargs, self.ukwargs, wrapped, mout)
 
 
 def _snapshot(x):
