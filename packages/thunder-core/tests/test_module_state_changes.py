@@ -3,11 +3,14 @@ of its state: each test warms the program up, changes the module the way a user 
 result (and gradients where they apply) with eager's on the same module, for the first call after the change and
 the next.
 
-Every test runs twice: with the prologue's gate of dict version tags (docs/caching.md, "How a module's state is
-checked cheaply") and with every check on every call (as where PyTorch provides no tags).
+Every test runs three times: with the prologue's gate of dict version tags (docs/caching.md, "How a module's state is
+checked cheaply") comparing the sum of the tags (Python up to 3.11), the same gate comparing the tags one by one (as
+from 3.12), and with every check on every call (as where PyTorch provides no tags).
 """
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 import torch
@@ -17,12 +20,14 @@ import thunder
 from thunder.tracing import dict_versions
 
 
-@pytest.fixture(autouse=True, params=["version gate", "full checks"])
+@pytest.fixture(autouse=True, params=["version gate", "version gate, tags compared one by one", "full checks"])
 def gate(request, monkeypatch):
     if request.param == "full checks":
         monkeypatch.setattr(dict_versions, "_resolved", [None])
     else:
         assert dict_versions.dict_version_function() is not None, "torch's dict_version does not work here"
+    if request.param.endswith("one by one"):  # (as from Python 3.12, where the sum of the tags is not used)
+        monkeypatch.setattr(dict_versions, "_growing", [False])
     return request.param
 
 
@@ -78,7 +83,33 @@ def _same_as_eager(model, jitted, x, *, grads: bool = True, calls: int = 2) -> N
 
 def test_the_gate_is_in_the_prologue_only_where_tags_work(gate):
     model, jitted, x = _setup()
-    assert _uses_gate(jitted) is (gate == "version gate")
+    assert _uses_gate(jitted) is gate.startswith("version gate")
+    summed = "_sum(map(_dict_version" in str(thunder.last_prologue_traces(jitted)[-1])
+    assert summed is (gate == "version gate" and dict_versions.tags_only_grow())
+
+
+def test_changes_in_two_modules_between_calls_are_both_seen():
+    # (with the sum of the tags: two changes never cancel out, each makes its tag larger)
+    model, jitted, x = _setup()
+    model.norm.eps = 0.25
+    model.fc1.weight.data = model.fc1.weight.data * 2
+    model.body[1].bias.requires_grad_(False)
+    _same_as_eager(model, jitted, x)
+    model.norm.eps = 1e-5
+    model.body[1].bias.requires_grad_(True)
+    _same_as_eager(model, jitted, x)
+
+
+def test_the_tags_sum_only_where_a_changed_dict_gets_a_larger_tag(monkeypatch):
+    if dict_versions.dict_version_function() is None:
+        pytest.skip("torch's dict_version is not available here")
+    versions = iter([10, 11, 9, 12, 13, 14, 15, 16, 17, 18])  # a tag that goes down after a change
+    monkeypatch.setattr(dict_versions, "_growing", [])
+    assert dict_versions._probe_growth(lambda d: next(versions)) is False
+    if sys.version_info < (3, 12):
+        assert dict_versions._probe_growth(dict_versions.dict_version_function()) is True
+    else:  # (the low bits of a tag can go down there: the tags are compared one by one)
+        assert dict_versions.tags_only_grow() is False
 
 
 def test_a_change_undone_before_the_next_call_is_still_checked():

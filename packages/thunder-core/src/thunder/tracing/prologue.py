@@ -26,7 +26,7 @@ from thunder.core.symbol import Symbol
 from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
-from thunder.tracing.dict_versions import dict_version_function
+from thunder.tracing.dict_versions import dict_version_function, tags_only_grow
 
 __all__ = ["MISS", "PrologueBuilder", "parameter_locals", "size_local"]
 
@@ -179,14 +179,22 @@ class _ModuleChecks:
         ``_modules`` are read first; when they equal those of the last call whose checks all passed, every key
         of those dicts still maps to the very same object (training flags, hook dicts, instance ``forward``,
         submodules, attributes), so only the hook dicts' contents are checked. The prologue stores the tags
-        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``)."""
+        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``).
+
+        Where tags only grow (``dict_versions.tags_only_grow``), their sum stands for them: one number to compare
+        instead of a list."""
         n = self.names
         c = builder.constant
         builder.trace.constants["_dict_version"] = dict_version
         gated = c(tuple(self.dicts) + tuple(self.submodule_dicts), "_gated_dicts")
         gate = builder.gate = c([None], "_gate")  # the tags of the last call that passed (None: none yet)
+        if tags_only_grow():
+            builder.trace.constants["_sum"] = sum
+            read = f"_versions = _sum(map(_dict_version, {gated}))"
+        else:
+            read = f"_versions = list(map(_dict_version, {gated}))"
         return [
-            f"_versions = list(map(_dict_version, {gated}))",
+            read,
             f"_gate_ok = _versions == {gate}[0]",
             f"if not _gate_ok and (list(map(_module_state_of, {n['dicts']})) != {n['states']}"
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
