@@ -321,3 +321,30 @@ def test_class_of_a_module_with_hooks_reassigned():
     _same_as_eager(model, jitted, x)
     model.body[1].__class__ = _Scaled
     _same_as_eager(model, jitted, x)
+
+
+def _scaled(t, factor):
+    copy = t.detach().clone()
+    return copy.mul_(factor) if copy.is_floating_point() else copy
+
+
+@pytest.mark.parametrize("kind", ["_parameters", "_buffers"])
+@pytest.mark.parametrize("same_tensors", [False, True], ids=["new tensors", "same tensors"])
+def test_a_modules_parameter_or_buffer_dict_replaced(kind, same_tensors):
+    # behind the gate the prologue reads parameters and buffers from the dicts the modules had when traced: a module
+    # given a new dict object must not keep reading the old one
+    model, jitted, x = _setup()
+    owner = model.fc1 if kind == "_parameters" else model.norm
+    old = getattr(owner, kind)
+    new = {k: (v if same_tensors or v is None else _scaled(v, 1.5)) for k, v in old.items()}
+    if kind == "_parameters" and not same_tensors:
+        new = {k: nn.Parameter(v) for k, v in new.items()}
+    owner.__dict__[kind] = new
+    _same_as_eager(model, jitted, x)
+    if not same_tensors:  # the old dict, still held by the program, changes too: the new one decides
+        for v in old.values():
+            if v is not None and v.is_floating_point():
+                with torch.no_grad():
+                    v.add_(100.0)
+        _same_as_eager(model, jitted, x)
+
