@@ -347,4 +347,3 @@ def test_a_modules_parameter_or_buffer_dict_replaced(kind, same_tensors):
                 with torch.no_grad():
                     v.add_(100.0)
         _same_as_eager(model, jitted, x)
-

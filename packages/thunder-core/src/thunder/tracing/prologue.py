@@ -699,7 +699,6 @@ class PrologueBuilder:
         ]
         return order, block
 
-
     def build_unchecked(self):
         """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
         module attributes or globals the checks describe as they were before the call)."""
