@@ -11,6 +11,7 @@ from 3.12), and with every check on every call (as where PyTorch provides no tag
 from __future__ import annotations
 
 import sys
+import types
 
 import pytest
 import torch
@@ -347,3 +348,48 @@ def test_a_modules_parameter_or_buffer_dict_replaced(kind, same_tensors):
                 with torch.no_grad():
                     v.add_(100.0)
         _same_as_eager(model, jitted, x)
+
+
+class _Configured(nn.Module):
+    """Reads a config object (plain data, a dict of numbers, and optionally a list) in its forward."""
+
+    def __init__(self, with_list: bool):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.config = types.SimpleNamespace(scale=2.0, extra={"shift": 1.0}, name="cfg")
+        if with_list:
+            self.config.offsets = [0.5, 0.25, 0.125]
+
+    def forward(self, x):
+        y = self.fc(x) * self.config.scale + self.config.extra["shift"]
+        if hasattr(self.config, "offsets"):
+            y = y + torch.tensor(self.config.offsets)
+        return y
+
+
+_CONFIG_CHANGES = {
+    "attribute set": lambda cfg: setattr(cfg, "scale", 3.0),
+    "attribute written in __dict__": lambda cfg: cfg.__dict__.__setitem__("scale", 4.0),
+    "dict entry changed in place": lambda cfg: cfg.extra.__setitem__("shift", 5.0),
+    "dict replaced by an equal one": lambda cfg: setattr(cfg, "extra", dict(cfg.extra)),
+    "dict replaced by another": lambda cfg: setattr(cfg, "extra", {"shift": 7.0}),
+    "dict entry added": lambda cfg: cfg.extra.__setitem__("unused", 0),
+    "list changed in place": lambda cfg: cfg.offsets.__setitem__(0, 9.0) if hasattr(cfg, "offsets") else None,
+}
+
+
+@pytest.mark.parametrize("with_list", [False, True], ids=["plain config", "config with a list"])
+@pytest.mark.parametrize("change", list(_CONFIG_CHANGES))
+def test_config_object_changed(change, with_list):
+    # a config holding only immutable values and dicts of them is compared only when a version tag of its
+    # __dict__ or of those dicts moved; one with a list is compared on every call
+    torch.manual_seed(0)
+    model = _Configured(with_list)
+    jitted = thunder.jit(model)
+    x = torch.randn(5, 4)
+    for _ in range(3):
+        jitted(x)
+    _CONFIG_CHANGES[change](model.config)
+    _same_as_eager(model, jitted, x)
+    _CONFIG_CHANGES[change](model.config)  # (again: the program compiled for the change keeps matching)
+    _same_as_eager(model, jitted, x)
