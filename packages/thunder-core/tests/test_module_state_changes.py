@@ -3,11 +3,15 @@ of its state: each test warms the program up, changes the module the way a user 
 result (and gradients where they apply) with eager's on the same module, for the first call after the change and
 the next.
 
-Every test runs twice: with the prologue's gate of dict version tags (docs/caching.md, "How a module's state is
-checked cheaply") and with every check on every call (as where PyTorch provides no tags).
+Every test runs three times: with the prologue's gate of dict version tags (docs/caching.md, "How a module's state is
+checked cheaply") comparing the sum of the tags (Python up to 3.11), the same gate comparing the tags one by one (as
+from 3.12), and with every check on every call (as where PyTorch provides no tags).
 """
 
 from __future__ import annotations
+
+import sys
+import types
 
 import pytest
 import torch
@@ -17,12 +21,14 @@ import thunder
 from thunder.tracing import dict_versions
 
 
-@pytest.fixture(autouse=True, params=["version gate", "full checks"])
+@pytest.fixture(autouse=True, params=["version gate", "version gate, tags compared one by one", "full checks"])
 def gate(request, monkeypatch):
     if request.param == "full checks":
         monkeypatch.setattr(dict_versions, "_resolved", [None])
     else:
         assert dict_versions.dict_version_function() is not None, "torch's dict_version does not work here"
+    if request.param.endswith("one by one"):  # (as from Python 3.12, where the sum of the tags is not used)
+        monkeypatch.setattr(dict_versions, "_growing", [False])
     return request.param
 
 
@@ -78,7 +84,33 @@ def _same_as_eager(model, jitted, x, *, grads: bool = True, calls: int = 2) -> N
 
 def test_the_gate_is_in_the_prologue_only_where_tags_work(gate):
     model, jitted, x = _setup()
-    assert _uses_gate(jitted) is (gate == "version gate")
+    assert _uses_gate(jitted) is gate.startswith("version gate")
+    summed = "_sum(map(_dict_version" in str(thunder.last_prologue_traces(jitted)[-1])
+    assert summed is (gate == "version gate" and dict_versions.tags_only_grow())
+
+
+def test_changes_in_two_modules_between_calls_are_both_seen():
+    # (with the sum of the tags: two changes never cancel out, each makes its tag larger)
+    model, jitted, x = _setup()
+    model.norm.eps = 0.25
+    model.fc1.weight.data = model.fc1.weight.data * 2
+    model.body[1].bias.requires_grad_(False)
+    _same_as_eager(model, jitted, x)
+    model.norm.eps = 1e-5
+    model.body[1].bias.requires_grad_(True)
+    _same_as_eager(model, jitted, x)
+
+
+def test_the_tags_sum_only_where_a_changed_dict_gets_a_larger_tag(monkeypatch):
+    if dict_versions.dict_version_function() is None:
+        pytest.skip("torch's dict_version is not available here")
+    versions = iter([10, 11, 9, 12, 13, 14, 15, 16, 17, 18])  # a tag that goes down after a change
+    monkeypatch.setattr(dict_versions, "_growing", [])
+    assert dict_versions._probe_growth(lambda d: next(versions)) is False
+    if sys.version_info < (3, 12):
+        assert dict_versions._probe_growth(dict_versions.dict_version_function()) is True
+    else:  # (the low bits of a tag can go down there: the tags are compared one by one)
+        assert dict_versions.tags_only_grow() is False
 
 
 def test_a_change_undone_before_the_next_call_is_still_checked():
@@ -289,4 +321,75 @@ def test_class_of_a_module_with_hooks_reassigned():
     model.body[1].register_forward_hook(lambda mod, inp, out: out + 1)  # (a module with hooks: its own check line)
     _same_as_eager(model, jitted, x)
     model.body[1].__class__ = _Scaled
+    _same_as_eager(model, jitted, x)
+
+
+def _scaled(t, factor):
+    copy = t.detach().clone()
+    return copy.mul_(factor) if copy.is_floating_point() else copy
+
+
+@pytest.mark.parametrize("kind", ["_parameters", "_buffers"])
+@pytest.mark.parametrize("same_tensors", [False, True], ids=["new tensors", "same tensors"])
+def test_a_modules_parameter_or_buffer_dict_replaced(kind, same_tensors):
+    # behind the gate the prologue reads parameters and buffers from the dicts the modules had when traced: a module
+    # given a new dict object must not keep reading the old one
+    model, jitted, x = _setup()
+    owner = model.fc1 if kind == "_parameters" else model.norm
+    old = getattr(owner, kind)
+    new = {k: (v if same_tensors or v is None else _scaled(v, 1.5)) for k, v in old.items()}
+    if kind == "_parameters" and not same_tensors:
+        new = {k: nn.Parameter(v) for k, v in new.items()}
+    owner.__dict__[kind] = new
+    _same_as_eager(model, jitted, x)
+    if not same_tensors:  # the old dict, still held by the program, changes too: the new one decides
+        for v in old.values():
+            if v is not None and v.is_floating_point():
+                with torch.no_grad():
+                    v.add_(100.0)
+        _same_as_eager(model, jitted, x)
+
+
+class _Configured(nn.Module):
+    """Reads a config object (plain data, a dict of numbers, and optionally a list) in its forward."""
+
+    def __init__(self, with_list: bool):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.config = types.SimpleNamespace(scale=2.0, extra={"shift": 1.0}, name="cfg")
+        if with_list:
+            self.config.offsets = [0.5, 0.25, 0.125]
+
+    def forward(self, x):
+        y = self.fc(x) * self.config.scale + self.config.extra["shift"]
+        if hasattr(self.config, "offsets"):
+            y = y + torch.tensor(self.config.offsets)
+        return y
+
+
+_CONFIG_CHANGES = {
+    "attribute set": lambda cfg: setattr(cfg, "scale", 3.0),
+    "attribute written in __dict__": lambda cfg: cfg.__dict__.__setitem__("scale", 4.0),
+    "dict entry changed in place": lambda cfg: cfg.extra.__setitem__("shift", 5.0),
+    "dict replaced by an equal one": lambda cfg: setattr(cfg, "extra", dict(cfg.extra)),
+    "dict replaced by another": lambda cfg: setattr(cfg, "extra", {"shift": 7.0}),
+    "dict entry added": lambda cfg: cfg.extra.__setitem__("unused", 0),
+    "list changed in place": lambda cfg: cfg.offsets.__setitem__(0, 9.0) if hasattr(cfg, "offsets") else None,
+}
+
+
+@pytest.mark.parametrize("with_list", [False, True], ids=["plain config", "config with a list"])
+@pytest.mark.parametrize("change", list(_CONFIG_CHANGES))
+def test_config_object_changed(change, with_list):
+    # a config holding only immutable values and dicts of them is compared only when a version tag of its
+    # __dict__ or of those dicts moved; one with a list is compared on every call
+    torch.manual_seed(0)
+    model = _Configured(with_list)
+    jitted = thunder.jit(model)
+    x = torch.randn(5, 4)
+    for _ in range(3):
+        jitted(x)
+    _CONFIG_CHANGES[change](model.config)
+    _same_as_eager(model, jitted, x)
+    _CONFIG_CHANGES[change](model.config)  # (again: the program compiled for the change keeps matching)
     _same_as_eager(model, jitted, x)

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from thunder.tracing.dict_versions import dict_version_function
+
 __all__ = [
     "structure_version",
     "track_module",
@@ -155,6 +157,53 @@ def _config_equal(value, snapshot: dict) -> bool:
     return True
 
 
+def _tagged_config_keys(value) -> list[str] | None:
+    """The keys of a config object's ``__dict__`` that hold dicts, when the version tags of that ``__dict__`` and of
+    those dicts see every change of the data compared (each other value, and each value in those dicts, is
+    immutable): then equal tags mean an equal config. None otherwise (a list, or a dict in a dict), or where this
+    Python has no usable tags."""
+    if dict_version_function() is None:
+        return None
+    keys = []
+    for k, v in vars(value).items():
+        if type(v) is dict:
+            if not all(_identity_suffices(x) and _identity_suffices(y) for x, y in v.items()):
+                return None
+            keys.append(k)
+        elif not _identity_suffices(v) or _is_config_object(v):
+            return None
+    return keys
+
+
+def _config_tags_condition(pb, obj: str, snap: str, keys: list[str]) -> str:
+    """The prologue's condition that config ``obj`` differs from ``snap``: false at once while the tags of its
+    ``__dict__`` and of the dicts under ``keys`` equal those read at the last comparison that found it equal
+    (``_recheck_config``)."""
+    tags = pb.constant([None] * (1 + len(keys)), "_config_tags")
+    pb.trace.constants["_dict_version"] = dict_version_function()
+    pb.trace.constants["_recheck_config"] = _recheck_config
+    moved = [f"_dict_version({obj}.__dict__) != {tags}[0]"]
+    moved += [f"_dict_version({obj}.__dict__[{k!r}]) != {tags}[{i + 1}]" for i, k in enumerate(keys)]
+    return f"(({' or '.join(moved)}) and not _recheck_config({obj}, {snap}, {tuple(keys)!r}, {tags}))"
+
+
+def _recheck_config(obj, snapshot: dict, keys: tuple, tags: list) -> bool:
+    """Whether config ``obj`` equals ``snapshot``; if so, ``tags`` keeps the version tags read before comparing
+    (of its ``__dict__`` and of the dicts under ``keys``: a later change moves one of them)."""
+    dict_version = dict_version_function()
+    d = obj.__dict__
+    versions = [dict_version(d)]
+    for k in keys:
+        v = d.get(k)
+        if type(v) is not dict:
+            return d == snapshot  # (then it differs from the snapshot, whose value there is a dict)
+        versions.append(dict_version(v))
+    if d != snapshot:
+        return False
+    tags[:] = versions
+    return True
+
+
 def guard_value(
     pb, expr: str, value: Any, what: str | None = None, *, read_from: tuple[dict, str] | None = None
 ) -> None:
@@ -209,7 +258,11 @@ def _guard_value(pb, expr: str, value: Any, what: str | None) -> None:
         pb.__dict__.setdefault("_configs_checked", set()).add(id(value))
         snapshot = _config_snapshot(value)
         snap = pb.constant(snapshot, "_config")
-        if all(type(v) is not dict or type(getattr(value, k)) is dict for k, v in snapshot.items()):
+        tagged = _tagged_config_keys(value)
+        if tagged is not None:
+            # plain data that only a change of its dicts can change: compared only when a dict's tag moved
+            pb.fail_if(f"{expr} is not {obj} or {_config_tags_condition(pb, obj, snap, tagged)}", what)
+        elif all(type(v) is not dict or type(getattr(value, k)) is dict for k, v in snapshot.items()):
             # only plain data: one dict comparison (C speed)
             pb.fail_if(f"{expr} is not {obj} or {obj}.__dict__ != {snap}", what)
         else:

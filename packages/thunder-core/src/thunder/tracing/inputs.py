@@ -56,7 +56,7 @@ def _emit_state_reads(prologue: PrologueBuilder, inputs: _InputBuilder, used: se
     """Module tensors the computation uses become prologue locals, checked with the arguments."""
     for name, expr, proxy, example in inputs.state_reads:
         if name in used:
-            prologue.emit(f"{name} = {expr}")
+            prologue.read_state(name, expr, inputs.state_sources.get(name))
             prologue.check_tensor(name, proxy, example)
 
 
@@ -81,6 +81,8 @@ class _InputBuilder:
         self.tensors: list[_TensorInput] = []
         self.by_id: dict[int, TracingTensor] = {}
         self.state_reads: list = []  # (local name, expression, proxy, example) for module tensors
+        # local name -> (module expression, module, "_parameters" or "_buffers", key) for tensors read from those dicts
+        self.state_sources: dict = {}
         self.shadows: dict = {}  # id(user's module) -> the shadow the traced code runs on
         self.guarded_modules: set[int] = set()
         self.first_read: dict[int, str] = {}  # id(tensor) -> where the prologue reads it first
@@ -302,6 +304,8 @@ class _InputBuilder:
             self.first_read[id(t)] = expr
             self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))
             self.state_reads.append((proxy.name, expr, proxy, t))
+            if kind:
+                self.state_sources[proxy.name] = (expr[: -len(f".{kind}[{key!r}]")], m, kind, key)
         else:
             # the same tensor in two places (tied weights): the trace relies on it staying tied
             self.prologue.fail_if(f"{expr} is not {self.first_read[id(t)]}", f"tied tensor {mname}.{key}")

@@ -26,7 +26,7 @@ from thunder.core.symbol import Symbol
 from thunder.core.symbolic import hint, hints, is_symbolic
 from thunder.core.trace import TraceCtx
 from thunder.tracing.autocast import any_autocast_enabled, autocast_state
-from thunder.tracing.dict_versions import dict_version_function
+from thunder.tracing.dict_versions import dict_version_function, tags_only_grow
 
 __all__ = ["MISS", "PrologueBuilder", "parameter_locals", "size_local"]
 
@@ -179,14 +179,22 @@ class _ModuleChecks:
         ``_modules`` are read first; when they equal those of the last call whose checks all passed, every key
         of those dicts still maps to the very same object (training flags, hook dicts, instance ``forward``,
         submodules, attributes), so only the hook dicts' contents are checked. The prologue stores the tags
-        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``)."""
+        it read once all its checks pass (see ``PrologueBuilder._rendered_lines``).
+
+        Where tags only grow (``dict_versions.tags_only_grow``), their sum stands for them: one number to compare
+        instead of a list."""
         n = self.names
         c = builder.constant
         builder.trace.constants["_dict_version"] = dict_version
         gated = c(tuple(self.dicts) + tuple(self.submodule_dicts), "_gated_dicts")
         gate = builder.gate = c([None], "_gate")  # the tags of the last call that passed (None: none yet)
+        if tags_only_grow():
+            builder.trace.constants["_sum"] = sum
+            read = f"_versions = _sum(map(_dict_version, {gated}))"
+        else:
+            read = f"_versions = list(map(_dict_version, {gated}))"
         return [
-            f"_versions = list(map(_dict_version, {gated}))",
+            read,
             f"_gate_ok = _versions == {gate}[0]",
             f"if not _gate_ok and (list(map(_module_state_of, {n['dicts']})) != {n['states']}"
             f" or any(map(_contains, {n['dicts']}, _forward_key))"
@@ -309,12 +317,22 @@ class PrologueBuilder:
     # (the user's signature as a def's parameters, the arguments passing them on) when some parameter is renamed
     _forward: tuple | None = None
     gate: str | None = None  # the constant holding the version tags of the last call that passed (see _ModuleChecks)
+    # line index -> (local name, module, "_parameters" or "_buffers", key) of the reads of module tensors (read_state)
+    state_reads: dict = field(default_factory=dict)
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
 
     def emit(self, *lines: str) -> None:
         self.lines.extend(lines)
+
+    def read_state(self, name: str, expr: str, source: tuple | None = None) -> None:
+        """``name = expr``: a module's parameter or buffer the computation takes. ``source``: ``(module expression,
+        module, "_parameters" or "_buffers", key)`` when ``expr`` reads it from that dict of the module (behind the
+        version gate, such reads become one C loop, see ``_state_reads_source``)."""
+        if source is not None and self.trace.constants.get(source[0]) is source[1]:
+            self.state_reads[len(self.lines)] = (name, *source[1:])
+        self.lines.append(f"{name} = {expr}")
 
     def fail_unless(self, condition: str, what: str | None = None) -> None:
         if self.checks:
@@ -630,6 +648,12 @@ class PrologueBuilder:
         # the module checks behind a gate of dict version tags; the attribute reads from those modules'
         # __dict__s behind the same gate when they come after it (they read its _gate_ok)
         lines = list(self.lines)
+        reads = self._state_reads_source({id(d) for d in modules.dicts})
+        if reads is not None:  # the first read becomes the whole block, the others go
+            (first, *others), block = reads
+            lines[first] = block
+            for i in others:
+                lines[i] = None
         out = [*lines[: modules.line], *modules.gated_source(self, dict_version)]
         rest = lines[modules.line + 1 :]
         if group is not None and group.line > modules.line:
@@ -639,7 +663,41 @@ class PrologueBuilder:
         elif group is not None:
             out = [*lines[: group.line], *group.source(), *lines[group.line + 1 : modules.line], *out[modules.line :]]
         # every check passed: the tags read before them describe a state that passes
-        return [*out, *rest, f"if not _gate_ok: {self.gate}[0] = _versions"]
+        out = [*out, *rest, f"if not _gate_ok: {self.gate}[0] = _versions"]
+        if reads is not None:
+            out = [line for item in out if item is not None for line in (item if type(item) is list else [item])]
+        return out
+
+    def _state_reads_source(self, gated: set[int]) -> tuple[list[int], list[str]] | None:
+        """The reads of parameters and buffers from gated modules (``gated``: the ids of their ``__dict__``s) as
+        one block: ``(the indices of the lines it replaces, its lines)``, or None when there are none.
+
+        While the gate holds, each module's ``__dict__`` maps ``_parameters`` and ``_buffers`` to the very objects it
+        did at the last call that passed, and a check behind the gate makes those the dicts the module had when
+        traced (replacing a module's ``_parameters`` dict is then a miss): the tensors are read from those dicts, by
+        key, in one C loop. Otherwise they are read through the modules as written.
+        """
+        picked = {i: r for i, r in self.state_reads.items() if id(r[1].__dict__) in gated}
+        if not picked:
+            return None
+        order = sorted(picked)
+        c = self.constant
+        constants = self.trace.constants
+        constants["_getitem"], constants["_all"], constants["_is"] = operator.getitem, all, operator.is_
+        constants["_dict_get"], constants["_absent"] = dict.get, itertools.repeat(_ABSENT)
+        owners = c([picked[i][1].__dict__ for i in order], "_state_owners")
+        kinds = c([picked[i][2] for i in order], "_state_kinds")
+        dicts = c([getattr(picked[i][1], picked[i][2]) for i in order], "_state_dicts")
+        keys = c([picked[i][3] for i in order], "_state_keys")
+        names = "".join(f"{picked[i][0]}, " for i in order)
+        block = [
+            f"if not _gate_ok and not _all(map(_is, map(_dict_get, {owners}, {kinds}, _absent), {dicts})): return MISS",
+            "if _gate_ok:",
+            f"  {names}= map(_getitem, {dicts}, {keys})",
+            "else:",
+            *(f"  {self.lines[i]}" for i in order),
+        ]
+        return order, block
 
     def build_unchecked(self):
         """The prologue without its checks: unpacks and calls (for the call that traced, when tracing changed
