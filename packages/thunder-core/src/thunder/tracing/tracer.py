@@ -23,6 +23,7 @@ from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
 from thunder.tracing.errors import (
+    DataDependentControlFlowError,
     TracingError,
     data_dependent_error,
     data_dependent_size_error,
@@ -322,7 +323,7 @@ class Tracer:
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
                     _refuse_update_of_grad_leaf(func, args[0])
                     self._rebind(func, args[0], out)
-        except (TracingError, RecursionError):
+        except (TracingError, DataDependentControlFlowError, RecursionError):
             raise
         except Exception as e:
             if type(e).__name__ == "GuardOnDataDependentSymNode":
@@ -799,7 +800,8 @@ class Tracer:
             wrapper._tt_seen = fresh._tt_version
         wrapper._tt_meta = new_meta
         wrapper._tt_value = value
-        with torch._C.DisableTorchFunction():
+        # (outside inference_mode: there, assigning .data reaches the dispatcher's shallow-copy check with the stand-ins)
+        with torch._C.DisableTorchFunction(), torch.inference_mode(False):
             wrapper.data = TracingTensor(value)
 
     # ---------------------------------------------------------------- ops without a symbol

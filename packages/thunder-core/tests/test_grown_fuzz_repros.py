@@ -1,0 +1,124 @@
+"""One test per class the grown fuzzer (``grown_fuzz.py``) found, each against eager PyTorch on the same inputs.
+
+Clear errors: data-dependent shapes that even PyTorch's fake tensors cannot describe (a 0-d boolean index)
+raise thunder's ``DataDependentControlFlowError`` naming the user's line. Silent differences: the result type of
+``addcmul`` on integer tensors, in-place layout changes under ``inference_mode``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+from thunder.tracing.errors import DataDependentControlFlowError
+
+
+def _same(actual, expected) -> None:
+    assert type(actual) is type(expected)
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+        return
+    assert actual.dtype == expected.dtype
+    assert actual.shape == expected.shape
+    assert actual.requires_grad == expected.requires_grad
+    torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True)
+
+
+# --- clear errors ---------------------------------------------------------------------------------
+
+
+def _index_with_0d_mask(x, mask):
+    picked = x[mask]  # the line the error names
+    return picked * 2
+
+
+def _index_with_0d_comparison(x):
+    m = x.max()
+    picked = m[m > 0]  # the line the error names
+    return picked
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_0d_boolean_index_is_a_clear_data_dependent_error(value):
+    x, mask = torch.randn(2, 3), torch.tensor(value)
+    eager = _index_with_0d_mask(x, mask)  # eager: shape (1, 2, 3) or (0, 2, 3), known only from the value
+    assert eager.shape == ((1, 2, 3) if value else (0, 2, 3))
+    with pytest.raises(DataDependentControlFlowError, match=r"(?s)depends on tensor values.*picked = x\[mask\]"):
+        thunder.jit(_index_with_0d_mask)(x, mask)
+
+
+def test_0d_boolean_index_of_a_computed_tensor_is_a_clear_error():
+    x = torch.tensor([1, -2, 3])
+    assert _index_with_0d_comparison(x).tolist() == [3]
+    with pytest.raises(DataDependentControlFlowError, match=r"(?s)depends on tensor values.*picked = m\[m > 0\]"):
+        thunder.jit(_index_with_0d_comparison)(x)
+
+
+def test_boolean_mask_of_the_same_rank_still_traces():
+    def f(x, m):
+        return x[m] * 2
+
+    x = torch.randn(3, 2)
+    m = x > 0
+    _same(thunder.jit(f)(x, m), f(x, m))
+
+
+# --- addcmul's value takes the tensors' result type ----------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0.1, 0.9, -1.7, 2, True])
+def test_addcmul_value_is_cast_to_an_integer_result_type(value):
+    def f(a, b):
+        v = a.clone()
+        v.addcmul_(b, b, value=value)
+        return v, torch.addcmul(a, b, b, value=value), torch.addcmul(a.double(), b, b, value=value)
+
+    a, b = torch.tensor([1, 2, 3], dtype=torch.int32), torch.tensor([2, 3, -4])
+    _same(thunder.jit(f)(a, b), f(a, b))
+
+
+def test_addcmul_in_place_on_an_int_tensor_found_by_the_fuzzer():
+    def f(a0):
+        v0 = a0.int()
+        v2 = a0[..., ::2].amin(0)
+        v0.addcmul_(v2, v2, value=0.1)
+        return a0, v0, v2
+
+    a0 = torch.tensor([[[3], [-1], [4]]])
+    _same(thunder.jit(f)(a0.clone()), f(a0.clone()))
+
+
+# --- layout changes inside inference_mode -----------------------------------------------------------
+
+
+def _inputs(kind: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    if kind == "plain":
+        return torch.randn(2, 3, generator=g)
+    if kind == "transposed view":
+        return (torch.randn(3, 2, generator=g) * 1).t()
+    return torch.randn(2, 3, generator=g, requires_grad=True) * 1  # a non-leaf that requires grad
+
+
+@pytest.mark.parametrize("kind", ["plain", "transposed view", "requires grad"])
+@pytest.mark.parametrize("update", ["as_strided_", "t_", "unsqueeze_"])
+def test_layout_change_inside_inference_mode(kind, update):
+    def f(x):
+        with torch.inference_mode():
+            if update == "as_strided_":
+                x.as_strided_((2,), (1,))
+            elif update == "t_":
+                x.t_()
+            else:
+                x.unsqueeze_(0)
+        return x * 2
+
+    e_in, t_in = _inputs(kind), _inputs(kind)
+    expected = f(e_in)
+    actual = thunder.jit(f)(t_in)
+    _same(actual, expected)
+    assert t_in.shape == e_in.shape and t_in.stride() == e_in.stride()
+    torch.testing.assert_close(t_in.detach(), e_in.detach())
