@@ -18,7 +18,7 @@ from thunder.core.symbolic import current_size_env, has_symbolic, hints, special
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
-from thunder.tracing import autograd_queries
+from thunder.tracing import autograd_queries, version_counters
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
@@ -264,6 +264,12 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
+        out = self._record_call(func, mapped, args, kwargs)
+        if type(out) is TracingTensor or type(out) is tuple:
+            version_counters.share_counter(func, out, args)
+        return out
+
+    def _record_call(self, func, mapped, args, kwargs):
         trace = self.trace
         for a in args:
             if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
@@ -521,7 +527,7 @@ class Tracer:
             # update a leaf that requires grad, as autograd does not record it)
             if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
                 _refuse_update_of_grad_leaf(func, wrapper)
-            self._rebind(func, wrapper, value, args, kwargs)
+            self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
 
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
@@ -547,8 +553,11 @@ class Tracer:
                 writes.append((new, original))
         return writes
 
-    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
-        """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases."""
+    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None, bumps=True) -> None:
+        """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases; ``bumps``: eager bumps its
+        version counter (not for the running statistics batch norm's kernel updates)."""
+        if bumps:
+            version_counters.bump(wrapper)
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
             self.flush_shadows()
         # the write records its symbols directly (also when called after the op's own call: an opaque op that
