@@ -122,3 +122,61 @@ def test_layout_change_inside_inference_mode(kind, update):
     _same(actual, expected)
     assert t_in.shape == e_in.shape and t_in.stride() == e_in.stride()
     torch.testing.assert_close(t_in.detach(), e_in.detach())
+
+
+# --- views made without grad of a tensor that requires grad --------------------------------------
+
+
+def _no_grad_view(a):
+    with torch.no_grad():
+        v = a.view(-1)
+    return v, v * 2
+
+
+def _inference_mode_transpose(a):
+    with torch.inference_mode():
+        v = a.transpose(0, -1)
+    return v, v * 2
+
+
+def _no_grad_index_of_a_non_leaf(a):
+    b = a * 1
+    with torch.no_grad():
+        v = b[1:]
+    return v, v * 2
+
+
+def _no_grad_detach(a):
+    with torch.no_grad():
+        v = a.detach()
+    return v, v * 2
+
+
+def _inference_mode_product(a):
+    with torch.inference_mode():
+        v = a * 2
+    return (v,)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_no_grad_view, _inference_mode_transpose, _no_grad_index_of_a_non_leaf, _no_grad_detach, _inference_mode_product],
+    ids=lambda f: f.__name__.strip("_"),
+)
+@pytest.mark.parametrize("leaf", ["plain", "view of a base without grad"])
+def test_view_made_without_grad_requires_grad_as_in_eager(fn, leaf):
+    # eager: such a view requires grad when its base does (a leaf no gradient flows through), and so does what is
+    # computed from it; the base of a leaf made by reshape(...).requires_grad_() is the reshaped tensor, without grad
+    def make():
+        t = torch.arange(8.0, dtype=torch.float64).reshape(4, 2)
+        return (t.clone() if leaf == "plain" else t).requires_grad_()
+
+    e_a, t_a = make(), make()
+    expected, actual = fn(e_a), thunder.jit(fn)(t_a)
+    _same(actual, expected)
+    # no gradient reaches the argument through the view: eager gives none, thunder zeros
+    if expected[-1].requires_grad:
+        (e_grad,) = torch.autograd.grad(expected[-1].sum(), e_a, allow_unused=True)
+        (t_grad,) = torch.autograd.grad(actual[-1].sum(), t_a, allow_unused=True)
+        assert e_grad is None
+        assert t_grad is None or not t_grad.any()

@@ -131,6 +131,28 @@ __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 T = torch.Tensor
 
 
+def _view_made_without_grad(trace, out, args) -> None:
+    """A view of a tensor that requires grad, made under ``no_grad`` or ``inference_mode``, requires grad in eager,
+    as does what is computed from it, but no gradient reaches the tensor through it (its history is cut): its value
+    requires grad with a zero gradient for that tensor (``zero_gradient_update``)."""
+    read = [a for a in args if type(a) is TracingTensor and a.requires_grad]
+    if not read:
+        return
+    root = read[0]._tt_view[0] if read[0]._tt_view is not None else read[0]
+    if not getattr(root, "_tt_base_requires_grad", True):
+        return  # (eager's view is a view of the caller's base, which does not require grad)
+    for o in out if type(out) is tuple else (out,):
+        if type(o) is not TracingTensor or o.requires_grad or any(o is a for a in args):
+            continue
+        p = o._tt_value
+        if p.dtype.kind not in ("float", "complex") or view_of(o) is None:
+            continue
+        o._tt_value = _nondifferentiable_update(trace, None, p, p, tuple(a._thunder_proxy for a in read))
+        o._tt_leaf_view = True
+        with torch._C.DisableTorchFunction():
+            o.requires_grad_(True)
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -267,6 +289,8 @@ class Tracer:
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
+            if not torch.is_grad_enabled() and func not in _DETACHING:
+                _view_made_without_grad(self.trace, out, args)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):

@@ -48,6 +48,7 @@ class TracingTensor(torch.Tensor):
     _tt_class = torch.Tensor  # what x.__class__ answers: the class of the tensor it stands for
     _tt_counter = None  # [eager's bumps of its version counter while tracing], shared by views (version_counters)
     _tt_counter_of = None  # the arguments of the view op that made it, until its counter is decided
+    _tt_leaf_view = False  # a view made without grad of a tensor requiring grad: a leaf that requires grad
 
     @staticmethod
     def __new__(cls, proxy: TensorProxy):
