@@ -180,3 +180,38 @@ def test_view_made_without_grad_requires_grad_as_in_eager(fn, leaf):
         (t_grad,) = torch.autograd.grad(actual[-1].sum(), t_a, allow_unused=True)
         assert e_grad is None
         assert t_grad is None or not t_grad.any()
+
+
+# --- empty index tensors of any dtype ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "x_shape, index_shape, index_dtype",
+    [((0, 3), (0, 3), torch.float32), ((2, 3), (0, 3), torch.float64), ((2, 3), (2, 0), torch.bool)],
+)
+@pytest.mark.parametrize("op", ["gather", "scatter_add"])
+def test_empty_index_of_any_dtype_as_in_eager(op, x_shape, index_shape, index_dtype):
+    # eager checks the index's dtype only when it has elements
+    def f(x, i):
+        if op == "gather":
+            return torch.gather(x, 0, i) * 2
+        return x.scatter_add(0, i, x[: i.shape[0], : i.shape[1]]) * 2  # (src of the index's shape)
+
+    def make():
+        return torch.arange(float(torch.Size(x_shape).numel()), dtype=torch.float64).reshape(x_shape).requires_grad_()
+
+    index = torch.zeros(index_shape, dtype=index_dtype)
+    e_x, t_x = make(), make()
+    expected, actual = f(e_x, index), thunder.jit(f)(t_x, index)
+    _same(actual, expected)
+    (e_grad,) = torch.autograd.grad(expected.sum(), e_x, allow_unused=True)
+    (t_grad,) = torch.autograd.grad(actual.sum(), t_x, allow_unused=True)
+    torch.testing.assert_close(t_grad, e_grad)
+
+
+def test_non_empty_float_index_is_eager_error():
+    x, index = torch.randn(2, 3), torch.zeros(1, 3)
+    with pytest.raises(RuntimeError, match="gather"):
+        torch.gather(x, 0, index)
+    with pytest.raises(RuntimeError, match="gather"):
+        thunder.jit(lambda x, i: torch.gather(x, 0, i))(x, index)
