@@ -37,6 +37,7 @@ from thunder.executors.torchex import no_autocast
 from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
+from thunder.tracing.version_counters import versions_after, versions_before
 from thunder.transforms.split import make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
@@ -199,6 +200,14 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     computation = executable.computation
     call_args = [ti.expr for ti in program.tensor_inputs] + [size_local(p) for p in program.size_inputs]
     call = f"computation({', '.join(call_args)})"
+    if program.version_bumps:
+        # the arguments an update reached leave the computation with the versions eager gives them, before the
+        # step after the call views them or changes their layouts (version_counters.py)
+        constants = program.prologue.trace.constants
+        constants["_versions_before"], constants["_versions_after"] = versions_before, versions_after
+        updated = "".join(f"{expr}, " for expr, _ in program.version_bumps)
+        bumps = "".join(f"{n}, " for _, n in program.version_bumps)
+        call = f"_versions_after(_versions_before(({updated})), {call}, ({updated}), ({bumps}))"
     if program.rebuild_output is not None:
         # the output's structure is rebuilt (and object arguments updated) from the computation's flat output
         program.prologue.trace.constants["_finish"] = program.rebuild_output

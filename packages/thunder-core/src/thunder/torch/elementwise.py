@@ -464,6 +464,10 @@ def _times_value(name: str, t, value):
 
 @torchsymbol(torch.addcmul, T.addcmul, method_name="addcmul")
 def addcmul(a, tensor1, tensor2, *, value=1):
+    if isinstance(value, Number):
+        # ``value`` takes no part in type promotion: eager casts it to the tensors' result type (0.1 -> 0 for
+        # integer tensors), so an integer addcmul stays integer
+        value = clang.maybe_convert_to_dtype(value, clang.result_dtype(a, tensor1, tensor2))
     return add(a, _times_value("addcmul", mul(tensor1, tensor2), value))
 
 

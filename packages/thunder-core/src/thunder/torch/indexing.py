@@ -118,7 +118,14 @@ def index_select(a, dim: int, index):
 
 @torchsymbol(torch.gather, T.gather, method_name="gather")
 def gather(a, dim: int, index):
-    return prims.take_along_axis(a, index, dim)
+    return prims.take_along_axis(a, _empty_index_as_int64(index), dim)
+
+
+def _empty_index_as_int64(index):
+    """Eager checks an index's dtype only when it has elements: an empty one of any dtype is an int64 index."""
+    if isinstance(index, TensorProxy) and not dtypes.is_integer_dtype(index.dtype) and 0 in tuple(index.shape):
+        return clang.maybe_convert_to_dtype(index, dtypes.int64)
+    return index
 
 
 @torchsymbol(torch.take_along_dim, T.take_along_dim, method_name="take_along_dim")
@@ -142,7 +149,7 @@ def take_along_dim(a, indices, dim=None):
 
 @torchsymbol(torch.scatter_add, T.scatter_add, method_name="scatter_add")
 def scatter_add(a, dim: int, index, src):
-    return prims.scatter_add(a, index, src, dim)
+    return prims.scatter_add(a, _empty_index_as_int64(index), src, dim)
 
 
 def _index_along(index, dim: int, shape) -> TensorProxy:

@@ -92,8 +92,8 @@ def _requires_grad(w: TracingTensor) -> bool:
 
 def _is_leaf(tracer, w: TracingTensor) -> bool:
     example, expr = _input_of(tracer, w)
-    if example is None:
-        return not _requires_grad(w)
+    if example is None:  # (a view made without grad of a tensor requiring grad: a leaf requiring grad, as in eager)
+        return not _requires_grad(w) or w._tt_leaf_view
     if _requires_grad(w) and not example.requires_grad:
         return False  # an in-place update with a value that requires grad gave it a grad_fn
     if example.requires_grad:  # (a tensor that does not require grad is a leaf: the tensor check covers it)

@@ -16,6 +16,7 @@ from thunder.core.symbolic import current_size_env, hint, hints, size_env_of, sp
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.errors import (
     TracingError,
+    data_dependent_error,
     describe_location,
     user_frame,
 )
@@ -224,6 +225,20 @@ def _mark_nondifferentiable_outputs(result, out) -> None:
             o.nondifferentiable = True
 
 
+_DATA_DEPENDENT_ERRORS = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException")
+
+
+def _depends_on_values(error: BaseException) -> bool:
+    """Whether running an op on fake tensors failed because it needed tensor values (an ``item()`` inside the
+    op, a branch on a data-dependent size), seen through the errors it was wrapped in."""
+    seen = 0
+    while error is not None and seen < 8:
+        if type(error).__name__ in _DATA_DEPENDENT_ERRORS:
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
 def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
     """An opaque symbol for a torch callable with no torch-language symbol: metadata from the meta device."""
     key = (func, force_inplace)
@@ -270,7 +285,13 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
             try:
                 with env.fake_mode():
                     out = _opaque_meta(args, kwargs, True)
-            except Exception:
+            except Exception as e:
+                if _depends_on_values(e):  # (x[mask] with a 0-d mask: even the rank depends on its value)
+                    raise data_dependent_error(
+                        f"run {print_name} on these arguments, whose output's shape depends on tensor values "
+                        "(a 0-d boolean index, a data-dependent branch inside the op)",
+                        user_frame(2),
+                    ) from None
                 out = None
             if out is None:
                 raise

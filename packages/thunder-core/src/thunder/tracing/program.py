@@ -4,6 +4,7 @@ run under the tracer, in-place updates of inputs written back, outputs collected
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import threading
@@ -15,7 +16,7 @@ import torch
 from thunder.core import prims
 from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, tracectx
-from thunder.tracing import guards
+from thunder.tracing import guards, version_counters
 from thunder.tracing.aliasing_facts import build_aliasing_record
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
@@ -51,6 +52,9 @@ class TracedProgram:
     side_effects: bool = False  # the traced code changed module attributes or globals it depends on
     rebuild_args: list = dataclasses.field(default_factory=list)  # prologue expressions passed to rebuild_output
     size_inputs: list = dataclasses.field(default_factory=list)  # SizeProxy arguments after the tensors
+    # (prologue expression of a caller's tensor, eager's bumps of its version counter): the arguments an update
+    # reached, whose versions the call sets as eager leaves them (thunder/tracing/version_counters.py)
+    version_bumps: list = dataclasses.field(default_factory=list)
 
 
 class _patched_replacements:
@@ -304,6 +308,13 @@ def trace_program(
     trace.scopes = [trace.bound_symbols]
     trace.user_call_hook = None
     requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs)
+    # (the step after the call bumps an argument once more per layout step it takes: t_, set_ ...)
+    layout_steps = collections.Counter(step[0] for step in post_call.steps)
+    version_bumps = [
+        (ti.expr, max(n - layout_steps[ti.expr], 0))
+        for ti, n in zip(tensor_inputs, version_counters.counts_of(ti.wrapper for ti in tensor_inputs))
+        if n is not None
+    ]
     return TracedProgram(
         trace,
         prologue,
@@ -318,6 +329,7 @@ def trace_program(
         side_effects=side_effects,
         rebuild_args=finish_args,
         size_inputs=size_inputs,
+        version_bumps=version_bumps,
     )
 
 

@@ -18,11 +18,12 @@ from thunder.core.symbolic import current_size_env, has_symbolic, hints, special
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
-from thunder.tracing import autograd_queries
+from thunder.tracing import autograd_queries, version_counters
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
 from thunder.tracing.errors import (
+    DataDependentControlFlowError,
     TracingError,
     data_dependent_error,
     data_dependent_size_error,
@@ -128,6 +129,28 @@ from thunder.tracing.vmap import batched_call, has_batched, vmap_active
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 
 T = torch.Tensor
+
+
+def _view_made_without_grad(trace, out, args) -> None:
+    """A view of a tensor that requires grad, made under ``no_grad`` or ``inference_mode``, requires grad in eager,
+    as does what is computed from it, but no gradient reaches the tensor through it (its history is cut): its value
+    requires grad with a zero gradient for that tensor (``zero_gradient_update``)."""
+    read = [a for a in args if type(a) is TracingTensor and a.requires_grad]
+    if not read:
+        return
+    root = read[0]._tt_view[0] if read[0]._tt_view is not None else read[0]
+    if not getattr(root, "_tt_base_requires_grad", True):
+        return  # (eager's view is a view of the caller's base, which does not require grad)
+    for o in out if type(out) is tuple else (out,):
+        if type(o) is not TracingTensor or o.requires_grad or any(o is a for a in args):
+            continue
+        p = o._tt_value
+        if p.dtype.kind not in ("float", "complex") or view_of(o) is None:
+            continue
+        o._tt_value = _nondifferentiable_update(trace, None, p, p, tuple(a._thunder_proxy for a in read))
+        o._tt_leaf_view = True
+        with torch._C.DisableTorchFunction():
+            o.requires_grad_(True)
 
 
 class Tracer:
@@ -263,6 +286,14 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
+        out = self._record_call(func, mapped, args, kwargs)
+        if type(out) is TracingTensor or type(out) is tuple:
+            version_counters.share_counter(func, out, args)
+            if not torch.is_grad_enabled() and func not in _DETACHING:
+                _view_made_without_grad(self.trace, out, args)
+        return out
+
+    def _record_call(self, func, mapped, args, kwargs):
         trace = self.trace
         for a in args:
             if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
@@ -322,7 +353,7 @@ class Tracer:
                 if inplace_kw and isinstance(args[0], TracingTensor) and isinstance(out, TensorProxy):
                     _refuse_update_of_grad_leaf(func, args[0])
                     self._rebind(func, args[0], out)
-        except (TracingError, RecursionError):
+        except (TracingError, DataDependentControlFlowError, RecursionError):
             raise
         except Exception as e:
             if type(e).__name__ == "GuardOnDataDependentSymNode":
@@ -520,7 +551,7 @@ class Tracer:
             # update a leaf that requires grad, as autograd does not record it)
             if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
                 _refuse_update_of_grad_leaf(func, wrapper)
-            self._rebind(func, wrapper, value, args, kwargs)
+            self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
 
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
@@ -546,8 +577,11 @@ class Tracer:
                 writes.append((new, original))
         return writes
 
-    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None) -> None:
-        """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases."""
+    def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None, bumps=True) -> None:
+        """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases; ``bumps``: eager bumps its
+        version counter (not for the running statistics batch norm's kernel updates)."""
+        if bumps:
+            version_counters.bump(wrapper)
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
             self.flush_shadows()
         # the write records its symbols directly (also when called after the op's own call: an opaque op that
@@ -799,7 +833,8 @@ class Tracer:
             wrapper._tt_seen = fresh._tt_version
         wrapper._tt_meta = new_meta
         wrapper._tt_value = value
-        with torch._C.DisableTorchFunction():
+        # (outside inference_mode: there, assigning .data reaches the dispatcher's shallow-copy check with the stand-ins)
+        with torch._C.DisableTorchFunction(), torch.inference_mode(False):
             wrapper.data = TracingTensor(value)
 
     # ---------------------------------------------------------------- ops without a symbol
