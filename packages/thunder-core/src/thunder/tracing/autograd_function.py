@@ -333,6 +333,24 @@ zero_gradient_update = Symbol(
 zero_gradient_update.grad_rule = _zero_gradient_rule
 
 
+def _leaf_requiring_grad_rule(new, *read):
+    return leaf_requiring_grad(new, *read)  # (no gradient for ``read``: the history ends here)
+
+
+# ``leaf_requiring_grad(new, *read)``: ``new``'s values as a leaf of its own that requires grad; what is computed from
+# it requires grad, but no gradient reaches ``read`` through it (eager's view made under no_grad of a tensor that
+# requires grad: the tensors it viewed keep ``.grad`` None when this is their only use)
+leaf_requiring_grad = Symbol(
+    "leaf_requiring_grad",
+    lambda new, *read: TensorProxy(like=new, requires_grad=True),
+    id="leaf_requiring_grad",
+    is_prim=True,
+    call_ctx={"leaf_requiring_grad": lambda new, *read: new.detach()},
+    tags=("view",),  # (its output shares ``new``'s memory)
+)
+leaf_requiring_grad.grad_rule = _leaf_requiring_grad_rule
+
+
 def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
     """The value an in-place update under ``no_grad`` gives a tensor: ``new``'s values, and for autodiff the
     gradient path ``old`` had (``keep_grad_of``), or none when ``old`` needed no gradient (``detach``)."""

@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 
 from thunder.core.proxies import TensorProxy
-from thunder.tracing.autograd_function import _no_grad_update, value_update_symbol, zero_gradient_update
+from thunder.tracing.autograd_function import (
+    _no_grad_update,
+    leaf_requiring_grad,
+    value_update_symbol,
+    zero_gradient_update,
+)
 from thunder.tracing.errors import (
     TracingError,
 )
@@ -85,6 +90,17 @@ def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy, r
         zero_gradient_update.executor = torch_ex
     with _recording_directly():
         return zero_gradient_update.record(trace, (new, *read), {})
+
+
+def view_leaf_requiring_grad(trace, new: TensorProxy, read) -> TensorProxy:
+    """``new`` (a view made under no_grad of the tensors ``read``, which require grad) as eager's such view: a leaf
+    that requires grad, through which no gradient reaches ``read`` (``leaf_requiring_grad``)."""
+    if leaf_requiring_grad.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
+
+        leaf_requiring_grad.executor = torch_ex
+    with _recording_directly():
+        return leaf_requiring_grad.record(trace, (new, *read), {})
 
 
 def _detached(p: TensorProxy) -> TensorProxy:

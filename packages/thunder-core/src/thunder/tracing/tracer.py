@@ -46,11 +46,13 @@ from thunder.tracing.fallback import (
 )
 from thunder.tracing.inplace_grad import (
     _HISTORY_KEEPING_UPDATES,
+    _detached,
     _func_name_of,
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
     comparison_operands_requiring_grad,
+    view_leaf_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -134,7 +136,9 @@ T = torch.Tensor
 def _view_made_without_grad(trace, out, args) -> None:
     """A view of a tensor that requires grad, made under ``no_grad`` or ``inference_mode``, requires grad in eager,
     as does what is computed from it, but no gradient reaches the tensor through it (its history is cut): its value
-    requires grad with a zero gradient for that tensor (``zero_gradient_update``)."""
+    is a leaf of its own that requires grad (``leaf_requiring_grad``). A view op that gave its argument's value
+    back unchanged (``w.view(-1)`` of a vector) is cut as well; one that returns the argument itself, as eager's
+    ``w.contiguous()`` does, is not a view."""
     read = [a for a in args if type(a) is TracingTensor and a.requires_grad]
     if not read:
         return
@@ -142,12 +146,14 @@ def _view_made_without_grad(trace, out, args) -> None:
     if not getattr(root, "_tt_base_requires_grad", True):
         return  # (eager's view is a view of the caller's base, which does not require grad)
     for o in out if type(out) is tuple else (out,):
-        if type(o) is not TracingTensor or o.requires_grad or any(o is a for a in args):
+        if type(o) is not TracingTensor or any(o is a for a in args):
             continue
         p = o._tt_value
         if p.dtype.kind not in ("float", "complex") or view_of(o) is None:
             continue
-        o._tt_value = _nondifferentiable_update(trace, None, p, p, tuple(a._thunder_proxy for a in read))
+        if p.requires_grad:  # (the argument's own value, which the stop-gradient of the no_grad region skipped)
+            p = _detached(p)
+        o._tt_value = view_leaf_requiring_grad(trace, p, tuple(a._thunder_proxy for a in read))
         o._tt_leaf_view = True
         with torch._C.DisableTorchFunction():
             o.requires_grad_(True)
