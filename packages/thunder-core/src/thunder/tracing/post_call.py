@@ -64,8 +64,8 @@ class PostCall:
         # the program computes, as eager's are (see _return_internal_views)
         self.internal_views: list[tuple[int, int, tuple, tuple, str, str]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
-        # the inputs passed as views of one storage with others: the prologue gives the program its own views of
-        # that storage, so an update's autograd history reaches the program's views, not the caller's tensors
+        # the inputs passed as views of one storage with others: the prologue gives the program a view of that
+        # whole storage, through which an update's autograd history reaches the caller's tensors
         self.shared: frozenset[str] = frozenset()
 
     def take_layouts(self) -> None:
@@ -240,7 +240,7 @@ class PostCall:
             if internal_views:
                 result = _return_internal_views(result, internal_views, extra, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
-                result = _return_views(result, views, args, where, spec, shared)
+                result = _return_views(result, views, args, where, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -325,7 +325,7 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
                 leaf._tt_seen = view[0]._tt_version
 
 
-def _return_views(result, views, args, where, spec, shared):
+def _return_views(result, views, args, where, spec):
     """``result`` with the outputs that are views of updated inputs' storages replaced by those views of the
     caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
 
@@ -336,13 +336,18 @@ def _return_views(result, views, args, where, spec, shared):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, (size, stride, offset), _, detached, updated in views:
+    for i, expr, (size, stride, offset), _, detached, _ in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
-        view = (t.detach() if detached else t).as_strided(size, stride, offset)
-        # (an update of a storage several arguments view has its history in the program's own views of it)
-        if view.requires_grad == out.requires_grad and not (out.requires_grad and updated and expr in shared):
+        # (the layout is the storage's: viewed from the caller's base, as eager's view is, never through an
+        # intermediate view whose history may predate the update; a prologue's flat view of a detached tensor
+        # is no autograd view of its base)
+        base = t._base
+        if base is None or base.dtype != t.dtype or base.requires_grad != t.requires_grad:
+            base = t
+        view = (base.detach() if detached else base).as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
 
@@ -380,9 +385,11 @@ def _return_inputs(result, returned, args, where, spec, shared):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 
     A view of a non-leaf base gets the update's history from the compiled function (``_record_view_updates``
-    of ``thunder.transforms.split``), so it is returned too. An input whose new value carries autograd history
-    the caller's tensor does not hold (a view of another argument's storage, a tensor autograd would not rebase)
-    stays the program's output: its gradients are right, its identity is not."""
+    of ``thunder.transforms.split``), so it is returned too; so is an argument sharing its storage with others
+    (``f(x, x[1:])``): the update's history reaches the caller's storage through the whole-storage input, and
+    the caller's tensor views it. An input whose new value carries autograd history the caller's tensor does
+    not hold (a tensor autograd would not rebase) stays the program's output: its gradients are right, its
+    identity is not."""
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
@@ -392,6 +399,6 @@ def _return_inputs(result, returned, args, where, spec, shared):
             continue
         if unchanged or out is t or not out.requires_grad or (t.requires_grad and t.is_leaf):
             leaves[i] = t
-        elif t.requires_grad and t._base is not None and not t._base.is_leaf and expr not in shared:
+        elif t.requires_grad and (expr in shared or (t._base is not None and not t._base.is_leaf)):
             leaves[i] = t
     return pytree.tree_unflatten(spec, leaves)
