@@ -124,3 +124,21 @@ def test_view_output_follows_a_later_write_into_its_base():
     torch.testing.assert_close(v1, (2 * leaf * leaf).flatten())
     (grad,) = torch.autograd.grad(v1.sum(), leaf)
     torch.testing.assert_close(grad, 4 * leaf.detach())
+
+
+@pytest.mark.parametrize("cache", [None, "symbolic values"])
+def test_identity_view_of_argument_is_a_new_view_with_symbolic_sizes(cache):
+    """``v.t()`` of a vector gives the input's value back: eager returns a new view of it (``_base is v``), with
+    every size symbolic too (the view takes the caller's tensor's own layout at each call)."""
+
+    def f(v):
+        return v.t()
+
+    jf = thunder.jit(f) if cache is None else thunder.jit(f, cache=cache)
+    for n in (3, 5):
+        v = torch.arange(n, dtype=torch.float64) * 1
+        expected, actual = f(v), jf(v)
+        assert actual is not v and actual._base is v and expected._base is v
+        assert (actual.stride(), actual.storage_offset()) == (expected.stride(), expected.storage_offset())
+        actual.mul_(2)
+        torch.testing.assert_close(v, torch.arange(n, dtype=torch.float64) * 2)

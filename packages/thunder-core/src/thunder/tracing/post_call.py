@@ -56,8 +56,9 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
-        # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
-        # detach(), storage updated): the outputs returned as views of the caller's storages
+        # (output leaf, expression of an input with that storage, (size, stride, offset) or None for that input's
+        # own layout, output's name, through detach(), storage updated): the outputs returned as views of the
+        # caller's storages
         self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
         # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
         # (size, stride) of that tensor, output's name, that tensor's name, restrided): outputs returned as views of
@@ -141,25 +142,17 @@ class PostCall:
 
     def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
         """Records output leaf ``i`` as a view of the caller's tensor when a view op returned an input's value
-        unchanged (``x.reshape_as(x)``, ``x.view(x.shape)``): the program returns the input itself, where eager
-        returns a new view of it (``out._base is x``)."""
+        unchanged (``x.reshape_as(x)``, ``x.view(x.shape)``, ``v.t()`` of a vector): the program returns the
+        input itself, where eager returns a new view of it (``out._base is x``) in the input's own layout (its
+        layout is None here: read from the caller's tensor at each call, symbolic sizes included)."""
         view = view_of(leaf) if leaf._tt_view is not None or leaf._tt_pending is not None else None
         if view is None or leaf._tt_nondiff:
             return False
         root = view[0]
         proxy = self.proxies.get(id(root))
-        if proxy is None or leaf._thunder_proxy.name != proxy.name or has_symbolic(proxy.shape):
+        if proxy is None or leaf._thunder_proxy.name != proxy.name:
             return False
-        try:
-            m = shadow(leaf)
-        except Exception:
-            return False
-        with torch._C.DisableTorchFunction():
-            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
-            exotic = m.is_conj() or m.is_neg() or m.dtype is not proxy.dtype.torch_dtype
-        if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
-            return False
-        self.views.append((i, self.exprs[id(root)], layout, leaf._thunder_proxy.name, False, False))
+        self.views.append((i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
         return True
 
     def _plan_internal_view(self, i: int, leaf: TracingTensor) -> None:
@@ -372,10 +365,11 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, (size, stride, offset), _, detached, _ in views:
+    for i, expr, layout, _, detached, _ in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
+        size, stride, offset = (t.shape, t.stride(), t.storage_offset()) if layout is None else layout
         # (the layout is the storage's: viewed from the caller's base, as eager's view is, never through an
         # intermediate view whose history may predate the update; a prologue's flat view of a detached tensor
         # is no autograd view of its base)
