@@ -39,7 +39,7 @@ _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_to
 
 def _divergence(program, skip) -> Divergence | None:
     try:
-        check_program(program, skip=skip)
+        check_program(program, skip=skip, output_aliasing=True)
     except Divergence as d:
         return d
     return None
@@ -80,7 +80,7 @@ def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrin
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                if not check_program(program, skip=skip):
+                if not check_program(program, skip=skip, output_aliasing=True):
                     return
             except Divergence as d:
                 tally[d.cls] += 1

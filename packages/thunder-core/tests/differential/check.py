@@ -100,7 +100,30 @@ def _shared_storages(outputs, inputs) -> set[tuple[int, int]]:
     return shared
 
 
-def _compare_aliasing(actual, expected, t_inputs, e_inputs, program: Program) -> None:
+def _output_relations(outputs, inputs) -> set[tuple]:
+    """How the outputs alias each other and the inputs: an output that is an input or an earlier output itself,
+    shares an earlier output's storage, or is a view (``_is_view()``); eager's outputs may be views of each other
+    (``v0, v0.flatten()``), the very argument (``return x.add_(1)``) or one tensor twice."""
+    tensors = [
+        o if isinstance(o, torch.Tensor) and not o.is_nested and o.layout == torch.strided else None for o in outputs
+    ]
+    relations = set()
+    for i, a in enumerate(tensors):
+        if a is None:
+            continue
+        relations.add(("is a view", i, a._is_view()))
+        relations.update(("is input", i, j) for j, t in enumerate(inputs) if a is t)
+        for j, b in enumerate(tensors[:i]):
+            if b is None:
+                continue
+            if a is b:
+                relations.add(("is output", i, j))
+            elif a.untyped_storage().nbytes() and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                relations.add(("shares the storage of output", i, j))
+    return relations
+
+
+def _compare_aliasing(actual, expected, t_inputs, e_inputs, program: Program, output_aliasing: bool) -> None:
     t_shared, e_shared = _shared_storages(actual, t_inputs), _shared_storages(expected, e_inputs)
     if t_shared != e_shared:
         detail = "; ".join(
@@ -109,26 +132,44 @@ def _compare_aliasing(actual, expected, t_inputs, e_inputs, program: Program) ->
             for i, j in sorted(t_shared ^ e_shared)
         )
         raise Divergence("aliasing", detail, program)
+    if not output_aliasing:
+        return
+    t_rel, e_rel = _output_relations(actual, t_inputs), _output_relations(expected, e_inputs)
+    if t_rel != e_rel:
+        detail = "; ".join(
+            f"output {i} {what} {j}: {'eager only' if (what, i, j) in e_rel else 'thunder only'}"
+            for what, i, j in sorted(t_rel ^ e_rel, key=str)
+        )
+        raise Divergence("aliasing", detail, program)
 
 
-def check_program(program: Program, *, skip: frozenset[str] | set[str] = frozenset(), cache: str | None = None) -> bool:
+def check_program(
+    program: Program,
+    *,
+    skip: frozenset[str] | set[str] = frozenset(),
+    cache: str | None = None,
+    output_aliasing: bool = False,
+) -> bool:
     """Raise ``Divergence`` where ``thunder.jit`` differs from eager on ``program``. Returns False when
     eager itself cannot run the program (the caller should discard it), True otherwise.
 
     Outputs' values, dtypes and shapes, and thunder errors, are always checked; ``skip`` may name
     checks among ``CHECKS`` to leave out. ``symbolic`` checks the program once more with every size symbolic
-    (``cache="symbolic values"``), everything else as above."""
-    if not _check_program(program, skip, cache):
+    (``cache="symbolic values"``), everything else as above. ``output_aliasing`` also compares how the outputs
+    alias each other and the inputs (identity, ``_is_view()``, shared storages: ``_output_relations``); the
+    campaigns check it, the CI slice not yet (its seeds still draw a known gap: an expanded argument updated in
+    place, then reshaped, is a view in thunder and a copy in eager)."""
+    if not _check_program(program, skip, cache, output_aliasing):
         return False
     if "symbolic" not in skip and cache is None:
         try:
-            _check_program(program, set(skip) | {"second_call"}, "symbolic values")
+            _check_program(program, set(skip) | {"second_call"}, "symbolic values", output_aliasing)
         except Divergence as d:
             raise Divergence(f"symbolic {d.kind}", d.detail, program) from None
     return True
 
 
-def _check_program(program: Program, skip, cache: str | None) -> bool:
+def _check_program(program: Program, skip, cache: str | None, output_aliasing: bool = False) -> bool:
     import thunder
 
     fn = program.make_function()
@@ -150,7 +191,7 @@ def _check_program(program: Program, skip, cache: str | None) -> bool:
         if "input_mutation" not in skip:
             _compare(t_inputs, e_inputs, "input", program, check_requires_grad=False)
         if "aliasing" not in skip:
-            _compare_aliasing(list(actual), list(expected), t_inputs, e_inputs, program)
+            _compare_aliasing(list(actual), list(expected), t_inputs, e_inputs, program, output_aliasing)
         if "second_call" not in skip:
             # the cached program on fresh, equal inputs gives the same answer
             again_inputs = program.make_inputs()

@@ -76,7 +76,7 @@ def build_aliasing_record(
     aliasing = []
     seen = set()
     as_views = {v[3]: v[1] for v in views}
-    of_results = {v[4]: v[5] for v in internal_views}
+    of_results = {v[4]: v[5] for v in internal_views if not v[6]}
     for p in outputs:
         if p.name in seen or p.name in callers or p.name in as_views or p.name in of_results:
             continue

@@ -56,16 +56,18 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
-        # (output leaf, expression of an input with that storage, (size, stride, offset), output's name, through
-        # detach(), storage updated): the outputs returned as views of the caller's storages
+        # (output leaf, expression of an input with that storage, (size, stride, offset) or None for that input's
+        # own layout, output's name, through detach(), storage updated): the outputs returned as views of the
+        # caller's storages
         self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
         # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
-        # (size, stride) of that tensor, output's name, that tensor's name): outputs returned as views of tensors
-        # the program computes, as eager's are (see _return_internal_views)
-        self.internal_views: list[tuple[int, int, tuple, tuple, str, str]] = []
+        # (size, stride) of that tensor, output's name, that tensor's name, restrided): outputs returned as views of
+        # tensors the program computes, as eager's are (see _return_internal_views); ``restrided``: the output is that
+        # tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), not a view in eager
+        self.internal_views: list[tuple[int, int, tuple, tuple, str, str, bool]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
-        # the inputs passed as views of one storage with others: the prologue gives the program its own views of
-        # that storage, so an update's autograd history reaches the program's views, not the caller's tensors
+        # the inputs passed as views of one storage with others: the prologue gives the program a view of that
+        # whole storage, through which an update's autograd history reaches the caller's tensors
         self.shared: frozenset[str] = frozenset()
 
     def take_layouts(self) -> None:
@@ -107,19 +109,27 @@ class PostCall:
             leaves, self.spec = pytree.tree_flatten(result)
         except Exception:
             return
-        written_storages = shared_storages = None
+        written_storages = shared_storages = input_names = None
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
                 continue
             if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
                 original = self.proxies[id(leaf)]
+                # (an input whose layout alone changed in place, ``x.t_()``: the layout step restrides the caller's
+                # tensor, which is then eager's output)
+                former = getattr(leaf, "_tt_original", None)
+                elements = value if former is None else former._thunder_proxy
                 unchanged = (
-                    value is original
-                    or value is getattr(leaf, "_tt_unchanged", None)
-                    or _updated_unseen_by_autograd(value, original)
+                    elements is original
+                    or elements is getattr(leaf, "_tt_unchanged", None)
+                    or _updated_unseen_by_autograd(elements, original)
                 )
                 self.returned.append((i, self.exprs[id(leaf)], unchanged))
+                continue
+            if input_names is None:
+                input_names = {p.name for p in self.proxies.values()}
+            if leaf._thunder_proxy.name in input_names and self._plan_input_view(i, leaf):
                 continue
             if written or self.shared:
                 if written_storages is None:
@@ -129,6 +139,21 @@ class PostCall:
                 if self._plan_view(i, leaf, written_storages, shared_storages):
                     continue
             self._plan_internal_view(i, leaf)
+
+    def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
+        """Records output leaf ``i`` as a view of the caller's tensor when a view op returned an input's value
+        unchanged (``x.reshape_as(x)``, ``x.view(x.shape)``, ``v.t()`` of a vector): the program returns the
+        input itself, where eager returns a new view of it (``out._base is x``) in the input's own layout (its
+        layout is None here: read from the caller's tensor at each call, symbolic sizes included)."""
+        view = view_of(leaf) if leaf._tt_view is not None or leaf._tt_pending is not None else None
+        if view is None or leaf._tt_nondiff:
+            return False
+        root = view[0]
+        proxy = self.proxies.get(id(root))
+        if proxy is None or leaf._thunder_proxy.name != proxy.name:
+            return False
+        self.views.append((i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        return True
 
     def _plan_internal_view(self, i: int, leaf: TracingTensor) -> None:
         """Records output leaf ``i`` as a view of the tensor ``root`` the program computes when eager's output is
@@ -163,7 +188,11 @@ class PostCall:
         numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
         if not all(type(n) is int for n in numbers):
             return
-        self.internal_views.append((i, len(self.extra), layout, root_layout, leaf._thunder_proxy.name, value.name))
+        # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
+        restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
+        self.internal_views.append(
+            (i, len(self.extra), layout, root_layout, leaf._thunder_proxy.name, value.name, restrided)
+        )
         self.extra.append(value)
 
     def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> bool:
@@ -240,7 +269,7 @@ class PostCall:
             if internal_views:
                 result = _return_internal_views(result, internal_views, extra, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
-                result = _return_views(result, views, args, where, spec, shared)
+                result = _return_views(result, views, args, where, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -325,7 +354,7 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
                 leaf._tt_seen = view[0]._tt_version
 
 
-def _return_views(result, views, args, where, spec, shared):
+def _return_views(result, views, args, where, spec):
     """``result`` with the outputs that are views of updated inputs' storages replaced by those views of the
     caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
 
@@ -336,13 +365,19 @@ def _return_views(result, views, args, where, spec, shared):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, (size, stride, offset), _, detached, updated in views:
+    for i, expr, layout, _, detached, _ in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
-        view = (t.detach() if detached else t).as_strided(size, stride, offset)
-        # (an update of a storage several arguments view has its history in the program's own views of it)
-        if view.requires_grad == out.requires_grad and not (out.requires_grad and updated and expr in shared):
+        size, stride, offset = (t.shape, t.stride(), t.storage_offset()) if layout is None else layout
+        # (the layout is the storage's: viewed from the caller's base, as eager's view is, never through an
+        # intermediate view whose history may predate the update; a prologue's flat view of a detached tensor
+        # is no autograd view of its base)
+        base = t._base
+        if base is None or base.dtype != t.dtype or base.requires_grad != t.requires_grad:
+            base = t
+        view = (base.detach() if detached else base).as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
 
@@ -357,19 +392,28 @@ def _return_internal_views(result, internal_views, extra, spec):
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
     bases = {}
-    for i, k, (size, stride, offset), (root_size, root_stride), _, _ in internal_views:
+    # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
+    # saved for its backward must keep its version, so a copy with its history is restrided instead)
+    restrided_roots = {id(extra[v[1]]) for v in internal_views if v[6]}
+    for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
         if root.shape != root_size or out.shape != size:
             continue
-        base = bases.get(k)
+        base = bases.get(id(root))  # (the program returns one tensor for each output viewing it)
         if base is None:
             base = root
-            if root._base is not None or root.stride() != root_stride or root.storage_offset() != 0:
+            saved = id(root) in restrided_roots and root.requires_grad
+            if saved or root._base is not None or root.stride() != root_stride or root.storage_offset() != 0:
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
-            bases[k] = base
+            bases[id(root)] = base
+        if restrided:  # (eager's is the tensor itself, restrided in place: no view)
+            if base.requires_grad == out.requires_grad:
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not base.is_leaf):
+                    leaves[i] = base.as_strided_(size, stride, offset)
+            continue
         view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
@@ -380,9 +424,11 @@ def _return_inputs(result, returned, args, where, spec, shared):
     """``result`` with the outputs that are inputs replaced by the caller's tensors, as eager returns them.
 
     A view of a non-leaf base gets the update's history from the compiled function (``_record_view_updates``
-    of ``thunder.transforms.split``), so it is returned too. An input whose new value carries autograd history
-    the caller's tensor does not hold (a view of another argument's storage, a tensor autograd would not rebase)
-    stays the program's output: its gradients are right, its identity is not."""
+    of ``thunder.transforms.split``), so it is returned too; so is an argument sharing its storage with others
+    (``f(x, x[1:])``): the update's history reaches the caller's storage through the whole-storage input, and
+    the caller's tensor views it. An input whose new value carries autograd history the caller's tensor does
+    not hold (a tensor autograd would not rebase) stays the program's output: its gradients are right, its
+    identity is not."""
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
@@ -392,6 +438,8 @@ def _return_inputs(result, returned, args, where, spec, shared):
             continue
         if unchanged or out is t or not out.requires_grad or (t.requires_grad and t.is_leaf):
             leaves[i] = t
-        elif t.requires_grad and t._base is not None and not t._base.is_leaf and expr not in shared:
+        elif t.requires_grad and (expr in shared or not (t.is_leaf if t._base is None else t._base.is_leaf)):
+            # (a tensor of its own was given the update's history by the compiled function, ``mark_dirty``; the
+            # output differs from it when a layout step restrided it afterwards, ``x.mul_(2).t_()``)
             leaves[i] = t
     return pytree.tree_unflatten(spec, leaves)

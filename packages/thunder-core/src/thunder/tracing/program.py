@@ -271,7 +271,9 @@ def trace_program(
             {id(ti.wrapper) for ti in inputs.tensors if ti.proxy.name in written},
             {name for _, names in inputs.shared_storages for name in names},
         )
-        if post_call.views:  # (they are made again from the inputs' layouts: those must stay as traced)
+        # (they are made again from the inputs' layouts: those must stay as traced; an input's own layout is read
+        # at each call)
+        if any(v[2] is not None for v in post_call.views):
             prologue.check_layout = prologue.check_offsets = True
         if post_call.internal_views:  # (whether eager's output is a view follows from the inputs' layouts)
             prologue.check_layout = True

@@ -366,11 +366,18 @@ def _record_view_updates(dirty, inputs, outs) -> None:
     ``ThunderFunction`` cannot return an updated view (autograd would leave its base with the old history), so
     the compiled forward writes the new values and this copies them into the caller's view once more, now
     visible to autograd: the view's base gets eager's ``CopySlices`` node, the view its grad_fn, and the version
-    counter its bump, so every later gradient through the view, its base and their other views is eager's."""
+    counter its bump, so every later gradient through the view, its base and their other views is eager's.
+
+    Arguments viewing one storage come with the prologue's view of that whole storage (``alias_overlapping``):
+    its new value holds theirs, so it alone is copied. (A view taken of a leaf before the leaf got a history
+    refuses a later copy with grad; one copy of the whole storage reaches every view of it.)"""
+    whole = {id(inputs[i]._base) for _, i in dirty if _views_whole_storage(inputs[i])}
     for out_index, in_index in dirty:
         t = inputs[in_index]
         # (a view the prologue made of another input, to share its storage, is that input's business)
         if t._base is None or (t._base.is_leaf and t._base.requires_grad) or any(t._base is i for i in inputs):
+            continue
+        if id(t._base) in whole and not _views_whole_storage(t):
             continue
         new = outs[out_index]
         # an expanded view: each memory location once (its elements along a 0-stride dim hold one value)
@@ -379,6 +386,17 @@ def _record_view_updates(dirty, inputs, outs) -> None:
                 t, new = t.narrow(d, 0, 1), new.narrow(d, 0, 1)
         with torch.enable_grad():
             t.copy_(new)
+
+
+def _views_whole_storage(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a view of its base's whole storage as one flat run of elements."""
+    return (
+        t._base is not None
+        and t.dim() == 1
+        and t.storage_offset() == 0
+        and (t.stride(0) == 1 or t.numel() <= 1)
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+    )
 
 
 def _rebuild(x, outs, index):
