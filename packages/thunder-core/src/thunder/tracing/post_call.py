@@ -63,8 +63,9 @@ class PostCall:
         # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
         # (size, stride) of that tensor, output's name, that tensor's name, restrided): outputs returned as views of
         # tensors the program computes, as eager's are (see _return_internal_views); ``restrided``: the output is that
-        # tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), not a view in eager
-        self.internal_views: list[tuple[int, int, tuple, tuple, str, str, bool]] = []
+        # tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), not a view in eager;
+        # ``without_grad``: a view made under no_grad, a leaf of its own in eager (made under no_grad here too)
+        self.internal_views: list[tuple[int, int, tuple, tuple, str, str, bool, bool]] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
@@ -146,8 +147,8 @@ class PostCall:
         input itself, where eager returns a new view of it (``out._base is x``) in the input's own layout (its
         layout is None here: read from the caller's tensor at each call, symbolic sizes included)."""
         view = view_of(leaf) if leaf._tt_view is not None or leaf._tt_pending is not None else None
-        if view is None or leaf._tt_nondiff:
-            return False
+        if view is None or leaf._tt_nondiff or leaf._tt_leaf_view:
+            return False  # (a view made under no_grad stays the program's: no gradient reaches the input through it)
         root = view[0]
         proxy = self.proxies.get(id(root))
         if proxy is None or leaf._thunder_proxy.name != proxy.name:
@@ -191,7 +192,16 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         self.internal_views.append(
-            (i, len(self.extra), layout, root_layout, leaf._thunder_proxy.name, value.name, restrided)
+            (
+                i,
+                len(self.extra),
+                layout,
+                root_layout,
+                leaf._thunder_proxy.name,
+                value.name,
+                restrided,
+                leaf._tt_leaf_view,
+            )
         )
         self.extra.append(value)
 
@@ -395,7 +405,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v[1]]) for v in internal_views if v[6]}
-    for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided in internal_views:
+    for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided, without_grad in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
@@ -414,7 +424,8 @@ def _return_internal_views(result, internal_views, extra, spec):
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not base.is_leaf):
                     leaves[i] = base.as_strided_(size, stride, offset)
             continue
-        view = base.as_strided(size, stride, offset)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
+            view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
