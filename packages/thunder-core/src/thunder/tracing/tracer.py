@@ -553,6 +553,17 @@ class Tracer:
                 wrapper = self._updated_constant(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
+            if (
+                op.mutated_args is None
+                and value.shape != wrapper._tt_value.shape
+                and _func_name_of(func) not in _METADATA_INPLACE
+            ):
+                # (x.add_(y) with y broadcasting x to a larger shape: eager refuses, the result would not fit x)
+                where = describe_location(user_frame(2))
+                raise RuntimeError(
+                    f"output with shape {list(hints(wrapper._tt_value.shape))} doesn't match the broadcast shape "
+                    f"{list(hints(value.shape))} (in {_func_name(func)})\n  {where}"
+                )
             # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
             # update a leaf that requires grad, as autograd does not record it)
             if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
