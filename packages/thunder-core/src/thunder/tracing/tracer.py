@@ -133,6 +133,10 @@ __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
 T = torch.Tensor
 
 
+# in-place matrix products that resize their ``self`` to the product's shape in eager (x.addbmm_(a, b) of a [1] x)
+_RESIZING_BLAS_UPDATES = frozenset(("addbmm_", "addmm_", "addmv_", "addr_", "baddbmm_"))
+
+
 def _view_made_without_grad(trace, out, args) -> None:
     """A view of a tensor that requires grad, made under ``no_grad`` or ``inference_mode``, requires grad in eager,
     as does what is computed from it, but no gradient reaches the tensor through it (its history is cut): its value
@@ -557,6 +561,7 @@ class Tracer:
                 op.mutated_args is None
                 and value.shape != wrapper._tt_value.shape
                 and _func_name_of(func) not in _METADATA_INPLACE
+                and _func_name_of(func) not in _RESIZING_BLAS_UPDATES
             ):
                 # (x.add_(y) with y broadcasting x to a larger shape: eager refuses, the result would not fit x)
                 where = describe_location(user_frame(2))
