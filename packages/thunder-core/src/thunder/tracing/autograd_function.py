@@ -310,56 +310,56 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
 keep_grad_of = value_update_symbol("keep_grad_of", gradient_to_old=True)
 
 
-def _zero_gradient_rule(new, *read):
-    from thunder.transforms.autodiff import put_grad, zeros_like
+def reading_update_symbol(name: str, *, zero_gradient_to_read: bool) -> Symbol:
+    """``name(new, *read)``: ``new``'s values as a tensor that requires grad, whose history ends there; the tensors
+    it ``read`` get a zero gradient (``zero_gradient_to_read``) or none at all. Its output shares ``new``'s memory,
+    never that of the tensors it reads for their gradient."""
 
-    out = zero_gradient_update(new, *read)
-    for r in read:
-        if r.requires_grad:
-            put_grad(r, zeros_like(r))
-    return out
+    def rule(new, *read):
+        from thunder.transforms.autodiff import put_grad, zeros_like
+
+        out = sym(new, *read)
+        if zero_gradient_to_read:
+            for r in read:
+                if r.requires_grad:
+                    put_grad(r, zeros_like(r))
+        return out
+
+    sym = Symbol(
+        name,
+        lambda new, *read: TensorProxy(like=new, requires_grad=True),
+        id=name,
+        is_prim=True,
+        call_ctx={name: lambda new, *read: new.detach()},
+        tags=("view",),
+    )
+    sym.grad_rule = rule
+    return sym
 
 
-# ``zero_gradient_update(new, *read)``: ``new``'s values for a tensor updated in place by an op autograd records
-# with a zero gradient for every tensor it read (``x.eq_(y)``: derivatives.yaml gives ``x`` and ``y`` zeros)
-zero_gradient_update = Symbol(
-    "zero_gradient_update",
-    lambda new, *read: TensorProxy(like=new, requires_grad=True),
-    id="zero_gradient_update",
-    is_prim=True,
-    call_ctx={"zero_gradient_update": lambda new, *read: new.detach()},
-    tags=("view",),  # (its output shares ``new``'s memory, never that of the tensors it reads for their gradient)
-)
-zero_gradient_update.grad_rule = _zero_gradient_rule
+# an in-place update by an op autograd records with a zero gradient for every tensor it read (``x.eq_(y)``:
+# derivatives.yaml gives ``x`` and ``y`` zeros)
+zero_gradient_update = reading_update_symbol("zero_gradient_update", zero_gradient_to_read=True)
+# eager's view made under no_grad of a tensor that requires grad: a leaf of its own that requires grad; what is
+# computed from it requires grad, but the tensors it viewed keep ``.grad`` None when this is their only use
+leaf_requiring_grad = reading_update_symbol("leaf_requiring_grad", zero_gradient_to_read=False)
 
 
-def _leaf_requiring_grad_rule(new, *read):
-    return leaf_requiring_grad(new, *read)  # (no gradient for ``read``: the history ends here)
+def record_on_torch_executor(sym: Symbol, trace, args: tuple) -> TensorProxy:
+    """Records ``sym(*args)`` into ``trace``, run by the torch executor (assigned on first use: the executor's
+    module imports this one)."""
+    if sym.executor is None:
+        from thunder.executors.torchex import ex as torch_ex
 
-
-# ``leaf_requiring_grad(new, *read)``: ``new``'s values as a leaf of its own that requires grad; what is computed from
-# it requires grad, but no gradient reaches ``read`` through it (eager's view made under no_grad of a tensor that
-# requires grad: the tensors it viewed keep ``.grad`` None when this is their only use)
-leaf_requiring_grad = Symbol(
-    "leaf_requiring_grad",
-    lambda new, *read: TensorProxy(like=new, requires_grad=True),
-    id="leaf_requiring_grad",
-    is_prim=True,
-    call_ctx={"leaf_requiring_grad": lambda new, *read: new.detach()},
-    tags=("view",),  # (its output shares ``new``'s memory)
-)
-leaf_requiring_grad.grad_rule = _leaf_requiring_grad_rule
+        sym.executor = torch_ex
+    return sym.record(trace, args, {})
 
 
 def _no_grad_update(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
     """The value an in-place update under ``no_grad`` gives a tensor: ``new``'s values, and for autodiff the
     gradient path ``old`` had (``keep_grad_of``), or none when ``old`` needed no gradient (``detach``)."""
     if old.requires_grad:
-        if keep_grad_of.executor is None:
-            from thunder.executors.torchex import ex as torch_ex
-
-            keep_grad_of.executor = torch_ex
-        return keep_grad_of.record(trace, (old, new), {})
+        return record_on_torch_executor(keep_grad_of, trace, (old, new))
     from thunder.torch import detach
 
     out = detach.record(trace, (new,), {})

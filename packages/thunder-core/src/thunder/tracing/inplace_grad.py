@@ -8,6 +8,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.tracing.autograd_function import (
     _no_grad_update,
     leaf_requiring_grad,
+    record_on_torch_executor,
     value_update_symbol,
     zero_gradient_update,
 )
@@ -50,12 +51,8 @@ still_requires_grad = value_update_symbol("still_requires_grad", gradient_to_old
 def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorProxy:
     """``new``'s values for a tensor that required grad and still does after an in-place update that did not
     read a tensor requiring grad (``x.fill_(1.5)``, ``x.copy_(c)``): its gradient there is zero, as in eager."""
-    if still_requires_grad.executor is None:
-        from thunder.executors.torchex import ex as torch_ex
-
-        still_requires_grad.executor = torch_ex
     with _recording_directly():
-        return still_requires_grad.record(trace, (old, new), {})
+        return record_on_torch_executor(still_requires_grad, trace, (old, new))
 
 
 # in-place ops PyTorch declares non-differentiable: autograd does not record them, so the updated tensor keeps
@@ -84,23 +81,15 @@ def _nondifferentiable_update(trace, func, old: TensorProxy, new: TensorProxy, r
     (see ``comparison_operands_requiring_grad``) after any other (``eq_``, ``lt_``)."""
     if getattr(func, "__name__", None) in _HISTORY_KEEPING_UPDATES:
         return _no_grad_update(trace, old, new)
-    if zero_gradient_update.executor is None:
-        from thunder.executors.torchex import ex as torch_ex
-
-        zero_gradient_update.executor = torch_ex
     with _recording_directly():
-        return zero_gradient_update.record(trace, (new, *read), {})
+        return record_on_torch_executor(zero_gradient_update, trace, (new, *read))
 
 
 def view_leaf_requiring_grad(trace, new: TensorProxy, read) -> TensorProxy:
     """``new`` (a view made under no_grad of the tensors ``read``, which require grad) as eager's such view: a leaf
     that requires grad, through which no gradient reaches ``read`` (``leaf_requiring_grad``)."""
-    if leaf_requiring_grad.executor is None:
-        from thunder.executors.torchex import ex as torch_ex
-
-        leaf_requiring_grad.executor = torch_ex
     with _recording_directly():
-        return leaf_requiring_grad.record(trace, (new, *read), {})
+        return record_on_torch_executor(leaf_requiring_grad, trace, (new, *read))
 
 
 def _detached(p: TensorProxy) -> TensorProxy:
