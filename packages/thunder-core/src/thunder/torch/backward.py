@@ -116,3 +116,20 @@ def hardtanh_backward(grad_output, a, min_val, max_val):
 def sigmoid_backward(grad_output, out):
     """The gradient of ``sigmoid`` from its output: ``g * out * (1 - out)``."""
     return clang.mul(grad_output, clang.mul(out, clang.sub(1, out)))
+
+
+@torchsymbol(aten.elu_backward, name="elu_backward")
+def elu_backward(grad_output, alpha, scale, input_scale, is_result: bool, self_or_result):
+    """The gradient of ``elu``/``celu``/``selu`` (``self_or_result``: the input, or with ``is_result`` the
+    output): ``scale`` times the cotangent where it is positive, the exponential's derivative where it is not.
+    The torch executor runs eager's kernel, whose answer at a NaN depends on the dtype (its vectorised and
+    scalar loops differ); this decomposition, for fusion executors, gives the scalar loop's."""
+    a = self_or_result
+    negcoef = alpha * scale
+    if is_result:
+        neg = clang.mul(grad_output, clang.mul(clang.add(a, negcoef), input_scale))
+    else:
+        e = clang.elementwise_unary(clang.mul(a, input_scale), prims.exp)
+        neg = clang.mul(grad_output, clang.mul(e, negcoef * input_scale))
+    pos = clang.mul(grad_output, scale) if scale != 1 else grad_output
+    return clang.where(clang.elementwise_binary(a, 0.0, prims.le), neg, pos)

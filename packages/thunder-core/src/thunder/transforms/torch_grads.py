@@ -7,6 +7,7 @@ The forward keeps the single operation; the backward calls a dedicated backward 
 from __future__ import annotations
 
 import inspect
+import struct
 
 import torch
 
@@ -131,17 +132,19 @@ _first_arg_rule(
 )
 
 
-def _elu_backward(a, g, negcoef, poscoef, negiptcoef):
-    # PyTorch's elu_backward on the input: the exponential only where the input is not positive (no
-    # inf * 0 at a = inf); NaN at a NaN, as eager's vectorised kernel (its scalar loop gives poscoef)
-    neg = ltorch.mul(g, ltorch.mul(ltorch.exp(ltorch.mul(a, negiptcoef)), negcoef * negiptcoef))
-    return _where(ltorch.gt(a, 0), ltorch.mul(g, poscoef) if poscoef != 1 else g, neg)
+def _elu_backward(a, g, alpha, scale, input_scale):
+    # eager's kernel (aten.elu_backward), exact at a NaN and at a = inf in every dtype
+    return ltorch.elu_backward(g, alpha, scale, input_scale, False, a)
 
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 _first_arg_rule(ltorch.elu, lambda a, out, g, alpha=1.0: _elu_backward(a, g, alpha, 1.0, 1.0))
-_first_arg_rule(ltorch.celu, lambda a, out, g, alpha=1.0: _elu_backward(a, g, alpha, 1.0, 1.0 / alpha))
-_first_arg_rule(ltorch.selu, lambda a, out, g: _elu_backward(a, g, _SELU_ALPHA * _SELU_SCALE, _SELU_SCALE, 1.0))
+# (derivatives.yaml's ``1.0 / alpha.toFloat()``: alpha rounded to float32 before the division)
+_first_arg_rule(
+    ltorch.celu,
+    lambda a, out, g, alpha=1.0: _elu_backward(a, g, alpha, 1.0, 1.0 / struct.unpack("f", struct.pack("f", alpha))[0]),
+)
+_first_arg_rule(ltorch.selu, lambda a, out, g: _elu_backward(a, g, _SELU_ALPHA, _SELU_SCALE, 1.0))
 
 
 def _softplus_grad(a, out, g, beta=1.0, threshold=20.0):
