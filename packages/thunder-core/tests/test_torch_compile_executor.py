@@ -116,7 +116,7 @@ def test_region_rule_views_and_reshapes_do_not_count_as_operations():
     assert _regions(lambda a: a.reshape(8, 8).t().permute(1, 0).unsqueeze(0)[..., :3], x) == []
     assert _regions(lambda a: torch.cat([a, a], -1).transpose(0, 1), x) == []
     assert _regions(lambda a: torch.tanh(a).reshape(8, 8).t(), x) == []
-    (region,) = _regions(lambda a: (torch.tanh(a).reshape(8, 8).t() * 2), x)
+    (region,) = _regions(lambda a: torch.tanh(a).reshape(8, 8).t() * 2, x)
     assert {"tanh", "mul"} <= set(region) and "reshape" in region
 
 
