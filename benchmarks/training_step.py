@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -216,11 +217,13 @@ def run(kind: str, variants: list[str], layers: int, steps: int, wall_steps: int
     for name in variants:  # one after the other: their compiles and wall times do not overlap
         variant = Variant(name, kind, layers)
         variant.warm_up(wall_steps)
+        print(f"[training_step] {name}: {json.dumps(variant.result)}", file=sys.stderr, flush=True)
         runs.append(variant)
     rounds = []
     for r in range(steps):  # interleaved: one step of each variant per round, the order rotated
         order = runs[r % len(runs) :] + runs[: r % len(runs)]
         rounds.append({v.name: v.timed_step() for v in order})
+        print(f"[training_step] round {r}: {json.dumps(rounds[-1])}", file=sys.stderr, flush=True)
     for v in runs:
         v.result["median_step_s"] = statistics.median(rd[v.name] for rd in rounds)
         v.result["min_step_s"] = min(rd[v.name] for rd in rounds)
