@@ -263,7 +263,8 @@ def main() -> None:
         p.error("--steps must be at least 1")
     cache_dir = None
     if not args.warm_inductor_cache:
-        cache_dir = tempfile.TemporaryDirectory(prefix="training_step_inductor_")
+        # (ignore_cleanup_errors: Inductor's compile workers may still write there as the process ends)
+        cache_dir = tempfile.TemporaryDirectory(prefix="training_step_inductor_", ignore_cleanup_errors=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir.name
         os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir.name, "triton")
     variants = ["eager", *dict.fromkeys(v for v in args.variants if v != "eager")]
