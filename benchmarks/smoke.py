@@ -26,6 +26,10 @@ RUNS: dict[str, tuple[str, list[str]]] = {
         "training_step.py",
         ["--layers", "1", "--steps", "2", "--wall-steps", "2", "--variants", "eager", "thunder", "thunder_discover"],
     ),
+    "training_step_hf": (
+        "training_step.py",
+        ["--model", "hf_llama", "--layers", "1", "--steps", "2", "--wall-steps", "2", "--variants", "eager", "thunder"],
+    ),
     "decode_litgpt": (
         "decode.py",
         ["--tokens", "4", "--prompt", "4", "--repeats", "1", "--backends", "eager", "thunder", "thunder-discover"],

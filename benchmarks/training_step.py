@@ -1,17 +1,27 @@
-"""Training step of a 4-layer LitGPT Llama on CPU: eager vs thunder (default executors), and optionally
+"""Training step of a 4-layer Llama on CPU (LitGPT's ``GPT``, or Hugging Face's ``LlamaForCausalLM`` with
+``--model hf_llama``; random weights, nothing downloaded): eager vs thunder (default executors), and optionally
 thunder with ``thunder.discover()``'s executors (on CPU: Inductor regions compiled in the background) and
 ``torch.compile``.
 
-Prints one JSON object: median step time, first-call (compile) time, forward-only compile time,
-and the peak memory of a step: the most heap bytes in use (glibc ``mallinfo2``: small blocks plus
-mmapped ones, which is where tensor storage lives) sampled after every aten operation, minus
-the bytes in use when the step starts. Each variant runs in its own process. With ``--wall-steps N``
-each variant also reports ``wall_s``: the time its first N steps take from a fresh model, compiles
-included (for ``thunder_discover``, the steps run unfused until the background compile is done;
-``fused_after_steps`` says from which step the fused program ran). The steady ``median_step_s`` is taken
-after that, once every program is fused.
+All variants run in one process, each on its own copy of the model (same weights):
 
-    python benchmarks/training_step.py [--layers 4] [--steps 10]
+1. one variant after the other: its first call (``first_call_s``; ``first_call_overhead_s`` is that less its
+   steady step) and, with ``--wall-steps N``, ``wall_s``, the time its first N steps take from a fresh model,
+   compiles included (for ``thunder_discover`` the steps run unfused until the background compile is done;
+   ``fused_after_steps`` says from which step the fused program ran; then its pending fusion is waited for,
+   so that it does not run during the next variant's steps);
+2. then ``--steps`` rounds of one steady step per variant, the variants' order rotated each round, so that a
+   change of the machine's load hits every variant alike. ``median_step_s`` is a variant's median over the rounds,
+   and ``<a>_step_over_<b>`` the median over the rounds of the ratio of the two variants' steps in that round;
+   ``rounds`` lists every round's step times.
+
+Peak memory of a step: the most heap bytes in use (glibc ``mallinfo2``: small blocks plus mmapped ones, which is
+where tensor storage lives) sampled after every aten operation, minus the bytes in use when the step starts.
+
+Inductor's on-disk caches point at a fresh temporary directory unless ``--warm-inductor-cache``, so that the
+compiles of ``thunder_discover`` and ``torch_compile`` are cold, as a new user's are.
+
+    python benchmarks/training_step.py [--model litgpt|hf_llama] [--layers 4] [--steps 10]
     python benchmarks/training_step.py --variants eager thunder thunder_discover torch_compile --wall-steps 100
 """
 
@@ -21,8 +31,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -91,112 +101,186 @@ def peak_bytes_of(step) -> int | None:
 
 
 VARIANTS = ("eager", "thunder", "thunder_discover", "torch_compile")
+MODELS = ("litgpt", "hf_llama")
 
 
-def run_variant(variant: str, layers: int, steps: int, wall_steps: int = 0) -> dict:
+def build_model(kind: str, layers: int):
+    """The model (random weights, seeded) and a batch of 2 x 256 tokens with its targets."""
     import torch
-    import torch.nn.functional as F
-    from litgpt import GPT
 
     torch.manual_seed(0)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model = GPT(_config(layers))
-    x = torch.randint(0, 1024, (2, 256))
-    y = torch.randint(0, 1024, (2, 256))
-    result: dict = {}
-    if variant.startswith("thunder"):
-        import thunder
-    if variant == "thunder":
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            fwd_only = thunder.jit(GPT(_config(layers)).requires_grad_(False))
-            fwd_only(x)
-        result["forward_only_first_call_s"] = time.perf_counter() - t0
-        result["forward_only_compile_s"] = thunder.compile_stats(fwd_only).last_compile_time_ns / 1e9
-        del fwd_only
-        runner = thunder.jit(model)
-    elif variant == "thunder_discover":
-        runner = thunder.jit(model, executors=thunder.discover())
-        result["executors"] = [ex.name for ex in thunder.discover()]
-    elif variant == "torch_compile":
-        runner = torch.compile(model)
+    if kind == "litgpt":
+        from litgpt import GPT
+
+        model = GPT(_config(layers))
     else:
-        runner = model
+        import transformers
 
-    def step():
-        logits = runner(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-
-    start = t0 = time.perf_counter()
-    step()
-    result["first_call_s"] = time.perf_counter() - t0
-    if variant.startswith("thunder"):
-        result["training_compile_s"] = thunder.compile_stats(runner).last_compile_time_ns / 1e9
-    fused_after = None
-    for i in range(1, wall_steps):
-        step()
-        if variant == "thunder_discover" and fused_after is None and "unfused" not in thunder.fusion_states(runner):
-            fused_after = i + 1
-    if wall_steps:
-        result["wall_s"] = time.perf_counter() - start
-    if variant == "thunder_discover":
-        t0 = time.perf_counter()
-        thunder.wait_for_fusion(runner)
-        result["fusion_wait_s"] = time.perf_counter() - t0
-        result["fused_after_steps"] = fused_after
-        result["fusion_states"] = thunder.fusion_states(runner)
-    step()
-    if variant == "thunder_discover":  # (the traces of the last call: the fused program's, once it is swapped in)
-        fwd, bwd = thunder.last_traces(runner)[-1], thunder.last_backward_traces(runner)[-1]
-        result["fused_regions"] = sum(
-            "fusion" in b.sym.tags for t in (fwd, bwd) if t is not None for b in t.bound_symbols
+        cfg = transformers.LlamaConfig(
+            vocab_size=1024,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=512,
+            attn_implementation="sdpa",
         )
-    times = []
-    for _ in range(steps):
+        model = transformers.LlamaForCausalLM(cfg)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 1024, (2, 256), generator=generator)
+    y = torch.randint(0, 1024, (2, 256), generator=generator)
+    return model, x, y
+
+
+class Variant:
+    """One way of running the model's training step, on its own copy of the model."""
+
+    def __init__(self, name: str, kind: str, layers: int):
+        import torch
+
+        self.name = name
+        self.model, self.x, self.y = build_model(kind, layers)
+        self.result: dict = {}
+        if name.startswith("thunder"):
+            import thunder
+
+            self.thunder = thunder
+        if name == "thunder":
+            fwd_model = build_model(kind, layers)[0].requires_grad_(False)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                fwd_only = thunder.jit(fwd_model)
+                fwd_only(self.x)
+            self.result["forward_only_first_call_s"] = time.perf_counter() - t0
+            self.result["forward_only_compile_s"] = thunder.compile_stats(fwd_only).last_compile_time_ns / 1e9
+            del fwd_only, fwd_model
+            self.runner = thunder.jit(self.model)
+        elif name == "thunder_discover":
+            executors = thunder.discover()
+            self.result["executors"] = [ex.name for ex in executors]
+            self.runner = thunder.jit(self.model, executors=executors)
+        elif name == "torch_compile":
+            self.runner = torch.compile(self.model)
+        else:
+            self.runner = self.model
+
+    def step(self) -> None:
+        import torch.nn.functional as F
+
+        out = self.runner(self.x)
+        logits = out if not hasattr(out, "logits") else out.logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.y.reshape(-1))
+        loss.backward()
+        self.model.zero_grad(set_to_none=True)
+
+    def timed_step(self) -> float:
         t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    result["median_step_s"] = statistics.median(times)
-    # (the first step under the sampler's dispatch mode is a cache miss for thunder, whose programs are specific
-    # to the active modes: its compile would count as the step's memory)
-    peak_bytes_of(step)
-    peak = peak_bytes_of(step)
-    if peak is not None:
-        result["step_peak_mib"] = peak / 2**20
-    return result
+        self.step()
+        return time.perf_counter() - t0
+
+    def warm_up(self, wall_steps: int) -> None:
+        """The first call, the first ``wall_steps`` steps, and (thunder_discover) the background fusion's end."""
+        result, discover = self.result, self.name == "thunder_discover"
+        start = time.perf_counter()
+        result["first_call_s"] = self.timed_step()
+        if self.name.startswith("thunder"):
+            result["training_compile_s"] = self.thunder.compile_stats(self.runner).last_compile_time_ns / 1e9
+        fused_after = None
+        for i in range(1, wall_steps):
+            self.step()
+            if discover and fused_after is None and "unfused" not in self.thunder.fusion_states(self.runner):
+                fused_after = i + 1
+        if wall_steps:
+            result["wall_s"] = time.perf_counter() - start
+        if discover:
+            t0 = time.perf_counter()
+            self.thunder.wait_for_fusion(self.runner)
+            result["fusion_wait_s"] = time.perf_counter() - t0
+            result["fused_after_steps"] = fused_after
+            result["fusion_states"] = self.thunder.fusion_states(self.runner)
+        self.step()
+        if discover:  # (the traces of the last call: the fused program's, once it is swapped in)
+            thunder = self.thunder
+            fwd, bwd = thunder.last_traces(self.runner)[-1], thunder.last_backward_traces(self.runner)[-1]
+            result["fused_regions"] = sum(
+                "fusion" in b.sym.tags for t in (fwd, bwd) if t is not None for b in t.bound_symbols
+            )
+
+
+def run(kind: str, variants: list[str], layers: int, steps: int, wall_steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    out: dict = {}
+    runs = []
+    for name in variants:  # one after the other: their compiles and wall times do not overlap
+        variant = Variant(name, kind, layers)
+        variant.warm_up(wall_steps)
+        print(f"[training_step] {name}: {json.dumps(variant.result)}", file=sys.stderr, flush=True)
+        runs.append(variant)
+    rounds = []
+    for r in range(steps):  # interleaved: one step of each variant per round, the order rotated
+        order = runs[r % len(runs) :] + runs[: r % len(runs)]
+        rounds.append({v.name: v.timed_step() for v in order})
+        print(f"[training_step] round {r}: {json.dumps(rounds[-1])}", file=sys.stderr, flush=True)
+    for v in runs:
+        v.result["median_step_s"] = statistics.median(rd[v.name] for rd in rounds)
+        v.result["min_step_s"] = min(rd[v.name] for rd in rounds)
+        v.result["first_call_overhead_s"] = v.result["first_call_s"] - v.result["median_step_s"]
+        # (the first step under the sampler's dispatch mode is a cache miss for thunder, whose programs are
+        # specific to the active modes: its compile would count as the step's memory)
+        peak_bytes_of(v.step)
+        peak = peak_bytes_of(v.step)
+        if peak is not None:
+            v.result["step_peak_mib"] = peak / 2**20
+        out[v.name] = v.result
+    out["rounds"] = rounds
+    pairs = [(a, "eager") for a in variants if a != "eager"]
+    pairs += [("thunder_discover", "torch_compile")] if {"thunder_discover", "torch_compile"} <= set(variants) else []
+    for a, b in pairs:
+        out[f"{a}_step_over_{b}"] = statistics.median(rd[a] / rd[b] for rd in rounds)
+        if wall_steps:
+            out[f"{a}_wall_over_{b}"] = out[a]["wall_s"] / out[b]["wall_s"]
+    if "step_peak_mib" in out["eager"]:
+        for a in variants[1:]:
+            out[f"{a}_peak_over_eager"] = out[a]["step_peak_mib"] / max(out["eager"]["step_peak_mib"], 1e-9)
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=MODELS, default="litgpt")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=10, help="rounds of interleaved steady steps")
     p.add_argument("--variants", nargs="+", default=["eager", "thunder"], choices=VARIANTS)
     p.add_argument("--wall-steps", type=int, default=0, help="also time the first N steps of each variant")
-    p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--warm-inductor-cache", action="store_true", help="use Inductor's usual on-disk caches (default: a fresh one)"
+    )
     args = p.parse_args()
-    if args.variant:
-        print(json.dumps(run_variant(args.variant, args.layers, args.steps, args.wall_steps)))
-        return
-    out = {"model": f"LitGPT Llama, {args.layers} layers, n_embd 256, batch 2 x 256 tokens, float32, CPU"}
-    variants = ["eager", *[v for v in args.variants if v != "eager"]]
-    for variant in variants:
-        cmd = [sys.executable, __file__, "--variant", variant, "--layers", str(args.layers), "--steps", str(args.steps)]
-        proc = subprocess.run([*cmd, "--wall-steps", str(args.wall_steps)], capture_output=True, text=True, check=True)
-        out[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
-    for variant in variants[1:]:
-        out[f"{variant}_step_over_eager"] = out[variant]["median_step_s"] / out["eager"]["median_step_s"]
-    if "thunder_discover" in out and "torch_compile" in out:
-        out["thunder_discover_step_over_torch_compile"] = (
-            out["thunder_discover"]["median_step_s"] / out["torch_compile"]["median_step_s"]
-        )
-    if "step_peak_mib" in out["eager"] and "thunder" in out:
-        out["thunder_peak_over_eager"] = out["thunder"]["step_peak_mib"] / max(out["eager"]["step_peak_mib"], 1e-9)
+    if args.steps < 1:
+        p.error("--steps must be at least 1")
+    cache_dir = None
+    if not args.warm_inductor_cache:
+        # (ignore_cleanup_errors: Inductor's compile workers may still write there as the process ends)
+        cache_dir = tempfile.TemporaryDirectory(prefix="training_step_inductor_", ignore_cleanup_errors=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir.name
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir.name, "triton")
+    variants = ["eager", *dict.fromkeys(v for v in args.variants if v != "eager")]
+    model = (
+        f"LitGPT Llama, {args.layers} layers, n_embd 256"
+        if args.model == "litgpt"
+        else f"HF LlamaForCausalLM, {args.layers} layers, hidden 256"
+    )
+    out = {"model": f"{model}, batch 2 x 256 tokens, float32, CPU", "variants_interleaved": True}
+    out.update(run(args.model, variants, args.layers, args.steps, args.wall_steps))
     import torch
 
     out["torch"] = torch.__version__
     print(json.dumps(out, indent=2))
+    if cache_dir is not None:
+        cache_dir.cleanup()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 import weakref
 
@@ -113,6 +114,85 @@ def test_first_call_runs_unfused_then_the_fused_program_is_swapped_in():
     assert len(ex.compiled_on) == forward_regions + backward_regions
     assert thunder.cache_misses(jf) == 1  # the swap is not a recompilation
     assert thunder.compile_stats(jf).background_fusions == 1
+
+
+class CountingFusion(SlowFusion):
+    """Counts the regions built (the worker's first step) and the thread each was built on."""
+
+    def __init__(self):
+        super().__init__()
+        self.built_on: list[str] = []
+
+    def fuse_region(self, region):
+        self.built_on.append(threading.current_thread().name)
+        return super().fuse_region(region)
+
+
+def _watch_first_call_release(monkeypatch, ex: CountingFusion) -> list:
+    """Records, when thunder lets the worker start after a first call: whether that call produced its result,
+    whether the worker had built anything or been released before."""
+    seen = []
+    release = thunder.compiler._release_after_first_call
+
+    def watched(entry, result, call_seconds):
+        job = entry.held_fusion_job
+        seen.append((result is not None, list(ex.built_on), job.released.is_set()))
+        release(entry, result, call_seconds)
+
+    monkeypatch.setattr(thunder.compiler, "_release_after_first_call", watched)
+    return seen
+
+
+def test_the_worker_starts_only_after_the_first_call_returned(monkeypatch):
+    ex = CountingFusion()
+    seen = _watch_first_call_release(monkeypatch, ex)
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    out = jf(a, b)
+    for x, y in zip(out, _fn(a, b)):
+        torch.testing.assert_close(x, y)
+    # the call ran with nothing built and the job held; without a backward to wait for, it is released at once
+    assert seen == [(True, [], False)]
+    ex.release.set()
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    assert thunder.fusion_states(jf) == ["fused"] and set(ex.built_on) == {"thunder-background-fusion"}
+
+
+def test_a_training_call_holds_the_worker_until_its_backward_has_run(monkeypatch):
+    ex = CountingFusion()
+    ex.release.set()
+    seen = _watch_first_call_release(monkeypatch, ex)
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    out = jf(a, b)
+    assert seen == [(True, [], False)]
+    time.sleep(0.3)  # (less than the hold's fallback deadline: the job waits for the backward)
+    assert ex.built_on == [] and thunder.fusion_states(jf) == ["unfused"]
+    (out[0].sum() + out[1].sum()).backward()
+    a_ref = a.detach().clone().requires_grad_()
+    expected = _fn(a_ref, b)
+    (expected[0].sum() + expected[1].sum()).backward()
+    torch.testing.assert_close(a.grad, a_ref.grad)
+    deadline = time.monotonic() + 60  # released by the backward, long before the fallback deadline
+    while not ex.built_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ex.built_on
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    assert thunder.fusion_states(jf) == ["fused"]
+    _check_against_eager(jf, _fn, a, b)
+
+
+def test_a_forward_whose_backward_never_comes_is_fused_after_the_hold(monkeypatch):
+    monkeypatch.setattr(thunder.compiler, "_FUSION_HOLD_S", 0.2)
+    ex = CountingFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    out = jf(torch.randn(4, 8, requires_grad=True), torch.randn(4, 8))
+    assert out[0].requires_grad
+    deadline = time.monotonic() + 60
+    while thunder.fusion_states(jf) != ["fused"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert thunder.fusion_states(jf) == ["fused"]
 
 
 def test_wait_compiles_the_fused_program_before_the_first_call_returns():
@@ -219,18 +299,28 @@ def test_user_threads_calling_during_the_swap_get_eager_answers():
     assert thunder.fusion_states(jm) == ["fused"] and thunder.cache_misses(jm) == 1
 
 
-def test_no_background_thread_or_program_outlives_the_work():
-    ex = SlowFusion()
-    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
-    user_interval = sys.getswitchinterval()
-    jf(torch.randn(2, 3), torch.randn(2, 3))
-    # while the worker compiles, the user's thread gets the GIL back sooner
-    assert sys.getswitchinterval() == min(user_interval, tiers.WORKER_SWITCH_INTERVAL_S)
-    ex.release.set()
-    assert thunder.wait_for_fusion(jf, timeout=60)
+def _join_workers() -> None:
     for t in threading.enumerate():
         if t.name == "thunder-background-fusion":
             t.join(10)
+
+
+def test_no_background_thread_or_program_outlives_the_work():
+    ex = SlowFusion()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+    _join_workers()  # (a worker finishing an earlier test's job restores the interval when it ends)
+    user_interval = sys.getswitchinterval()
+    jf(torch.randn(2, 3), torch.randn(2, 3))
+    # while the worker compiles (its first region waits for ``release``), the user's thread gets the GIL back sooner
+    lowered = min(user_interval, tiers.WORKER_SWITCH_INTERVAL_S)
+    for _ in range(600):
+        if sys.getswitchinterval() == lowered:
+            break
+        time.sleep(0.05)
+    assert sys.getswitchinterval() == lowered
+    ex.release.set()
+    assert thunder.wait_for_fusion(jf, timeout=60)
+    _join_workers()
     assert not [t for t in threading.enumerate() if t.name == "thunder-background-fusion" and t.is_alive()]
     assert sys.getswitchinterval() == user_interval  # restored when the work is done
     cd = weakref.ref(thunder.compile_data(jf))

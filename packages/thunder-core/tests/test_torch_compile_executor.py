@@ -109,6 +109,17 @@ def test_region_rule_a_single_operation_is_not_compiled():
     assert _regions(lambda a, b: torch.tanh(a @ b), torch.randn(4, 4), torch.randn(4, 4)) == []
 
 
+def test_region_rule_views_and_reshapes_do_not_count_as_operations():
+    """Inductor copies what eager only views: a region of shape operations, or of one computing operation and
+    views, stays with PyTorch; views between two computing operations join their region."""
+    x = torch.randn(2, 4, 8)
+    assert _regions(lambda a: a.reshape(8, 8).t().permute(1, 0).unsqueeze(0)[..., :3], x) == []
+    assert _regions(lambda a: torch.cat([a, a], -1).transpose(0, 1), x) == []
+    assert _regions(lambda a: torch.tanh(a).reshape(8, 8).t(), x) == []
+    (region,) = _regions(lambda a: torch.tanh(a).reshape(8, 8).t() * 2, x)
+    assert {"tanh", "mul"} <= set(region) and "reshape" in region
+
+
 def test_region_rule_elementwise_and_reduction_chains_are_one_region():
     def f(a, b):
         c = a * b + 1

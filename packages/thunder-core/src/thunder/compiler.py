@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from thunder.core.trace import TraceCtx, TraceProvenance
 from thunder.entry_point import make_entry_point
@@ -82,6 +83,7 @@ class CacheEntry:
     builder: Any = None  # the PrologueBuilder, for describing a failed check
     run_unchecked: Callable | None = None  # the prologue without checks (for the call that traced)
     fusion: str = tiers.NOT_TIERED  # whether the fused program of a tiered compile runs (thunder.executors.tiers)
+    held_fusion_job: tiers.FusionJob | None = None  # a fusion job waiting for the first call to finish
 
 
 @dataclass
@@ -348,15 +350,41 @@ def _start_fusion_tier(
     job = tiers.FusionJob(build, regions, install, fail, _compile_lock)
     cd.fusion_jobs.append(job)
     if _fusion_mode(cd) == "wait":
+        job.release()
         job.run()
     else:
+        entry.held_fusion_job = job  # released when the call that compiled it is done (_release_after_first_call)
         tiers.submit(job)
+
+
+# a job held for the first call's backward starts at the latest this long after the forward returned, or three
+# times the forward's duration if that is longer (a forward whose backward never comes)
+_FUSION_HOLD_S = 1.0
+
+
+def _release_after_first_call(entry: CacheEntry, result, call_seconds: float) -> None:
+    """Lets the worker start ``entry``'s fusion job: now, or, when ``result`` (the first call's) carries thunder's
+    backward, once that backward has run: the first step then runs without the worker competing with it."""
+    job, entry.held_fusion_job = entry.held_fusion_job, None
+    node = None
+    for leaf in tree_leaves(result):
+        if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None:
+            node = leaf.grad_fn
+            if node.name() == "ThunderFunctionBackward":
+                break
+    if node is None:
+        job.release()
+        return
+    job.hold_until(time.monotonic() + max(_FUSION_HOLD_S, 3 * call_seconds))
+    if node.name() == "ThunderFunctionBackward":
+        node.register_hook(lambda grad_inputs, grad_outputs: job.release())
 
 
 def wait_for_fusion(cd: CompileData, timeout: float | None = None) -> bool:
     """Waits until the background fusion of ``cd``'s programs has finished; ``False`` if ``timeout`` ran out."""
     deadline = None if timeout is None else time.monotonic() + timeout
     for job in list(cd.fusion_jobs):
+        job.release()
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not job.done.wait(remaining):
             return False
@@ -632,6 +660,17 @@ def make_compiled(cd: CompileData) -> Callable:
             if not no_caching:
                 entries.add(entry, _safe_key(args, kwargs))
             _note_last(entry)
+        if entry.held_fusion_job is None:
+            return entry, _run_new_entry(entry, args, kwargs)
+        start = time.perf_counter()
+        result = None
+        try:
+            result = _run_new_entry(entry, args, kwargs)
+        finally:
+            _release_after_first_call(entry, result, time.perf_counter() - start)
+        return entry, result
+
+    def _run_new_entry(entry: CacheEntry, args, kwargs):
         result = entry.prologue(*args, **kwargs)
         if result is not MISS:
             hits[0] -= 1  # (the prologue counted this call, which compiled: a miss)
@@ -646,7 +685,7 @@ def make_compiled(cd: CompileData) -> Callable:
             # tracing ran the call's Python side effects (a flag set, a counter bumped): this call's
             # program is the one just traced; the entry's checks describe the state before the call
             result = entry.run_unchecked(*args, **kwargs)
-        return entry, result
+        return result
 
     def _note_last(entry: CacheEntry) -> None:
         stats.last_traces = entry.computation_traces

@@ -17,7 +17,13 @@ Compiling a region holds the compile lock that tracing holds (Dynamo and Thunder
 process-wide state, such as ``torch.compiler.is_compiling()``): a new program traced meanwhile waits for
 the region being compiled, not for the whole job.
 
-While the worker has work, the interpreter's thread switch interval (``sys.setswitchinterval``) is lowered
+A job waits to be *released* before the worker builds anything, so that the call which compiled the program
+runs without the worker competing for the GIL and the cores (the first call then costs what an unfused
+``thunder.jit`` call costs): thunder releases it when that call returns, or, when the call's outputs will be
+differentiated, once the backward of that call has run, at the latest ``hold_until``'s deadline after the call
+(a forward whose backward never comes). ``thunder.wait_for_fusion`` releases the jobs it waits for.
+
+While the worker compiles, the interpreter's thread switch interval (``sys.setswitchinterval``) is lowered
 to ``WORKER_SWITCH_INTERVAL_S``, and restored when the queue is empty. Compiling is seconds of pure Python
 (Dynamo, Inductor) that holds the GIL; every PyTorch kernel the user's thread runs meanwhile releases the GIL
 and must wait for the worker to give it back, by default up to 5 ms each time: a step of hundreds of kernels
@@ -78,15 +84,33 @@ class FusionJob:
     ):
         self._build, self._regions, self._install, self._fail, self._lock = build, regions, install, fail, lock
         self.done = threading.Event()
+        self.released = threading.Event()  # set: the worker may start this job (see the module docstring)
+        self._deadline: float | None = None  # (time.monotonic()) when a job not released yet starts anyway
         self.seconds: float | None = None
         self.uncompiled_regions = 0  # regions whose example call raised: they compile when they first run
 
+    def release(self) -> None:
+        """Lets the worker start this job now."""
+        self.released.set()
+
+    def hold_until(self, deadline: float) -> None:
+        """Lets the worker start this job at ``deadline`` (``time.monotonic()``) if it is not released before."""
+        self._deadline = deadline
+
+    def _wait_for_release(self) -> None:
+        # (polls: the deadline is set after the job was queued, by the thread that runs the first call)
+        while not self.released.wait(_RELEASE_POLL_S) and not _shutting_down:
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                return
+
     def run(self) -> None:
-        """Builds, compiles and installs the fused program (or reports the failure); sets ``done``."""
+        """Builds, compiles and installs the fused program (or reports the failure) once released; sets ``done``."""
+        self._wait_for_release()
         start = time.perf_counter()
         try:
             if _shutting_down:
                 return
+            _lower_switch_interval()
             with self._lock:
                 program = self._build()
             for fn, args in self._regions(program):
@@ -110,26 +134,36 @@ class FusionJob:
 
 # the thread switch interval while the worker compiles (see the module docstring); Python's default is 5 ms
 WORKER_SWITCH_INTERVAL_S = 0.0005
+# how often a job waiting to be released checks its deadline
+_RELEASE_POLL_S = 0.05
 
 _queue: collections.deque[FusionJob] = collections.deque()
 _queue_lock = threading.Lock()
 _worker: threading.Thread | None = None
 _shutting_down = False
 _switch_intervals: tuple[float, float] | None = None  # (the user's, the worker's) while the worker runs
+_current: list[FusionJob | None] = [None]  # the job the worker is running or waiting to be released
 
 
 def submit(job: FusionJob) -> None:
-    """Queues ``job`` for the background worker (started if it is not running)."""
-    global _worker, _switch_intervals
+    """Queues ``job`` for the background worker (started if it is not running). The worker starts it once it is
+    released (``FusionJob.release``, ``FusionJob.hold_until``)."""
+    global _worker
     with _queue_lock:
         _queue.append(job)
         if _worker is None or not _worker.is_alive():
-            if _switch_intervals is None:  # (the user's interval, and ours: restored when the worker ends)
-                user = sys.getswitchinterval()
-                _switch_intervals = (user, min(user, WORKER_SWITCH_INTERVAL_S))
-                sys.setswitchinterval(_switch_intervals[1])
             _worker = threading.Thread(target=_work, name="thunder-background-fusion", daemon=True)
             _worker.start()
+
+
+def _lower_switch_interval() -> None:
+    """Lowers the switch interval while the worker works (restored when it ends); see the module docstring."""
+    global _switch_intervals
+    with _queue_lock:
+        if _switch_intervals is None:  # (the user's interval, and ours)
+            user = sys.getswitchinterval()
+            _switch_intervals = (user, min(user, WORKER_SWITCH_INTERVAL_S))
+            sys.setswitchinterval(_switch_intervals[1])
 
 
 def _work() -> None:
@@ -148,7 +182,9 @@ def _work() -> None:
                     _switch_intervals = None
                 return
             job = _queue.popleft()
+            _current[0] = job
         job.run()
+        _current[0] = None
 
 
 # at exit, how long to let the worker reach a point where it stops (between the steps of a job): a thread
@@ -159,6 +195,9 @@ _EXIT_GRACE_S = 2.0
 def _shut_down() -> None:
     global _shutting_down
     _shutting_down = True
+    job = _current[0]
+    if job is not None:  # (a job waiting to be released stops waiting)
+        job.release()
     worker = _worker
     if worker is not None and worker is not threading.current_thread():
         worker.join(_EXIT_GRACE_S)

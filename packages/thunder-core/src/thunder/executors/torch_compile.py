@@ -18,8 +18,9 @@ docs/extending.md, "Which regions torch_compile compiles"):
 - matrix products and convolutions (symbols whose decomposition holds a ``matmul``, ``linear`` or
   ``convolution`` prim) stay with the torch executor: on the CPU Inductor calls the same GEMM and
   convolution kernels PyTorch does, so compiling them buys nothing;
-- a region of a single operation is handed back to the torch executor: one operation compiled is one
-  kernel, as in eager;
+- a region of a single operation that computes is handed back to the torch executor: one operation compiled
+  is one kernel, as in eager; views, reshapes and concatenations do not count (Inductor writes them to new
+  memory where eager makes a view, so a region of them alone only adds copies);
 - a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
   2**18) is handed back too: a compiled region's call costs tens of microseconds more than the torch calls
   it replaces, which small tensors do not win back (``benchmarks/fusion_payoff.py``);
@@ -79,10 +80,12 @@ class TorchCompileExecutor(FusionExecutor):
         self.compile_options = {"dynamic": False, **compile_options}
 
     def worth_fusing(self, bound_symbols) -> bool:
-        """At least ``min_region_size`` operations, and a computed tensor of at least ``min_region_numel`` elements."""
-        if len(bound_symbols) < self.min_region_size:
+        """At least ``min_region_size`` operations that compute (views and reshapes do not count), and a computed
+        tensor of at least ``min_region_numel`` elements."""
+        computing = [b for b in bound_symbols if _computes(b)]
+        if len(computing) < self.min_region_size:
             return False
-        return self.min_region_numel == 0 or _largest_numel(bound_symbols) >= self.min_region_numel
+        return self.min_region_numel == 0 or _largest_numel(computing) >= self.min_region_numel
 
     def unavailable_reason(self) -> str | None:
         """Why Inductor cannot compile here (None: it can). Imports neither Dynamo nor Inductor."""
@@ -125,6 +128,17 @@ class TorchCompileExecutor(FusionExecutor):
         run_region.__thunder_trace__ = trace
         run_region.__wrapped__ = compiled
         return run_region
+
+
+def _computes(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` computes values, rather than only viewing or rearranging its input: not a view, and some
+    primitive of its decomposition is no shape operation. (Inductor writes a compiled region's views and
+    concatenations to new memory, where eager only makes a view: a region of them alone is pure cost.)"""
+    if "view" in bsym.sym.tags:
+        return False
+    if not bsym.subsymbols:
+        return OpTags.SHAPE_OP not in bsym.sym.tags
+    return any(_computes(s) for s in bsym.subsymbols)
 
 
 def _largest_numel(bound_symbols) -> int:
