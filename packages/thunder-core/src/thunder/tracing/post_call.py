@@ -20,7 +20,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,7 +30,32 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import has_symbolic
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
-__all__ = ["PostCall"]
+__all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
+
+
+class ReturnedView(NamedTuple):
+    """An output returned as a view of a caller's tensor (see ``PostCall.views``)."""
+
+    leaf: int  # its position among the output's leaves
+    caller: str  # how the prologue reads the caller's tensor it views
+    layout: tuple | None  # (size, stride, storage offset) over that tensor's storage; None: the tensor's own layout
+    name: str  # the output's name in the computation
+    detached: bool  # viewed through detach(): a tensor of its own for autograd
+    updated: bool  # the program writes that storage back
+    without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
+
+
+class ViewOfResult(NamedTuple):
+    """An output returned as a view of a tensor the program computes (see ``PostCall.internal_views``)."""
+
+    leaf: int  # its position among the output's leaves
+    extra: int  # index in ``PostCall.extra`` of the tensor it views in eager
+    layout: tuple  # (size, stride, storage offset) of the view
+    root_layout: tuple  # (size, stride) of the tensor it views
+    name: str  # the output's name in the computation
+    root: str  # the name of the tensor it views
+    restrided: bool  # that tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), no view
+    without_grad: bool  # made under no_grad: a leaf of its own in eager (made under no_grad here too)
 
 
 class PostCall:
@@ -56,16 +81,10 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
-        # (output leaf, expression of an input with that storage, (size, stride, offset) or None for that input's
-        # own layout, output's name, through detach(), storage updated): the outputs returned as views of the
-        # caller's storages
-        self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
-        # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
-        # (size, stride) of that tensor, output's name, that tensor's name, restrided): outputs returned as views of
-        # tensors the program computes, as eager's are (see _return_internal_views); ``restrided``: the output is that
-        # tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), not a view in eager;
-        # ``without_grad``: a view made under no_grad, a leaf of its own in eager (made under no_grad here too)
-        self.internal_views: list[tuple[int, int, tuple, tuple, str, str, bool, bool]] = []
+        # the outputs returned as views of the caller's storages
+        self.views: list[ReturnedView] = []
+        # outputs returned as views of tensors the program computes, as eager's are (see _return_internal_views)
+        self.internal_views: list[ViewOfResult] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
@@ -139,6 +158,8 @@ class PostCall:
                     shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
                 if self._plan_view(i, leaf, written_storages, shared_storages):
                     continue
+            if leaf._tt_leaf_view and self._plan_view_without_grad(i, leaf):
+                continue
             self._plan_internal_view(i, leaf)
 
     def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
@@ -153,7 +174,35 @@ class PostCall:
         proxy = self.proxies.get(id(root))
         if proxy is None or leaf._thunder_proxy.name != proxy.name:
             return False
-        self.views.append((i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        return True
+
+    def _plan_view_without_grad(self, i: int, leaf: TracingTensor) -> bool:
+        """Records output leaf ``i``, a view of an input made under ``no_grad`` or ``inference_mode``, as that view
+        of the caller's tensor made again under ``no_grad`` after the call (``with torch.no_grad(): v = a[1:]; return
+        v``): eager's is a leaf that requires grad, has ``_base`` set and shares the caller's storage, and no gradient
+        reaches the caller's tensor through it. The layout is the input's own (read at each call) when the view
+        keeps it (``a.expand_as(a)``), else the traced one in plain integers."""
+        view = view_of(leaf)
+        if view is None:
+            return False
+        root = view[0]
+        if id(root) not in self.exprs or getattr(root, "_tt_original", None) is not None:
+            return False
+        m, rm = shadow(leaf), input_shadow(root)
+        if rm is None:
+            return False
+        with torch._C.DisableTorchFunction():
+            if _storage_id(m) != _storage_id(rm) or m.dtype != rm.dtype or m.is_conj() or m.is_neg():
+                return False
+            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+            own = (tuple(rm.shape), tuple(rm.stride()), rm.storage_offset())
+        if layout == own:
+            layout = None  # (the caller's tensor's layout at each call: symbolic sizes too)
+        elif not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+            return False
+        name = leaf._thunder_proxy.name
+        self.views.append(ReturnedView(i, self.exprs[id(root)], layout, name, False, False, True))
         return True
 
     def _plan_internal_view(self, i: int, leaf: TracingTensor) -> None:
@@ -192,7 +241,7 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         self.internal_views.append(
-            (
+            ViewOfResult(
                 i,
                 len(self.extra),
                 layout,
@@ -232,7 +281,10 @@ class PostCall:
         if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
             return True
         updated = storage in written_storages
-        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated))
+        without_grad = leaf._tt_leaf_view
+        self.views.append(
+            ReturnedView(i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated, without_grad)
+        )
         return True
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
@@ -269,7 +321,7 @@ class PostCall:
             bool(self.extra),
         )
         named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
-        named |= {v[1] for v in views}
+        named |= {v.caller for v in views}
         exprs = sorted(named)
         where = {e: n_args + i for i, e in enumerate(exprs)}
 
@@ -375,7 +427,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _ in views:
+    for i, expr, layout, _, detached, _, without_grad in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -386,7 +438,8 @@ def _return_views(result, views, args, where, spec):
         base = t._base
         if base is None or base.dtype != t.dtype or base.requires_grad != t.requires_grad:
             base = t
-        view = (base.detach() if detached else base).as_strided(size, stride, offset)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
+            view = (base.detach() if detached else base).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
@@ -404,7 +457,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     bases = {}
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
-    restrided_roots = {id(extra[v[1]]) for v in internal_views if v[6]}
+    restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
     for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided, without_grad in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:

@@ -273,7 +273,7 @@ def trace_program(
         )
         # (they are made again from the inputs' layouts: those must stay as traced; an input's own layout is read
         # at each call)
-        if any(v[2] is not None for v in post_call.views):
+        if any(v.layout is not None for v in post_call.views):
             prologue.check_layout = prologue.check_offsets = True
         if post_call.internal_views:  # (whether eager's output is a view follows from the inputs' layouts)
             prologue.check_layout = True

@@ -1,0 +1,162 @@
+"""Whether each output is a view, of what, and with which autograd facts, as in eager (issue 25, the grown
+fuzzer's "is_view" classes): views made under ``no_grad``/``inference_mode`` of arguments and returned, identity
+ops that give back their argument, layout-changing in-place ops, and in-place updates under ``inference_mode``.
+
+Each program runs eagerly and through ``thunder.jit`` (twice: the second call goes through the cache) on fresh
+inputs made the same way, and the two are compared: output values, dtypes, strides and storage offsets, which
+outputs are the caller's arguments themselves, which share an argument's storage, ``_is_view()``, whether
+``_base`` is an argument (or its base), ``requires_grad``/``is_leaf``; then a backward through the outputs that
+have a history and through the arguments used after the call, comparing the leaves' gradients (None-ness too)
+and the outputs' own ``.grad``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+
+def _facts(out: torch.Tensor, args: tuple) -> dict:
+    def storage(t):
+        return t.untyped_storage().data_ptr() if t.numel() else None
+
+    return {
+        "dtype": out.dtype,
+        "shape": tuple(out.shape),
+        "stride": out.stride(),
+        "offset": out.storage_offset(),
+        "is_argument": [out is a for a in args],
+        "shares_storage": [storage(out) is not None and storage(out) == storage(a) for a in args],
+        "is_view": out._is_view(),
+        "base_is_argument": [out._base is not None and (out._base is a or out._base is a._base) for a in args],
+        "requires_grad": out.requires_grad,
+        "is_leaf": out.is_leaf,
+    }
+
+
+def _run(fn, make):
+    leaves, args = make()
+    out = fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    facts = [_facts(o, args) for o in outs]
+    values = [o.detach().clone() for o in outs]
+    after = [a.detach().clone() for a in args]
+    # a loss through the outputs that have a history, and through the arguments used after the call
+    loss = sum(
+        ((o.double() * (k + 2)) ** 2).sum() for k, o in enumerate(outs) if o.requires_grad and o.is_floating_point()
+    )
+    loss = loss + sum((a.double() * 3).sum() for a in args if a.requires_grad and a.is_floating_point())
+    grads = None
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        loss.backward()
+        grads = [None if x.grad is None else x.grad.clone() for x in leaves]
+        grads += [o.grad for o in outs if o.is_leaf and o.requires_grad]
+    return facts, values, after, grads
+
+
+def assert_matches_eager(f, make) -> None:
+    """Compares ``f`` eagerly and jitted (two calls) on inputs from ``make() -> (leaves, args)``."""
+    jf = thunder.jit(f)
+    for call in range(2):
+        torch.manual_seed(call)
+        expected = _run(f, make)
+        torch.manual_seed(call)
+        actual = _run(jf, make)
+        (ef, ev, ea, eg), (af, av, aa, ag) = expected, actual
+        assert af == ef, f"call {call}: outputs' facts\nthunder {af}\neager   {ef}"
+        torch.testing.assert_close(av, ev, equal_nan=True)
+        torch.testing.assert_close(aa, ea, equal_nan=True)
+        assert (ag is None) == (eg is None)
+        if eg is not None:
+            assert [g is None for g in ag] == [g is None for g in eg], f"call {call}: grads {ag} vs {eg}"
+            torch.testing.assert_close(ag, eg, equal_nan=True)
+
+
+def _leaf(shape=(3, 2), dtype=torch.float64):
+    return torch.randn(shape, dtype=dtype, requires_grad=True)
+
+
+def leaf_argument():
+    leaf = _leaf()
+    return [leaf], (leaf,)
+
+
+def non_leaf_argument():
+    leaf = _leaf()
+    return [leaf], (leaf * 1,)
+
+
+def transposed_view_of_non_leaf():
+    leaf = _leaf()
+    return [leaf], ((leaf * 1).t(),)
+
+
+def sliced_view_of_non_leaf():
+    leaf = _leaf((4, 2))
+    return [leaf], ((leaf * 1)[1:],)
+
+
+ARGUMENTS = {
+    "leaf": leaf_argument,
+    "non_leaf": non_leaf_argument,
+    "transposed_view": transposed_view_of_non_leaf,
+    "sliced_view": sliced_view_of_non_leaf,
+}
+
+
+# --- 1 and 5: views of arguments made without grad and returned ---------------------------------------------
+
+_GRAD_OFF = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+_VIEWS = {
+    "expand_as": lambda a: a.expand_as(a),
+    "none_index": lambda a: a[None],
+    "slice": lambda a: a[1:],
+    "view_as": lambda a: a.view_as(a),
+    "reshape_flat": lambda a: a.reshape(-1),
+    "t": lambda a: a.t(),
+    "diagonal": lambda a: a.diagonal(),
+}
+
+
+@pytest.mark.parametrize("argument", sorted(ARGUMENTS))
+@pytest.mark.parametrize("mode", sorted(_GRAD_OFF))
+@pytest.mark.parametrize("view", sorted(_VIEWS))
+def test_view_of_an_argument_made_without_grad_returned_with_the_argument(view, mode, argument):
+    def f(a0):
+        with _GRAD_OFF[mode]():
+            v0 = _VIEWS[view](a0)
+        return v0, a0
+
+    assert_matches_eager(f, ARGUMENTS[argument])
+
+
+@pytest.mark.parametrize("argument", sorted(ARGUMENTS))
+@pytest.mark.parametrize("view", ["slice", "reshape_flat", "expand_as"])
+def test_view_of_an_argument_made_without_grad_returned_alone(view, argument):
+    """The argument gets no gradient through the view: ``.grad`` stays None (eager), not zeros."""
+
+    def f(a0, b):
+        with torch.no_grad():
+            v = _VIEWS[view](a0)
+        return v, b * 2
+
+    def make():
+        leaves, (a,) = ARGUMENTS[argument]()
+        b = _leaf()
+        return [*leaves, b], (a, b)
+
+    assert_matches_eager(f, make)
+
+
+def test_view_of_an_argument_made_without_grad_of_a_non_grad_argument_beside_others():
+    def f(a0, a1):
+        with torch.inference_mode():
+            v = a1[None]
+        return v, a0 * 2
+
+    def make():
+        leaf = _leaf()
+        return [leaf], (leaf * 1, torch.randn(2, 3))
+
+    assert_matches_eager(f, make)
