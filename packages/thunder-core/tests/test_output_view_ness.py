@@ -160,3 +160,37 @@ def test_view_of_an_argument_made_without_grad_of_a_non_grad_argument_beside_oth
         return [leaf], (leaf * 1, torch.randn(2, 3))
 
     assert_matches_eager(f, make)
+
+
+# --- 2: aliases that are no views (detach(), .data, view(dtype)) of an argument the program updates -------------
+
+_ALIASES = {
+    "detach": lambda a: a.detach(),
+    "data": lambda a: a.data,
+    "view_own_dtype": lambda a: a.view(a.dtype),
+    "detach_then_slice": lambda a: a.detach()[1:],
+    "slice_then_detach": lambda a: a[1:].detach(),
+}
+
+
+@pytest.mark.parametrize("argument", ["sliced_view", "non_leaf", "transposed_view"])
+@pytest.mark.parametrize("alias", sorted(_ALIASES))
+def test_alias_of_an_updated_argument_is_a_view_exactly_when_eager_says(alias, argument):
+    def f(a0):
+        a0.round_()
+        v = _ALIASES[alias](a0)
+        return v, a0
+
+    assert_matches_eager(f, ARGUMENTS[argument])
+
+
+@pytest.mark.parametrize("alias", ["view_own_dtype", "detach"])
+def test_alias_of_an_integer_argument_written_through_out(alias):
+    def f(a0):
+        torch.add(a0, a0, out=a0)
+        return a0, _ALIASES[alias](a0)
+
+    def make():
+        return [], (torch.randint(-4, 5, (3, 1, 2)),)
+
+    assert_matches_eager(f, make)

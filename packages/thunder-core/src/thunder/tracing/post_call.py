@@ -43,6 +43,7 @@ class ReturnedView(NamedTuple):
     detached: bool  # viewed through detach(): a tensor of its own for autograd
     updated: bool  # the program writes that storage back
     without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
+    alias_not_view: bool = False  # a detach()/.data/view(dtype) output itself: it shares the storage, no ``_base``
 
 
 class ViewOfResult(NamedTuple):
@@ -281,9 +282,12 @@ class PostCall:
         if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
             return True
         updated = storage in written_storages
-        without_grad = leaf._tt_leaf_view
+        detached = bool(leaf._tt_nondiff)
+        alias_not_view = detached and getattr(leaf, "_tt_family", None) is leaf
         self.views.append(
-            ReturnedView(i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated, without_grad)
+            ReturnedView(
+                i, expr, layout, leaf._thunder_proxy.name, detached, updated, leaf._tt_leaf_view, alias_not_view
+            )
         )
         return True
 
@@ -427,7 +431,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _, without_grad in views:
+    for i, expr, layout, _, detached, _, without_grad, alias_not_view in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -438,8 +442,11 @@ def _return_views(result, views, args, where, spec):
         base = t._base
         if base is None or base.dtype != t.dtype or base.requires_grad != t.requires_grad:
             base = t
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
-            view = (base.detach() if detached else base).as_strided(size, stride, offset)
+        if alias_not_view:  # (detach() of a view is no view: it shares the storage and the version counter)
+            view = base.as_strided(size, stride, offset).detach()
+        else:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
+                view = (base.detach() if detached else base).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
