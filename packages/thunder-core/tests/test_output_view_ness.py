@@ -194,3 +194,38 @@ def test_alias_of_an_integer_argument_written_through_out(alias):
         return [], (torch.randint(-4, 5, (3, 1, 2)),)
 
     assert_matches_eager(f, make)
+
+
+# --- views of tensors computed under inference_mode: eager's have no _base ----------------------------------------
+
+_VIEWS_OUTSIDE = {
+    "squeeze": lambda v: v.squeeze(),
+    "t": lambda v: v.t(),
+    "slice": lambda v: v[1:],
+    "reshape_flat": lambda v: v.reshape(-1),
+}
+
+
+@pytest.mark.parametrize("argument", ["leaf", "transposed_view"])
+@pytest.mark.parametrize("view", sorted(_VIEWS_OUTSIDE))
+def test_view_of_a_tensor_computed_under_inference_mode(view, argument):
+    def f(a0):
+        with torch.inference_mode():
+            v0 = torch.log1p(torch.abs(a0))
+        return _VIEWS_OUTSIDE[view](v0), a0 * 2
+
+    assert_matches_eager(f, ARGUMENTS[argument])
+
+
+def test_view_of_a_tensor_computed_under_inference_mode_after_a_resize_of_an_expanded_argument():
+    def f(a0):
+        with torch.inference_mode():
+            v0 = torch.log1p(torch.abs(a0))
+        a0.resize_(0)
+        return (v0.squeeze(),)
+
+    def make():
+        b = torch.randint(-4, 5, (3, 3))
+        return [], (b.unsqueeze(0).expand(2, *b.shape),)
+
+    assert_matches_eager(f, make)

@@ -86,6 +86,9 @@ class PostCall:
         self.views: list[ReturnedView] = []
         # outputs returned as views of tensors the program computes, as eager's are (see _return_internal_views)
         self.internal_views: list[ViewOfResult] = []
+        # outputs viewing a tensor the program computes under inference_mode: eager's are no views (an inference
+        # tensor's views have no ``_base``), so they are returned as aliases without one (``detach()``)
+        self.inference_views: list[int] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
@@ -220,6 +223,10 @@ class PostCall:
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
             return  # (a view of an input is the step's other business; a root that changed its layout in place)
+        with torch._C.DisableTorchFunction():
+            if root.is_inference():  # (a tensor made under inference_mode: eager's views of it have no ``_base``)
+                self.inference_views.append(i)
+                return
         value = root._thunder_proxy
         if value.name in {p.name for p in self.proxies.values()}:
             return  # (the root holds an input's value: the caller's tensor)
@@ -313,7 +320,9 @@ class PostCall:
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned and not self.views and not self.internal_views:
-            return structure, finish, finish_args
+            if not self.inference_views:
+                return structure, finish, finish_args
+        inference_views = tuple(self.inference_views)
         shared = self.shared
         internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
@@ -334,6 +343,8 @@ class PostCall:
             result = out if finish is None else finish(out, *args[:n_args])
             if internal_views:
                 result = _return_internal_views(result, internal_views, extra, spec)
+            if inference_views:
+                result = _return_inference_views(result, inference_views, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
@@ -488,6 +499,19 @@ def _return_internal_views(result, internal_views, extra, spec):
             view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_inference_views(result, leaves_viewing, spec):
+    """``result`` with the outputs that view a tensor computed under ``inference_mode`` made aliases that are no
+    views (``detach()``: same storage, no ``_base``), as eager's views of an inference tensor are."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i in leaves_viewing:
+        out = leaves[i]
+        if isinstance(out, torch.Tensor) and out._base is not None and not out.requires_grad:
+            leaves[i] = out.detach()
     return pytree.tree_unflatten(spec, leaves)
 
 
