@@ -229,3 +229,60 @@ def test_view_of_a_tensor_computed_under_inference_mode_after_a_resize_of_an_exp
         return [], (b.unsqueeze(0).expand(2, *b.shape),)
 
     assert_matches_eager(f, make)
+
+
+# --- outputs eager computes as tensors of their own, which the program gave back as views or aliases ---------
+
+_GIVING_THE_VALUE_BACK = {
+    "logsumexp_0d": lambda a: torch.logsumexp(a, -1),
+    "amax_0d": lambda a: a.amax(-1),
+    "sum_0d": lambda a: a.sum(-1),
+    "mean_0d": lambda a: torch.mean(a, 0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_GIVING_THE_VALUE_BACK))
+def test_op_giving_an_arguments_value_back_returns_a_tensor_of_its_own(op):
+    def f(a0, a1):
+        return _GIVING_THE_VALUE_BACK[op](a0), a1, a0
+
+    def make():
+        leaf = torch.randn((), dtype=torch.float32, requires_grad=True)
+        return [leaf], (leaf, torch.randint(-4, 5, (2, 1, 3), dtype=torch.int32))
+
+    assert_matches_eager(f, make)
+
+
+_UPDATES_THROUGH_A_VIEW = {
+    "setitem_of_reshape": lambda v: v.reshape(-1).__setitem__(0, 3),
+    "add_of_view": lambda v: v.view(-1).add_(1),
+    "mul_of_transpose": lambda v: v.t().mul_(2),
+    "fill_of_row": lambda v: v[0].fill_(0.5),
+}
+
+
+@pytest.mark.parametrize("argument", ["leaf", "transposed_view"])
+@pytest.mark.parametrize("update", sorted(_UPDATES_THROUGH_A_VIEW))
+def test_result_updated_through_a_view_of_it_is_returned_as_no_view(update, argument):
+    def f(a0):
+        v0 = a0 * 2 if a0.is_contiguous() else (a0 * 2).contiguous()
+        _UPDATES_THROUGH_A_VIEW[update](v0)
+        return v0, a0
+
+    assert_matches_eager(f, ARGUMENTS[argument])
+
+
+def test_result_updated_through_a_view_of_it_can_be_updated_in_place_after_the_call():
+    def f(a0):
+        v0 = a0 / a0.abs().max()
+        v0.view(-1).add_(1)
+        return v0
+
+    grads = []
+    for fn in (f, thunder.jit(f)):
+        leaf = torch.linspace(-1.0, 2.0, 6, dtype=torch.float64).reshape(2, 3).requires_grad_()
+        out = fn(leaf)
+        out.mul_(3)  # eager allows it: out is a tensor of its own
+        (out**2).sum().backward()
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[1], grads[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core import prims, pytree
+from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import Proxy
 from thunder.core.trace import get_tracectx
 from thunder.tracing.errors import TracingError
@@ -55,6 +56,36 @@ def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
         if id(root) not in own and root._tt_value.name in overwritten:
             root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
             root._tt_version += 1
+
+
+def copy_fresh_outputs_run_as_views(result, tensors) -> None:
+    """An output eager computes as a tensor of its own, which the program would give back as a view or an alias,
+    gets a copy: eager's has no ``_base``, and an in-place update of it after the call works with grad.
+
+    Two forms: an op that gave an input's value back (``torch.logsumexp(x, -1)`` of a 0-d ``x``: eager's result
+    is a new tensor), and a tensor updated in place through a view of it (``y = x * 2; y.view(-1)[0] = 3;
+    return y``), whose new value the program makes again from the updated view with a shape op."""
+    inputs = None
+    for leaf in pytree.tree_leaves(result):
+        if type(leaf) is not TracingTensor or leaf._tt_view is not None or leaf._tt_pending is not None:
+            continue
+        if inputs is None:
+            inputs = {id(ti.wrapper) for ti in tensors}
+            input_values = {ti.proxy.name for ti in tensors}
+        if id(leaf) in inputs:
+            continue
+        value = leaf._tt_value
+        if value.name in input_values or (leaf._tt_version and _made_by_shape_op(value)):
+            leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
+            leaf._tt_version += 1
+
+
+def _made_by_shape_op(value) -> bool:
+    """Whether the symbol that computed ``value`` may return a view of its argument (a reshape, a transpose)."""
+    for b in reversed(get_tracectx().bound_symbols):
+        if any(o is value for o in b.flat_outs):
+            return may_return_alias(b.sym)
+    return False
 
 
 def _plan_object_updates(objects: list[_ObjectArgument], extra_outputs: list) -> list[_ObjectArgument]:
