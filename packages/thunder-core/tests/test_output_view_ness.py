@@ -286,3 +286,94 @@ def test_result_updated_through_a_view_of_it_can_be_updated_in_place_after_the_c
         (out**2).sum().backward()
         grads.append(leaf.grad)
     torch.testing.assert_close(grads[1], grads[0])
+
+
+# --- 3: layout-changing in-place ops on views of arguments; expanded arguments updated, then reshaped ---------
+
+
+def two_integer_arguments():
+    return [], (torch.randint(-4, 5, (2, 3, 4)), torch.randint(-4, 5, (2, 3)))
+
+
+def two_non_leaf_arguments():
+    first, second = _leaf((3, 4)), _leaf((2, 3))
+    return [first, second], (first * 1, second * 1)
+
+
+def two_views_of_non_leaves():
+    first, second = _leaf((3, 4)), _leaf((3, 2))
+    return [first, second], ((first * 1)[:, 1:], (second * 1).t())
+
+
+_RESTRIDED_VIEWS = {
+    "slice_swapdims_": lambda a0, a1: a0[1:].swapdims_(0, 1),
+    "row_unsqueeze_": lambda a0, a1: a0[0].unsqueeze_(0),
+    "transpose_t_": lambda a0, a1: a1.transpose(0, 1).t_(),
+    "slice_as_strided_": lambda a0, a1: a0[1:].as_strided_((2,), (1,)),
+}
+
+
+@pytest.mark.parametrize("arguments", ["integers", "non_leaves", "views_of_non_leaves"])
+@pytest.mark.parametrize("restride", sorted(_RESTRIDED_VIEWS))
+def test_view_of_an_argument_restrided_in_place_is_a_view_of_the_callers_tensor(restride, arguments):
+    def f(a0, a1):
+        v = _RESTRIDED_VIEWS[restride](a0, a1)
+        return v, a0, a1
+
+    make = {
+        "integers": two_integer_arguments,
+        "non_leaves": two_non_leaf_arguments,
+        "views_of_non_leaves": two_views_of_non_leaves,
+    }[arguments]
+    assert_matches_eager(f, make)
+
+
+def test_unbind_output_restrided_in_place_is_a_view_of_the_callers_tensor():
+    def f(a0, a1):
+        v0 = a1.unbind(0)[0]
+        v0.as_strided_((1,), (1,))
+        return a1, v0
+
+    assert_matches_eager(f, two_integer_arguments)
+
+
+def expanded_integers():
+    return [], (torch.randint(-4, 5, (3,)).expand(2, 3),)
+
+
+def expanded_view_of_non_leaf():
+    leaf = _leaf((3,))
+    return [leaf], ((leaf * 1).expand(2, 3),)
+
+
+_UPDATES_OF_EXPANDED = {
+    "zero_": lambda a: a.zero_(),
+    "fill_": lambda a: a.fill_(2),
+    "setitem": lambda a: a.__setitem__(0, 1),
+}
+_AFTER_THE_UPDATE = {
+    "reshape": lambda a: a.reshape(-1),
+    "flatten": lambda a: a.flatten(),
+    "contiguous": lambda a: a.contiguous(),
+    "t": lambda a: a.t(),
+    "unsqueeze": lambda a: a.unsqueeze(0),
+}
+
+
+@pytest.mark.parametrize("after", sorted(_AFTER_THE_UPDATE))
+@pytest.mark.parametrize("update", sorted(_UPDATES_OF_EXPANDED))
+def test_expanded_integer_argument_updated_then_reshaped(update, after):
+    def f(a0):
+        _UPDATES_OF_EXPANDED[update](a0)
+        return _AFTER_THE_UPDATE[after](a0), a0
+
+    assert_matches_eager(f, expanded_integers)
+
+
+@pytest.mark.parametrize("after", sorted(_AFTER_THE_UPDATE))
+def test_expanded_argument_requiring_grad_updated_then_reshaped(after):
+    def f(a0):
+        a0[0] = 1  # (eager refuses zero_ and fill_ of an expanded tensor requiring grad)
+        return _AFTER_THE_UPDATE[after](a0), a0
+
+    assert_matches_eager(f, expanded_view_of_non_leaf)

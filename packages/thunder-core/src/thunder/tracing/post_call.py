@@ -155,11 +155,20 @@ class PostCall:
                 input_names = {p.name for p in self.proxies.values()}
             if leaf._thunder_proxy.name in input_names and self._plan_input_view(i, leaf):
                 continue
-            if written or self.shared:
+            # (a view the program derives from its root's elements through the shadows' strides, as after an in-place
+            # layout change, ``v = x[0]; v.unsqueeze_(0)``: a tensor of its own when run, where eager's views the
+            # caller's storage)
+            view = leaf._tt_view
+            restrided = leaf._tt_former is not None or (
+                view is not None and view[1] is None and id(view[0]) in self.exprs
+            )
+            if written or self.shared or restrided:
                 if written_storages is None:
                     self.take_layouts()
                     written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
                     shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
+                    if restrided:
+                        shared_storages = shared_storages | set(self.storage_of.values())
                 if self._plan_view(i, leaf, written_storages, shared_storages):
                     continue
             if leaf._tt_leaf_view and self._plan_view_without_grad(i, leaf):
