@@ -377,3 +377,40 @@ def test_expanded_argument_requiring_grad_updated_then_reshaped(after):
         return _AFTER_THE_UPDATE[after](a0), a0
 
     assert_matches_eager(f, expanded_view_of_non_leaf)
+
+
+# --- 4: bool results written in place without grad: the tensor keeps its history, as in eager ---------------
+
+_BOOL_RESULT_UPDATES = {
+    "eq_": lambda v: v.eq_(v),
+    "gt_": lambda v: v.gt_(0),
+    "logical_not_": lambda v: v.logical_not_(),
+    "add_": lambda v: v.add_(1),  # (a float result: the reference form)
+}
+
+
+@pytest.mark.parametrize("argument", sorted(ARGUMENTS))
+@pytest.mark.parametrize("mode", sorted(_GRAD_OFF))
+@pytest.mark.parametrize("update", sorted(_BOOL_RESULT_UPDATES))
+def test_bool_result_written_without_grad_into_a_view_of_an_argument(update, mode, argument):
+    def f(a0):
+        v1 = a0.view(-1) if a0.is_contiguous() else a0.reshape(-1)
+        with _GRAD_OFF[mode]():
+            _BOOL_RESULT_UPDATES[update](v1)
+        return a0, v1
+
+    assert_matches_eager(f, ARGUMENTS[argument])
+
+
+@pytest.mark.parametrize("argument", sorted(ARGUMENTS))
+@pytest.mark.parametrize("mode", sorted(_GRAD_OFF))
+@pytest.mark.parametrize("update", sorted(_BOOL_RESULT_UPDATES))
+def test_bool_result_written_without_grad_into_an_argument(update, mode, argument):
+    """The gradient through the argument after the call is its former history's (eager: 3s, thunder gave 0s)."""
+
+    def f(a0):
+        with _GRAD_OFF[mode]():
+            _BOOL_RESULT_UPDATES[update](a0)
+        return a0
+
+    assert_matches_eager(f, ARGUMENTS[argument])
