@@ -157,3 +157,19 @@ def test_numpy_without_a_translation_is_refused_naming_the_line(body, what):
     with pytest.raises(TracingError, match=what) as info:
         thunder.jit(f)(torch.randn(4))
     assert "return torch.as_tensor(body(x.numpy()))" in str(info.value) or "lambda a:" in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (2, 3)])
+@pytest.mark.parametrize("convert", ["from_numpy", "as_tensor"])
+def test_tensor_over_an_array_is_no_view_as_in_eager(convert, shape):
+    # eager: the tensor shares the array's memory but has no _base (an empty one was returned as a view)
+    def f(x):
+        array = np.exp(x.detach().numpy() * 0.1)
+        return getattr(torch, convert)(array), x
+
+    x = torch.ones(shape, dtype=torch.float64)
+    expected, _ = f(x)
+    actual, returned = thunder.jit(f)(x)
+    torch.testing.assert_close(actual, expected)
+    assert actual._is_view() == expected._is_view() is False
+    assert returned is x

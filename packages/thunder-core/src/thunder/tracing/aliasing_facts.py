@@ -75,8 +75,8 @@ def build_aliasing_record(
     outputs = [p for p in ret.flat_args if isinstance(p, TensorProxy)]
     aliasing = []
     seen = set()
-    as_views = {v[3]: v[1] for v in views}
-    of_results = {v[4]: v[5] for v in internal_views if not v[6]}
+    as_views = {v.name: v.caller for v in views}
+    of_results = {v.name: v.root for v in internal_views if not v.restrided}
     for p in outputs:
         if p.name in seen or p.name in callers or p.name in as_views or p.name in of_results:
             continue

@@ -407,7 +407,7 @@ def tensor_of(func, array: TracedArray, kwargs) -> torch.Tensor:
         raise _refuse(f"pass {', '.join(sorted(unknown))}= to {func.__name__} of an array")
     dtype, device = kwargs.get("dtype"), kwargs.get("device")
     if shares and not kwargs.get("copy") and dtype in (None, t.dtype) and device in (None, t.device):
-        return t.view(t.shape)  # a new tensor over the same values, as in eager
+        return t.detach()  # a new tensor over the same values, no view (no ``_base``), as in eager
     out = t.to(dtype=dtype or t.dtype, device=device or t.device)
     return out.clone() if out is t else out
 
@@ -415,7 +415,7 @@ def tensor_of(func, array: TracedArray, kwargs) -> torch.Tensor:
 def _from_numpy(array):
     if not isinstance(array, TracedArray):
         return _original_from_numpy[0](array)
-    return array._tensor.view(array._tensor.shape)
+    return array._tensor.detach()  # (eager's shares the array's memory and is no view)
 
 
 _original_from_numpy: list = [torch.from_numpy]

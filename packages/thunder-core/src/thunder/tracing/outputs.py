@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core import prims, pytree
+from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import Proxy
 from thunder.core.trace import get_tracectx
 from thunder.tracing.errors import TracingError
@@ -55,6 +56,44 @@ def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
         if id(root) not in own and root._tt_value.name in overwritten:
             root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
             root._tt_version += 1
+
+
+def copy_fresh_outputs_run_as_views(result, tensors) -> None:
+    """An output eager computes as a tensor of its own, which the program would give back as a view or an alias,
+    gets a copy: eager's has no ``_base``, and an in-place update of it after the call works with grad.
+
+    The forms: an op that gave an input's value back (``torch.logsumexp(x, -1)`` of a 0-d ``x``: eager's result
+    is a new tensor); a tensor updated in place through a view of it (``y = x * 2; y.view(-1)[0] = 3; return
+    y``), whose new value the program makes again from the updated view with a shape op; and a shape op of an
+    input updated in place (``x.fill_(1); return x.reshape(-1)`` of an expanded ``x``: eager's reshape copies,
+    the program reshapes the new value, a tensor of its own)."""
+    inputs = None
+    for leaf in pytree.tree_leaves(result):
+        if type(leaf) is not TracingTensor or leaf._tt_view is not None or leaf._tt_pending is not None:
+            continue
+        if inputs is None:
+            inputs = {id(ti.wrapper) for ti in tensors}
+            # the new value of each input updated in place, and the inputs' values as called
+            updated = {ti.wrapper._thunder_proxy.name for ti in tensors if ti.wrapper._tt_version}
+            given = updated | {ti.proxy.name for ti in tensors}
+        if id(leaf) in inputs:
+            continue
+        value = leaf._tt_value
+        # (a shape op of an input as called runs on the caller's tensor, copying where eager's does)
+        if value.name in given or _reshapes(value, None if leaf._tt_version else updated):
+            leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
+            leaf._tt_version += 1
+
+
+def _reshapes(value, of: set[str] | None) -> bool:
+    """Whether the symbol that computed ``value`` may return a view of its argument (a reshape, a transpose), of one
+    of the values named ``of`` (None: of any)."""
+    for b in reversed(get_tracectx().bound_symbols):
+        if any(o is value for o in b.flat_outs):
+            if not may_return_alias(b.sym):
+                return False
+            return of is None or any(getattr(a, "name", None) in of for a in b.flat_args)
+    return False
 
 
 def _plan_object_updates(objects: list[_ObjectArgument], extra_outputs: list) -> list[_ObjectArgument]:

@@ -20,7 +20,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,7 +30,33 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import has_symbolic
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
-__all__ = ["PostCall"]
+__all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
+
+
+class ReturnedView(NamedTuple):
+    """An output returned as a view of a caller's tensor (see ``PostCall.views``)."""
+
+    leaf: int  # its position among the output's leaves
+    caller: str  # how the prologue reads the caller's tensor it views
+    layout: tuple | None  # (size, stride, storage offset) over that tensor's storage; None: the tensor's own layout
+    name: str  # the output's name in the computation
+    detached: bool  # viewed through detach(): a tensor of its own for autograd
+    updated: bool  # the program writes that storage back
+    without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
+    alias_not_view: bool = False  # a detach()/.data/view(dtype) output itself: it shares the storage, no ``_base``
+
+
+class ViewOfResult(NamedTuple):
+    """An output returned as a view of a tensor the program computes (see ``PostCall.internal_views``)."""
+
+    leaf: int  # its position among the output's leaves
+    extra: int  # index in ``PostCall.extra`` of the tensor it views in eager
+    layout: tuple  # (size, stride, storage offset) of the view
+    root_layout: tuple  # (size, stride) of the tensor it views
+    name: str  # the output's name in the computation
+    root: str  # the name of the tensor it views
+    restrided: bool  # that tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), no view
+    without_grad: bool  # made under no_grad: a leaf of its own in eager (made under no_grad here too)
 
 
 class PostCall:
@@ -56,16 +82,13 @@ class PostCall:
         self.steps: list[tuple] = []  # (expression of the caller's tensor, kind, details, layout)
         self.extra: list[TensorProxy] = []  # values the program returns for the layout steps
         self.returned: list[tuple[int, str, bool]] = []  # (output leaf, input expression, value unchanged)
-        # (output leaf, expression of an input with that storage, (size, stride, offset) or None for that input's
-        # own layout, output's name, through detach(), storage updated): the outputs returned as views of the
-        # caller's storages
-        self.views: list[tuple[int, str, tuple, str, bool, bool]] = []
-        # (output leaf, index in extra of the program's tensor it views in eager, (size, stride, offset) of the view,
-        # (size, stride) of that tensor, output's name, that tensor's name, restrided): outputs returned as views of
-        # tensors the program computes, as eager's are (see _return_internal_views); ``restrided``: the output is that
-        # tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), not a view in eager;
-        # ``without_grad``: a view made under no_grad, a leaf of its own in eager (made under no_grad here too)
-        self.internal_views: list[tuple[int, int, tuple, tuple, str, str, bool, bool]] = []
+        # the outputs returned as views of the caller's storages
+        self.views: list[ReturnedView] = []
+        # outputs returned as views of tensors the program computes, as eager's are (see _return_internal_views)
+        self.internal_views: list[ViewOfResult] = []
+        # outputs viewing a tensor the program computes under inference_mode: eager's are no views (an inference
+        # tensor's views have no ``_base``), so they are returned as aliases without one (``detach()``)
+        self.inference_views: list[int] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
@@ -132,13 +155,24 @@ class PostCall:
                 input_names = {p.name for p in self.proxies.values()}
             if leaf._thunder_proxy.name in input_names and self._plan_input_view(i, leaf):
                 continue
-            if written or self.shared:
+            # (a view the program derives from its root's elements through the shadows' strides, as after an in-place
+            # layout change, ``v = x[0]; v.unsqueeze_(0)``: a tensor of its own when run, where eager's views the
+            # caller's storage)
+            view = leaf._tt_view
+            restrided = leaf._tt_former is not None or (
+                view is not None and view[1] is None and id(view[0]) in self.exprs
+            )
+            if written or self.shared or restrided:
                 if written_storages is None:
                     self.take_layouts()
                     written_storages = {self.storage_of[w] for w in written if w in self.storage_of}
                     shared_storages = {s for w, s in self.storage_of.items() if self.exprs[w] in self.shared}
+                    if restrided:
+                        shared_storages = shared_storages | set(self.storage_of.values())
                 if self._plan_view(i, leaf, written_storages, shared_storages):
                     continue
+            if leaf._tt_leaf_view and self._plan_view_without_grad(i, leaf):
+                continue
             self._plan_internal_view(i, leaf)
 
     def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
@@ -153,7 +187,35 @@ class PostCall:
         proxy = self.proxies.get(id(root))
         if proxy is None or leaf._thunder_proxy.name != proxy.name:
             return False
-        self.views.append((i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        return True
+
+    def _plan_view_without_grad(self, i: int, leaf: TracingTensor) -> bool:
+        """Records output leaf ``i``, a view of an input made under ``no_grad`` or ``inference_mode``, as that view
+        of the caller's tensor made again under ``no_grad`` after the call (``with torch.no_grad(): v = a[1:]; return
+        v``): eager's is a leaf that requires grad, has ``_base`` set and shares the caller's storage, and no gradient
+        reaches the caller's tensor through it. The layout is the input's own (read at each call) when the view
+        keeps it (``a.expand_as(a)``), else the traced one in plain integers."""
+        view = view_of(leaf)
+        if view is None:
+            return False
+        root = view[0]
+        if id(root) not in self.exprs or getattr(root, "_tt_original", None) is not None:
+            return False
+        m, rm = shadow(leaf), input_shadow(root)
+        if rm is None:
+            return False
+        with torch._C.DisableTorchFunction():
+            if _storage_id(m) != _storage_id(rm) or m.dtype != rm.dtype or m.is_conj() or m.is_neg():
+                return False
+            layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+            own = (tuple(rm.shape), tuple(rm.stride()), rm.storage_offset())
+        if layout == own:
+            layout = None  # (the caller's tensor's layout at each call: symbolic sizes too)
+        elif not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+            return False
+        name = leaf._thunder_proxy.name
+        self.views.append(ReturnedView(i, self.exprs[id(root)], layout, name, False, False, True))
         return True
 
     def _plan_internal_view(self, i: int, leaf: TracingTensor) -> None:
@@ -170,6 +232,10 @@ class PostCall:
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
             return  # (a view of an input is the step's other business; a root that changed its layout in place)
+        with torch._C.DisableTorchFunction():
+            if root.is_inference():  # (a tensor made under inference_mode: eager's views of it have no ``_base``)
+                self.inference_views.append(i)
+                return
         value = root._thunder_proxy
         if value.name in {p.name for p in self.proxies.values()}:
             return  # (the root holds an input's value: the caller's tensor)
@@ -192,7 +258,7 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         self.internal_views.append(
-            (
+            ViewOfResult(
                 i,
                 len(self.extra),
                 layout,
@@ -232,7 +298,13 @@ class PostCall:
         if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
             return True
         updated = storage in written_storages
-        self.views.append((i, expr, layout, leaf._thunder_proxy.name, bool(leaf._tt_nondiff), updated))
+        detached = bool(leaf._tt_nondiff)
+        alias_not_view = detached and getattr(leaf, "_tt_family", None) is leaf
+        self.views.append(
+            ReturnedView(
+                i, expr, layout, leaf._thunder_proxy.name, detached, updated, leaf._tt_leaf_view, alias_not_view
+            )
+        )
         return True
 
     def _plan_layout(self, w: TracingTensor, original: TracingTensor) -> None:
@@ -257,7 +329,9 @@ class PostCall:
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned and not self.views and not self.internal_views:
-            return structure, finish, finish_args
+            if not self.inference_views:
+                return structure, finish, finish_args
+        inference_views = tuple(self.inference_views)
         shared = self.shared
         internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
@@ -269,7 +343,7 @@ class PostCall:
             bool(self.extra),
         )
         named = {s[0] for s in steps} | {s[2] for s in steps if s[1] == "storage_of"} | {r[1] for r in returned}
-        named |= {v[1] for v in views}
+        named |= {v.caller for v in views}
         exprs = sorted(named)
         where = {e: n_args + i for i, e in enumerate(exprs)}
 
@@ -278,6 +352,8 @@ class PostCall:
             result = out if finish is None else finish(out, *args[:n_args])
             if internal_views:
                 result = _return_internal_views(result, internal_views, extra, spec)
+            if inference_views:
+                result = _return_inference_views(result, inference_views, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
@@ -375,7 +451,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _ in views:
+    for i, expr, layout, _, detached, _, without_grad, alias_not_view in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -386,7 +462,11 @@ def _return_views(result, views, args, where, spec):
         base = t._base
         if base is None or base.dtype != t.dtype or base.requires_grad != t.requires_grad:
             base = t
-        view = (base.detach() if detached else base).as_strided(size, stride, offset)
+        if alias_not_view:  # (detach() of a view is no view: it shares the storage and the version counter)
+            view = base.as_strided(size, stride, offset).detach()
+        else:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
+                view = (base.detach() if detached else base).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
@@ -404,7 +484,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     bases = {}
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
-    restrided_roots = {id(extra[v[1]]) for v in internal_views if v[6]}
+    restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
     for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided, without_grad in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
@@ -428,6 +508,19 @@ def _return_internal_views(result, internal_views, extra, spec):
             view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_inference_views(result, leaves_viewing, spec):
+    """``result`` with the outputs that view a tensor computed under ``inference_mode`` made aliases that are no
+    views (``detach()``: same storage, no ``_base``), as eager's views of an inference tensor are."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i in leaves_viewing:
+        out = leaves[i]
+        if isinstance(out, torch.Tensor) and out._base is not None and not out.requires_grad:
+            leaves[i] = out.detach()
     return pytree.tree_unflatten(spec, leaves)
 
 

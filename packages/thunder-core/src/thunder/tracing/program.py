@@ -21,7 +21,11 @@ from thunder.tracing.aliasing_facts import build_aliasing_record
 from thunder.tracing.errors import TracingError, data_dependent_size_error
 from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
 from thunder.tracing.known_values import InputIndexValues
-from thunder.tracing.outputs import _collect_output, _copy_outputs_holding_overwritten_inputs
+from thunder.tracing.outputs import (
+    _collect_output,
+    _copy_outputs_holding_overwritten_inputs,
+    copy_fresh_outputs_run_as_views,
+)
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder, parameter_locals
 from thunder.tracing.script import inline_script_functions
@@ -229,6 +233,7 @@ def trace_program(
                 )
             ti.wrapper._thunder_proxy = current._thunder_proxy
         _copy_outputs_holding_overwritten_inputs(result, inputs.tensors)
+        copy_fresh_outputs_run_as_views(result, inputs.tensors)
         written = set()
         writes = []
         for ti in inputs.tensors:
@@ -273,7 +278,7 @@ def trace_program(
         )
         # (they are made again from the inputs' layouts: those must stay as traced; an input's own layout is read
         # at each call)
-        if any(v[2] is not None for v in post_call.views):
+        if any(v.layout is not None for v in post_call.views):
             prologue.check_layout = prologue.check_offsets = True
         if post_call.internal_views:  # (whether eager's output is a view follows from the inputs' layouts)
             prologue.check_layout = True

@@ -641,9 +641,6 @@ class Tracer:
             # its gradient is zero), so what is computed from it requires grad, or under no_grad is cut off;
             # an op replacing its values (x.copy_(y)) gives x's former values a zero gradient, as in eager
             value = _still_requires_grad(self.trace, old, value)
-        if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
-            # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had
-            value = _no_grad_update(self.trace, old, value)
         # a bool/int result written into a float tensor (x.logical_not_(), x.eq_(y)): the tensor still requires
         # grad when it did, and after a comparison also when y does (zero gradients for both), as in eager
         nondiff_result = old.dtype.kind in ("float", "complex") and value.dtype.kind not in ("float", "complex")
@@ -663,6 +660,10 @@ class Tracer:
             value = ltorch_to(value, old.dtype.torch_dtype)
         if nondiff_result:
             value = _nondifferentiable_update(self.trace, func, old, value, read)
+        if self.autodiff and not torch.is_grad_enabled() and value.dtype.kind in ("float", "complex"):
+            # an update under no_grad is invisible to autograd: the tensor keeps the gradient path it had (also
+            # when a bool result is written into it, x.eq_(y))
+            value = _no_grad_update(self.trace, old, value)
         name = getattr(func, "__name__", None)
         if name == "copy_" and len(args) > 1 and args[1] is wrapper:
             # x.copy_(x) does nothing in eager (even on an expanded x): its views stay views of it, not

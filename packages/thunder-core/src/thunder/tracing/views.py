@@ -288,6 +288,14 @@ def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
 _DETACHING = frozenset((T.detach, torch.detach, T.data.__get__))
 
 
+def _reinterprets_dtype(func, args, kwargs) -> bool:
+    """Whether ``func`` is ``Tensor.view(dtype)``: in eager an alias autograd does not see (no ``_base``, no
+    history), as ``detach()`` is, even to its own dtype."""
+    if func is not T.view:
+        return False
+    return isinstance(kwargs.get("dtype"), torch.dtype) or (len(args) == 2 and isinstance(args[1], torch.dtype))
+
+
 def _changes_layout(func, w: TracingTensor, args, kwargs) -> bool:
     """Whether the metadata-changing in-place ``func`` (``t_``, ``resize_as_`` ...) changes ``w``'s layout."""
     old = shadow(w)
@@ -500,9 +508,10 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
         if src is not None:
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
-            w._tt_nondiff = src._tt_nondiff or func in _DETACHING
+            detaching = func in _DETACHING or _reinterprets_dtype(func, uargs, ukwargs)
+            w._tt_nondiff = src._tt_nondiff or detaching
             if w._tt_nondiff:  # the detach() output this view comes from (its own autograd history in eager)
-                w._tt_family = w if func in _DETACHING else getattr(src, "_tt_family", None)
+                w._tt_family = w if detaching else getattr(src, "_tt_family", None)
         return w
 
     if isinstance(wrapped, TracingTensor):
