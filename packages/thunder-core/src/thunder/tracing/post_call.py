@@ -51,8 +51,8 @@ class ViewOfResult(NamedTuple):
 
     leaf: int  # its position among the output's leaves
     extra: int  # index in ``PostCall.extra`` of the tensor it views in eager
-    layout: tuple  # (size, stride, storage offset) of the view
-    root_layout: tuple  # (size, stride) of the tensor it views
+    layout: tuple | None  # (size, stride, storage offset) of the view; None: the program's output's when it runs
+    root_layout: tuple | None  # (size, stride) of the tensor it views; None: as ``layout``
     name: str  # the output's name in the computation
     root: str  # the name of the tensor it views
     restrided: bool  # that tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), no view
@@ -239,8 +239,6 @@ class PostCall:
         value = root._thunder_proxy
         if value.name in {p.name for p in self.proxies.values()}:
             return  # (the root holds an input's value: the caller's tensor)
-        if has_symbolic(value.shape) or has_symbolic(leaf._thunder_proxy.shape):
-            return  # (the layout as numbers holds for the traced sizes only)
         try:
             m, rm = shadow(leaf), shadow(root)
         except Exception:
@@ -252,11 +250,18 @@ class PostCall:
                 return
             layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
             root_layout = (tuple(rm.shape), tuple(rm.stride()))
-        numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
-        if not all(type(n) is int for n in numbers):
-            return
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
+        numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
+        if (
+            has_symbolic(value.shape)
+            or has_symbolic(leaf._thunder_proxy.shape)
+            or not all(type(n) is int for n in numbers)
+        ):
+            if restrided:
+                return
+            # (sizes that vary between calls: the layout is the one the program's own output has when it runs)
+            layout = root_layout = None
         self.internal_views.append(
             ViewOfResult(
                 i,
@@ -485,10 +490,16 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, (size, stride, offset), (root_size, root_stride), _, _, restrided, without_grad in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
+        if layout is None:  # (symbolic sizes: the program's output is that view of its root when it runs)
+            if root._base is not None or root.storage_offset() != 0 or _storage_id(out) != _storage_id(root):
+                continue
+            layout = (out.shape, out.stride(), out.storage_offset())
+            root_layout = (root.shape, root.stride())
+        (size, stride, offset), (root_size, root_stride) = layout, root_layout
         if root.shape != root_size or out.shape != size:
             continue
         base = bases.get(id(root))  # (the program returns one tensor for each output viewing it)

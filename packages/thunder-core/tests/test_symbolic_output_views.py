@@ -1,0 +1,47 @@
+"""With symbolic sizes (``cache="symbolic values"``), an output that eager returns as a view of a tensor the
+program computes is such a view here too (``_base`` set, the same layout), for every size the program is
+called with: the layout is read from the program's own output when it runs, not from the traced numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+_PROGRAMS = {
+    "t_of_a_vector": lambda a: a.sum(0).t(),  # (an identity view: the program's value is the root itself)
+    "t_of_a_matrix": lambda a: (a * 2).t(),
+    "slice": lambda a: (a * 2)[1:],
+    "flatten": lambda a: (a + 1).view(-1),
+    "unsqueeze": lambda a: (a * 3).unsqueeze(0),
+    "diagonal": lambda a: (a - 1).diagonal(),
+    "view_returned_with_base": lambda a: ((b := a * 2), b.t()),
+}
+
+
+def _facts(out):
+    outs = out if isinstance(out, tuple) else (out,)
+    return [(o.shape, o.stride(), o.storage_offset(), o._is_view(), o.requires_grad) for o in outs]
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_views_of_results_with_symbolic_sizes_match_eager(name):
+    fn = _PROGRAMS[name]
+    jfn = thunder.jit(fn, cache="symbolic values")
+    for shape in ((2, 3), (4, 5), (5, 7)):  # (one order of the sizes: diagonal specialises on it)
+        leaf = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        e_leaf = leaf.detach().clone().requires_grad_()
+        out, expected = jfn(leaf), fn(e_leaf)
+        assert _facts(out) == _facts(expected), shape
+        outs = out if isinstance(out, tuple) else (out,)
+        e_outs = expected if isinstance(expected, tuple) else (expected,)
+        for o, e in zip(outs, e_outs):
+            torch.testing.assert_close(o, e)
+            if e._is_view():  # a write through the view after the call is allowed with grad, as in eager
+                o.mul_(2)
+                e.mul_(2)
+        (g,) = torch.autograd.grad(sum(o.sum() for o in outs), leaf)
+        (e_g,) = torch.autograd.grad(sum(e.sum() for e in e_outs), e_leaf)
+        torch.testing.assert_close(g, e_g)
+    assert thunder.cache_misses(jfn) == 1
