@@ -15,7 +15,7 @@ import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import known
-from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
+from thunder.transforms.autodiff import get_grad, needs_grad, put_grad, register_grad, zeros_like
 
 
 def _is_tensor(x) -> bool:
@@ -492,9 +492,14 @@ def _linear_grad(a, w, bias):
     g = get_grad(out)
     if w.ndim != 2:
         raise NotImplementedError("the gradient of linear with a 1-D weight is not supported")
-    put_grad(a, ltorch.matmul(g, w))
+    # as eager: the cotangent folded to 2-d once, then 2-d products (a product of the 3-d cotangent would
+    # copy it again when it is not contiguous, and run a batched product)
     g2 = ltorch.reshape(g, (-1, g.shape[-1]))
     a2 = ltorch.reshape(a, (-1, a.shape[-1]))
+    if a.ndim > 2:
+        put_grad(a, ltorch.reshape(ltorch.matmul(g2, w), a.shape))
+    else:
+        put_grad(a, ltorch.matmul(g, w))
     put_grad(w, ltorch.matmul(ltorch.t(g2), a2))
     if bias is not None:
         put_grad(bias, ltorch.sum(g2, 0))
@@ -544,6 +549,8 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
     out = prims.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     g = get_grad(out)
     bias_sizes = [bias.shape[0]] if bias is not None else None
+    # as eager: no gradient computed for an operand that needs none (the image of a network's first layer)
+    mask = [needs_grad(a), needs_grad(weight), bias is not None and needs_grad(bias)]
     grad_a, grad_w, grad_b = ltorch.convolution_backward(
         g,
         a,
@@ -555,12 +562,11 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
         transposed,
         output_padding,
         groups,
-        [True, True, bias is not None],
+        mask,
     )
-    put_grad(a, grad_a)
-    put_grad(weight, grad_w)
-    if bias is not None:
-        put_grad(bias, grad_b)
+    for x, grad in ((a, grad_a), (weight, grad_w), (bias, grad_b)):
+        if grad is not None:
+            put_grad(x, grad)
     return out
 
 

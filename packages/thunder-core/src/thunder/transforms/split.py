@@ -212,24 +212,29 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         )
 
 
-_CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
-_CHEAP_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "convert_element_type", "squeeze", "transpose")
+# operations that only re-describe memory (no arithmetic, no new buffer of values): recomputing one in
+# backward costs no kernel, while saving its output keeps a second tensor alive
+_FREE_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "transpose")
 
 
-def _is_cheap(bsym: BoundSymbol) -> bool:
-    """Elementwise and reshaping work only (no reductions, matmuls or random numbers)."""
+def _is_free(bsym: BoundSymbol) -> bool:
+    """Reshaping work only: no arithmetic, casts, reductions, matmuls or random numbers.
+
+    Elementwise operations are not recomputed here: with no fusion executor, each recomputation is one
+    more full-size kernel in the backward than eager autograd runs (``gelu``'s output, needed by the
+    next ``linear``'s backward, would be computed twice). A fusion executor that fuses them into the
+    backward's kernels recomputes them through its ``rematerialize`` hook instead.
+    """
     sym = bsym.sym
     if sym.python_printer is not None or "random" in sym.tags or prims.OpTags.RANDOM in sym.tags:
         return False
     if sym.is_prim:
-        return any(t in sym.tags for t in _CHEAP_PRIM_TAGS) or (
-            sym.id.startswith("prims.") and sym.name in _CHEAP_SHAPE_PRIMS
-        )
-    return bool(bsym.subsymbols) and all(_is_cheap(s) for s in bsym.subsymbols)
+        return sym.id.startswith("prims.") and sym.name in _FREE_SHAPE_PRIMS
+    return bool(bsym.subsymbols) and all(_is_free(s) for s in bsym.subsymbols)
 
 
 def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol]):
-    """Recompute in backward, instead of saving, values a cheap forward operation makes from saved values.
+    """Recompute in backward, instead of saving, values a reshaping forward operation makes from saved values.
 
     Each recomputation goes right before the value's first use in backward, so it lives no longer than
     needed; memory only goes down (the value's inputs are saved anyway).
@@ -245,7 +250,7 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
         changed = False
         for p in list(saved):
             b = producer.get(p.name)
-            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
+            if b is None or len(b.flat_outs) != 1 or not _is_free(b):
                 continue
             args = b.flat_args
             # (symbolic sizes are numbers: saving one to recompute from it costs nothing)
