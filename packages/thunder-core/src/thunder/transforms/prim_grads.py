@@ -73,7 +73,8 @@ _unary(prims.asinh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.a
 _unary(prims.acosh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.sub(M(a, a), 1))))
 _unary(prims.atanh, lambda a, out, g: ltorch.true_divide(g, ltorch.sub(1, M(a, a))))
 _unary(prims.sqrt, lambda a, out, g: ltorch.true_divide(M(g, 0.5), out))
-_unary(prims.rsqrt, lambda a, out, g: M(M(g, -0.5), M(M(out, out), out)))
+# eager's rsqrt backward: -0.5 * grad * result.pow(3) (one pow, not two products)
+_unary(prims.rsqrt, lambda a, out, g: M(M(g, -0.5), ltorch.pow(out, 3)))
 _unary(prims.reciprocal, lambda a, out, g: ltorch.neg(M(g, M(out, out))))
 _unary(prims.erf, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), 2 / math.sqrt(math.pi))))
 _unary(prims.erfc, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), -2 / math.sqrt(math.pi))))
@@ -225,12 +226,16 @@ for _p in (prims.clone, prims.stride_order):
 def _broadcast_in_dim_grad(a, shape, broadcast_dimensions):
     out = prims.broadcast_in_dim(a, shape, broadcast_dimensions)
     g = get_grad(out)
-    keep = [d for i, d in enumerate(broadcast_dimensions) if known(a.shape[i] == 1) and not known(shape[d] == 1)]
-    removed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
-    if keep:
-        g = ltorch.sum(g, keep, keepdim=True)
-    if removed:
-        g = ltorch.sum(g, removed)
+    # the expanded dims and the added ones, summed in one reduction; an added dim of size 1 (an
+    # unsqueeze) needs no sum, only the reshape back (a sum over it would copy the whole cotangent)
+    summed = [
+        d
+        for d in range(len(shape))
+        if not known(shape[d] == 1)
+        and (d not in broadcast_dimensions or known(a.shape[list(broadcast_dimensions).index(d)] == 1))
+    ]
+    if summed:
+        g = ltorch.sum(g, summed, keepdim=True)
     put_grad(a, ltorch.reshape(g, a.shape))
     return out
 

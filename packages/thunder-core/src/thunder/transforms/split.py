@@ -13,7 +13,7 @@ import torch
 
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
-from thunder.core.dce import eliminate_dead_code
+from thunder.core.dce import eliminate_dead_code, has_side_effects
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
@@ -245,6 +245,23 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
             producer[o.name] = b
     saved_names = {p.name for p in saved}
     recomputed: list[BoundSymbol] = []
+    # a tensor made from nothing (zeros a gradient is scattered into) that only the backward reads: made
+    # there, the same one kernel, instead of being held from the forward to the backward
+    read_in_forward = {a.name for b in forward for a in b.flat_args}
+    for p in list(saved):
+        b = producer.get(p.name)
+        if (
+            b is not None
+            and isinstance(p, TensorProxy)
+            and p.name not in read_in_forward
+            and len(b.flat_outs) == 1
+            and not b.flat_args
+            and not has_side_effects(b)
+            and "random" not in b.sym.tags
+        ):
+            saved = [q for q in saved if q.name != p.name]
+            saved_names.discard(p.name)
+            recomputed.append(b)
     changed = True
     while changed:
         changed = False
