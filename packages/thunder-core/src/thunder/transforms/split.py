@@ -13,7 +13,7 @@ import torch
 
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
-from thunder.core.dce import eliminate_dead_code
+from thunder.core.dce import eliminate_dead_code, has_side_effects
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
@@ -212,24 +212,29 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         )
 
 
-_CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
-_CHEAP_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "convert_element_type", "squeeze", "transpose")
+# operations that only re-describe memory (no arithmetic, no new buffer of values): recomputing one in
+# backward costs no kernel, while saving its output keeps a second tensor alive
+_FREE_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "transpose")
 
 
-def _is_cheap(bsym: BoundSymbol) -> bool:
-    """Elementwise and reshaping work only (no reductions, matmuls or random numbers)."""
+def _is_free(bsym: BoundSymbol) -> bool:
+    """Reshaping work only: no arithmetic, casts, reductions, matmuls or random numbers.
+
+    Elementwise operations are not recomputed here: with no fusion executor, each recomputation is one
+    more full-size kernel in the backward than eager autograd runs (``gelu``'s output, needed by the
+    next ``linear``'s backward, would be computed twice). A fusion executor that fuses them into the
+    backward's kernels recomputes them through its ``rematerialize`` hook instead.
+    """
     sym = bsym.sym
     if sym.python_printer is not None or "random" in sym.tags or prims.OpTags.RANDOM in sym.tags:
         return False
     if sym.is_prim:
-        return any(t in sym.tags for t in _CHEAP_PRIM_TAGS) or (
-            sym.id.startswith("prims.") and sym.name in _CHEAP_SHAPE_PRIMS
-        )
-    return bool(bsym.subsymbols) and all(_is_cheap(s) for s in bsym.subsymbols)
+        return sym.id.startswith("prims.") and sym.name in _FREE_SHAPE_PRIMS
+    return bool(bsym.subsymbols) and all(_is_free(s) for s in bsym.subsymbols)
 
 
 def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol]):
-    """Recompute in backward, instead of saving, values a cheap forward operation makes from saved values.
+    """Recompute in backward, instead of saving, values a reshaping forward operation makes from saved values.
 
     Each recomputation goes right before the value's first use in backward, so it lives no longer than
     needed; memory only goes down (the value's inputs are saved anyway).
@@ -240,12 +245,29 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
             producer[o.name] = b
     saved_names = {p.name for p in saved}
     recomputed: list[BoundSymbol] = []
+    # a tensor made from nothing (zeros a gradient is scattered into) that only the backward reads: made
+    # there, the same one kernel, instead of being held from the forward to the backward
+    read_in_forward = {a.name for b in forward for a in b.flat_args}
+    for p in list(saved):
+        b = producer.get(p.name)
+        if (
+            b is not None
+            and isinstance(p, TensorProxy)
+            and p.name not in read_in_forward
+            and len(b.flat_outs) == 1
+            and not b.flat_args
+            and not has_side_effects(b)
+            and "random" not in b.sym.tags
+        ):
+            saved = [q for q in saved if q.name != p.name]
+            saved_names.discard(p.name)
+            recomputed.append(b)
     changed = True
     while changed:
         changed = False
         for p in list(saved):
             b = producer.get(p.name)
-            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
+            if b is None or len(b.flat_outs) != 1 or not _is_free(b):
                 continue
             args = b.flat_args
             # (symbolic sizes are numbers: saving one to recompute from it costs nothing)
