@@ -66,6 +66,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "aten_counts": ("aten_counts.py", ["--seq", "16"]),
+    "aten_counts_vision": ("aten_counts.py", ["--model", "convnext"]),
     "fusion_payoff": ("fusion_payoff.py", ["--ops", "2", "--numel", "4096", "--number", "2", "--repeat", "1"]),
     "thunderfx": ("thunderfx.py", ["--layers", "1", "--steps", "2", "--seq", "16", "--no-inductor"]),
     "distributed": ("distributed.py", ["--layers", "1", "--steps", "1", "--warmup", "1", "--seq", "16"]),
@@ -73,8 +74,8 @@ RUNS: dict[str, tuple[str, list[str]]] = {
 }
 
 # runs that need thunder-core's [vision] extra (timm), so the core-vision env runs them
-# (``python benchmarks/smoke.py vision``), not the benchmarks env; left out of the default list
-NEEDS_VISION_EXTRA = {"vision"}
+# (``python benchmarks/smoke.py vision aten_counts_vision``), not the benchmarks env; left out of the default list
+NEEDS_VISION_EXTRA = {"vision", "aten_counts_vision"}
 
 
 def errors_in(report, path: str = "") -> list[str]:

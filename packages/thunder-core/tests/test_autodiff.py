@@ -248,19 +248,30 @@ def test_batchnorm_training_with_gradients_updates_buffers_like_eager():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
 
 
-def test_saved_values_cheap_to_recompute_are_not_saved():
+@pytest.mark.parametrize("recompute", [None, "elementwise", "reshapes"])
+def test_recompute_option_chooses_between_saving_and_recomputing_elementwise_values(recompute):
     def f(x, w):
-        h = torch.nn.functional.silu(x @ w)  # silu's output is recomputed from x @ w, which is saved anyway
+        h = torch.nn.functional.silu(x @ w)  # h is read by the backward of h * h
         return (h * h).sum()
 
     x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
-    jf = thunder.jit(f)
+    jf = thunder.jit(f) if recompute is None else thunder.jit(f, recompute=recompute)
     jf(x, w).backward()
     ref_w = w.detach().clone().requires_grad_()
     f(x, ref_w).backward()
     torch.testing.assert_close(w.grad, ref_w.grad)
     saved = thunder.last_traces(jf)[-1].bound_symbols[-1].args[0][1]
-    assert len(saved) == 2  # x and x @ w; silu(x @ w) is recomputed in backward
+    backward = str(thunder.last_backward_traces(jf)[-1])
+    if recompute == "reshapes":  # saved as eager saves it: no kernel more than eager's
+        assert len(saved) == 3 and "silu(" not in backward
+    else:  # the default: x and x @ w are saved anyway, silu(x @ w) is made again from them
+        assert len(saved) == 2 and "silu(" in backward
+
+
+def test_recompute_option_rejects_unknown_values():
+    jf = thunder.jit(lambda x: x.sin(), recompute="everything")
+    with pytest.raises(ValueError, match="recompute='everything'"):
+        jf(torch.randn(3, requires_grad=True))
 
 
 def test_opaque_fallback_ops_get_gradients_from_pytorch_autograd():

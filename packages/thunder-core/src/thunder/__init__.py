@@ -81,7 +81,9 @@ def jit(
         disable_torch_autograd: build no backward, even when inputs require grad.
         **compile_options: options read by executors and transforms (see ``last_compile_options``);
             ``dynamic=False`` keeps sizes numbers (one program per size), ``dynamic=True`` makes them symbolic
-            from the first call.
+            from the first call; ``recompute="reshapes"`` keeps every elementwise value the backward reads
+            from the forward, as eager autograd does (the default ``"elementwise"`` recomputes them from saved
+            values: less memory, more kernels where nothing fuses them).
 
     Returns:
         A callable with the signature of ``fn``.

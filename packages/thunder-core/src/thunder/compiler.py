@@ -39,7 +39,7 @@ from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
 from thunder.tracing.version_counters import versions_after, versions_before
-from thunder.transforms.split import make_autograd_callable, split_forward_backward
+from thunder.transforms.split import RECOMPUTE_CHOICES, make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
 
@@ -265,7 +265,7 @@ def _executable_program(
     traces: list[TraceCtx] = []
     backward_traces: list[TraceCtx] = []
     if requires_grad is not None:
-        fb = split_forward_backward(trace, requires_grad, executors)
+        fb = split_forward_backward(trace, requires_grad, executors, recompute=_recompute_mode(cd))
         for ex in executors:  # rematerialisation hooks see both traces before claiming
             if isinstance(ex, FusionExecutor):
                 fb.forward, fb.backward = ex.rematerialize(fb.forward, fb.backward)
@@ -286,6 +286,20 @@ def _executable_program(
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
     return _Executable(computation, traces, backward_traces, claim_ns, t0)
+
+
+def _recompute_mode(cd: CompileData) -> str:
+    mode = cd.get_compile_option(
+        "recompute",
+        "which forward values the backward recomputes instead of keeping them from the forward: 'elementwise' (the "
+        "default: elementwise results, casts and reshapes of saved values; lower peak memory, one more kernel per "
+        "value where no fusion executor fuses it) or 'reshapes' (views and reshapes only: eager autograd's kernels "
+        "and memory)",
+        "elementwise",
+    )
+    if mode not in RECOMPUTE_CHOICES:
+        raise ValueError(f"thunder.jit(recompute={mode!r}): expected one of {', '.join(map(repr, RECOMPUTE_CHOICES))}")
+    return mode
 
 
 def _fusion_mode(cd: CompileData) -> str:

@@ -64,7 +64,7 @@ _FRESH = frozenset(
             f"torch::{n}"
             for n in (
                 "conv1d conv2d conv3d convolution convolution_backward linear matmul gelu gelu_backward "
-                "threshold_backward hardtanh_backward sigmoid_backward tanh_backward silu_backward "
+                "threshold_backward hardtanh_backward hardswish_backward sigmoid_backward tanh_backward silu_backward "
                 "batch_norm_updating_stats batch_norm_functional functional_batch_norm_updating_stats "
                 "native_batch_norm_train native_batch_norm_backward native_layer_norm native_layer_norm_backward "
                 "layer_norm group_norm softmax log_softmax adaptive_avg_pool2d adaptive_avg_pool_backward "

@@ -191,8 +191,7 @@ class _Differentiator:
         elif bsym.subsymbols:
             # forward: the operation itself; backward: its decomposition, recomputed and differentiated
             sub_forward, sub_groups = self.run(bsym.subsymbols)
-            out_names = {o.name for o in bsym.flat_outs}
-            recompute = [b for b in sub_forward if not any(o.name in out_names for o in b.flat_outs)]
+            recompute = _recomputation(sub_forward, bsym.flat_outs)
             forward.append(bsym)
             groups.append(_Group({o.name: o for o in outs}, recompute=recompute, children=sub_groups))
         elif not outs:
@@ -238,6 +237,29 @@ class _Differentiator:
         outs = {o.name: o for o in bsym.flat_outs if isinstance(o, TensorProxy)}
         groups.append(_Group(outs, bwd, cotangent_of, contributions))
         return True
+
+
+def _recomputation(sub_forward: list[BoundSymbol], composite_outs: list) -> list[BoundSymbol]:
+    """The forward of a decomposition, to recompute in the backward of the composite that ran whole.
+
+    The composite's own outputs come from the forward, so the operations that make only those are left
+    out. An operation that makes one of them and other values too (``nll_loss_forward``'s loss and the
+    count of targets a gradient rule saves) is recomputed, its copy of the composite's output renamed:
+    the backward may read the other values, and must not define the forward's names again.
+    """
+    out_names = {o.name for o in composite_outs}
+    recompute = []
+    for b in sub_forward:
+        made_outside = [o for o in b.flat_outs if o.name in out_names]
+        if not made_outside:
+            recompute.append(b)
+        elif len(made_outside) < len(b.flat_outs):
+            recompute.append(b.swap_proxies({o.name: _fresh_like(o) for o in made_outside}))
+    return recompute
+
+
+def _fresh_like(p):
+    return TensorProxy(like=p) if isinstance(p, TensorProxy) else p
 
 
 def _gradient_inputs(bsym: BoundSymbol) -> list:

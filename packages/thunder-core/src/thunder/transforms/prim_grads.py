@@ -15,7 +15,7 @@ import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import known
-from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
+from thunder.transforms.autodiff import get_grad, needs_grad, put_grad, register_grad, zeros_like
 
 
 def _is_tensor(x) -> bool:
@@ -73,7 +73,8 @@ _unary(prims.asinh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.a
 _unary(prims.acosh, lambda a, out, g: ltorch.true_divide(g, ltorch.sqrt(ltorch.sub(M(a, a), 1))))
 _unary(prims.atanh, lambda a, out, g: ltorch.true_divide(g, ltorch.sub(1, M(a, a))))
 _unary(prims.sqrt, lambda a, out, g: ltorch.true_divide(M(g, 0.5), out))
-_unary(prims.rsqrt, lambda a, out, g: M(M(g, -0.5), M(M(out, out), out)))
+# eager's rsqrt backward: -0.5 * grad * result.pow(3) (one pow, not two products)
+_unary(prims.rsqrt, lambda a, out, g: M(M(g, -0.5), ltorch.pow(out, 3)))
 _unary(prims.reciprocal, lambda a, out, g: ltorch.neg(M(g, M(out, out))))
 _unary(prims.erf, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), 2 / math.sqrt(math.pi))))
 _unary(prims.erfc, lambda a, out, g: M(g, M(ltorch.exp(ltorch.neg(M(a, a))), -2 / math.sqrt(math.pi))))
@@ -225,12 +226,16 @@ for _p in (prims.clone, prims.stride_order):
 def _broadcast_in_dim_grad(a, shape, broadcast_dimensions):
     out = prims.broadcast_in_dim(a, shape, broadcast_dimensions)
     g = get_grad(out)
-    keep = [d for i, d in enumerate(broadcast_dimensions) if known(a.shape[i] == 1) and not known(shape[d] == 1)]
-    removed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
-    if keep:
-        g = ltorch.sum(g, keep, keepdim=True)
-    if removed:
-        g = ltorch.sum(g, removed)
+    # the expanded dims and the added ones, summed in one reduction; an added dim of size 1 (an
+    # unsqueeze) needs no sum, only the reshape back (a sum over it would copy the whole cotangent)
+    summed = [
+        d
+        for d in range(len(shape))
+        if not known(shape[d] == 1)
+        and (d not in broadcast_dimensions or known(a.shape[list(broadcast_dimensions).index(d)] == 1))
+    ]
+    if summed:
+        g = ltorch.sum(g, summed, keepdim=True)
     put_grad(a, ltorch.reshape(g, a.shape))
     return out
 
@@ -492,9 +497,14 @@ def _linear_grad(a, w, bias):
     g = get_grad(out)
     if w.ndim != 2:
         raise NotImplementedError("the gradient of linear with a 1-D weight is not supported")
-    put_grad(a, ltorch.matmul(g, w))
+    # as eager: the cotangent folded to 2-d once, then 2-d products (a product of the 3-d cotangent would
+    # copy it again when it is not contiguous, and run a batched product)
     g2 = ltorch.reshape(g, (-1, g.shape[-1]))
     a2 = ltorch.reshape(a, (-1, a.shape[-1]))
+    if a.ndim > 2:
+        put_grad(a, ltorch.reshape(ltorch.matmul(g2, w), a.shape))
+    else:
+        put_grad(a, ltorch.matmul(g, w))
     put_grad(w, ltorch.matmul(ltorch.t(g2), a2))
     if bias is not None:
         put_grad(bias, ltorch.sum(g2, 0))
@@ -544,6 +554,8 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
     out = prims.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     g = get_grad(out)
     bias_sizes = [bias.shape[0]] if bias is not None else None
+    # as eager: no gradient computed for an operand that needs none (the image of a network's first layer)
+    mask = [needs_grad(a), needs_grad(weight), bias is not None and needs_grad(bias)]
     grad_a, grad_w, grad_b = ltorch.convolution_backward(
         g,
         a,
@@ -555,12 +567,11 @@ def _convolution_grad(a, weight, bias, stride, padding, dilation, transposed, ou
         transposed,
         output_padding,
         groups,
-        [True, True, bias is not None],
+        mask,
     )
-    put_grad(a, grad_a)
-    put_grad(weight, grad_w)
-    if bias is not None:
-        put_grad(bias, grad_b)
+    for x, grad in ((a, grad_a), (weight, grad_w), (bias, grad_b)):
+        if grad is not None:
+            put_grad(x, grad)
     return out
 
 

@@ -13,7 +13,7 @@ import torch
 
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
-from thunder.core.dce import eliminate_dead_code
+from thunder.core.dce import eliminate_dead_code, has_side_effects
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
@@ -138,8 +138,21 @@ def _differentiable(p) -> bool:
     return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
 
 
-def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) -> ForwardBackward:
-    """The augmented forward and the backward of ``trace`` w.r.t. the inputs named in ``requires_grad``."""
+RECOMPUTE_CHOICES = ("elementwise", "reshapes")
+
+
+def split_forward_backward(
+    trace: TraceCtx, requires_grad: set[str], executors, *, recompute: str = "elementwise"
+) -> ForwardBackward:
+    """The augmented forward and the backward of ``trace`` w.r.t. the inputs named in ``requires_grad``.
+
+    ``recompute`` says which forward values the backward makes again from saved ones instead of keeping
+    them alive between the two (see :func:`rematerialize`): ``"elementwise"`` (elementwise operations,
+    casts and reshapes: less memory, one more kernel per recomputed value where no fusion executor fuses
+    it) or ``"reshapes"`` (reshapes and views only: the kernels eager autograd runs, eager's memory).
+    """
+    if recompute not in RECOMPUTE_CHOICES:
+        raise ValueError(f"recompute={recompute!r}: expected one of {', '.join(map(repr, RECOMPUTE_CHOICES))}")
     with timed_pass("Forward-backward split") as t:
         work, joint = build_joint(trace, requires_grad, executors)
         structure = trace.bound_symbols[-1].args[0]
@@ -183,7 +196,7 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
                     saved.append(a)
             defined.update(o.name for o in b.flat_outs)
 
-        saved, backward = rematerialize(saved, backward, joint.forward)
+        saved, backward = rematerialize(saved, backward, joint.forward, elementwise=recompute == "elementwise")
 
         bw.args = ["saved_for_backward", "cotangents"]
         bw.kwargs = {}
@@ -212,24 +225,34 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         )
 
 
-_CHEAP_PRIM_TAGS = (prims.OpTags.ELEMENTWISE,)
-_CHEAP_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "convert_element_type", "squeeze", "transpose")
+# operations that only re-describe memory (no arithmetic, no new buffer of values): recomputing one in
+# backward costs no kernel, while saving its output keeps a second tensor alive
+_FREE_SHAPE_PRIMS = ("broadcast_in_dim", "reshape", "squeeze", "transpose")
 
 
-def _is_cheap(bsym: BoundSymbol) -> bool:
-    """Elementwise and reshaping work only (no reductions, matmuls or random numbers)."""
+def _recomputable(bsym: BoundSymbol, elementwise: bool) -> bool:
+    """Reshaping work, and with ``elementwise`` elementwise arithmetic and casts: no reductions, matmuls
+    or random numbers.
+
+    Without a fusion executor each elementwise recomputation is one more full-size kernel in the backward
+    than eager autograd runs (``gelu``'s output, needed by the next ``linear``'s backward, is computed
+    twice), for one tensor less kept alive from the forward to the backward.
+    """
     sym = bsym.sym
     if sym.python_printer is not None or "random" in sym.tags or prims.OpTags.RANDOM in sym.tags:
         return False
     if sym.is_prim:
-        return any(t in sym.tags for t in _CHEAP_PRIM_TAGS) or (
-            sym.id.startswith("prims.") and sym.name in _CHEAP_SHAPE_PRIMS
-        )
-    return bool(bsym.subsymbols) and all(_is_cheap(s) for s in bsym.subsymbols)
+        if elementwise and (prims.OpTags.ELEMENTWISE in sym.tags or sym.name == "convert_element_type"):
+            return True
+        return sym.id.startswith("prims.") and sym.name in _FREE_SHAPE_PRIMS
+    return bool(bsym.subsymbols) and all(_recomputable(s, elementwise) for s in bsym.subsymbols)
 
 
-def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol]):
-    """Recompute in backward, instead of saving, values a cheap forward operation makes from saved values.
+def rematerialize(
+    saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol], *, elementwise: bool = True
+):
+    """Recompute in backward, instead of saving, values a reshaping (or, with ``elementwise``, an elementwise)
+    forward operation makes from saved values.
 
     Each recomputation goes right before the value's first use in backward, so it lives no longer than
     needed; memory only goes down (the value's inputs are saved anyway).
@@ -240,12 +263,29 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
             producer[o.name] = b
     saved_names = {p.name for p in saved}
     recomputed: list[BoundSymbol] = []
+    # a tensor made from nothing (zeros a gradient is scattered into) that only the backward reads: made
+    # there, the same one kernel, instead of being held from the forward to the backward
+    read_in_forward = {a.name for b in forward for a in b.flat_args}
+    for p in list(saved):
+        b = producer.get(p.name)
+        if (
+            b is not None
+            and isinstance(p, TensorProxy)
+            and p.name not in read_in_forward
+            and len(b.flat_outs) == 1
+            and not b.flat_args
+            and not has_side_effects(b)
+            and "random" not in b.sym.tags
+        ):
+            saved = [q for q in saved if q.name != p.name]
+            saved_names.discard(p.name)
+            recomputed.append(b)
     changed = True
     while changed:
         changed = False
         for p in list(saved):
             b = producer.get(p.name)
-            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
+            if b is None or len(b.flat_outs) != 1 or not _recomputable(b, elementwise):
                 continue
             args = b.flat_args
             # (symbolic sizes are numbers: saving one to recompute from it costs nothing)

@@ -123,13 +123,9 @@ _first_arg_rule(
     ltorch.hardsigmoid,
     lambda a, out, g: _where(ltorch.logical_and(ltorch.gt(a, -3.0), ltorch.lt(a, 3.0)), ltorch.true_divide(g, 6), 0.0),
 )
-_first_arg_rule(
-    ltorch.hardswish,
-    # at a NaN, NaN (eager's vectorised kernel; its scalar loop passes the gradient)
-    lambda a, out, g: _where(
-        ltorch.le(a, -3.0), 0.0, _where(ltorch.ge(a, 3.0), g, ltorch.mul(g, ltorch.add(ltorch.true_divide(a, 3), 0.5)))
-    ),
-)
+# eager's one kernel (aten.hardswish_backward), not five; its decomposition gives NaN at a NaN, as eager's
+# vectorised kernel (its scalar loop passes the gradient)
+_first_arg_rule(ltorch.hardswish, lambda a, out, g: ltorch.hardswish_backward(g, a))
 
 
 def _elu_backward(a, g, alpha, scale, input_scale):
@@ -419,3 +415,62 @@ def _split_grad(a, split_size_or_sections, dim: int = 0):
         return NotImplemented
     put_grad(a, ltorch.cat([get_grad(o) for o in outs], dim))
     return outs
+
+
+_REDUCTION_ENUM = {"none": 0, "mean": 1, "sum": 2}  # ATen's at::Reduction
+
+
+@register_grad(ltorch.cross_entropy)
+def _cross_entropy_grad(
+    a,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+):
+    """As eager: ``log_softmax`` then ``nll_loss``, the log-probabilities saved for the backward.
+
+    Differentiating the decomposition would recompute ``log_softmax`` of the logits in the backward, a
+    full ``[tokens, vocabulary]`` kernel more than eager runs. The backward scatters the loss's cotangent
+    into the log-probabilities' gradient (eager's ``nll_loss_backward``) and runs ``_log_softmax_backward_data``.
+    """
+    if (
+        weight is not None
+        or size_average is not None
+        or reduce is not None
+        or label_smoothing != 0.0
+        or reduction not in ("mean", "sum", "none")
+        or not isinstance(target, TensorProxy)
+        or not dtypes.is_integer_dtype(target.dtype)
+        or target.ndim != a.ndim - 1
+    ):
+        return NotImplemented  # the decomposition raises eager's errors and covers the rest
+    class_dim = 0 if a.ndim == 1 else 1
+    logp = ltorch.log_softmax(a, class_dim)
+    if a.ndim <= 2:  # eager's kernel pair, which also returns the count of targets not ignored
+        from thunder.tracing.tracer import fallback_symbol
+
+        enum = _REDUCTION_ENUM[reduction]
+        loss, total_weight = fallback_symbol(torch.ops.aten.nll_loss_forward.default)(
+            logp, target, None, enum, ignore_index
+        )
+        g_logp = fallback_symbol(torch.ops.aten.nll_loss_backward.default)(
+            get_grad(loss), logp, target, None, enum, ignore_index, total_weight
+        )
+        put_grad(a, ltorch.log_softmax_backward(g_logp, logp, class_dim, logp.dtype.torch_dtype))
+        return loss
+    loss = ltorch.nll_loss(logp, target, ignore_index=ignore_index, reduction=reduction)
+    g = get_grad(loss)
+    valid = ltorch.ne(target, ignore_index)
+    if reduction == "mean":
+        g = ltorch.true_divide(g, ltorch.sum(ltorch.to(valid, logp.dtype.torch_dtype)))
+    if reduction != "none":
+        g = ltorch.expand(g, target.shape)
+    picked_grad = ltorch.unsqueeze(ltorch.neg(ltorch.where(valid, g, 0.0)), class_dim)
+    index = ltorch.unsqueeze(ltorch.where(valid, target, 0), class_dim)
+    g_logp = ltorch.scatter_add(zeros_like(logp), class_dim, index, picked_grad)
+    put_grad(a, ltorch.log_softmax_backward(g_logp, logp, class_dim, logp.dtype.torch_dtype))
+    return loss
