@@ -23,7 +23,7 @@ import pytest
 import torch
 from differential.check import CHECKS, Divergence, check_program
 from differential.programs import FEATURES, InputSpec, Program, _make_all, programs
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import thunder
@@ -156,6 +156,29 @@ def test_operator_names_draws_parameters_named_like_operators(data) -> None:
     if program.params is not None:
         assert set(program.params) <= set(_OPERATOR_NAMES) and len(program.params) == len(program.inputs)
         assert program.function_source().startswith(f"def fn({', '.join(program.params)}):")
+
+
+def test_recompute_program_is_compiled_with_its_jit_options() -> None:
+    program = Program(
+        inputs=[InputSpec([[1.0, -2.0, 4.0], [0.5, 3.0, 1.0]], torch.float64, True)],
+        lines=["v0 = torch.nn.functional.silu(a0 @ a0.mT)", "v1 = (v0 * v0).sum()"],
+        outputs=["v1"],
+        features=frozenset({"recompute"}),
+        jit_options={"recompute": "reshapes"},
+    )
+    assert "thunder.jit(fn, recompute='reshapes')" in program.repro()
+    assert check_program(program)
+
+
+@pytest.mark.parametrize("options", [{}, {"recompute": "reshapes"}])
+def test_recompute_feature_draws_each_setting(options) -> None:
+    found = find(
+        programs(frozenset({"elementwise", "recompute"})),
+        lambda p: p.jit_options == options,
+        settings=settings(database=None, derandomize=True, max_examples=200, suppress_health_check=_QUIET),
+    )
+    assert found.jit_options == options
+    assert check_program(found)
 
 
 @settings(max_examples=30, derandomize=True, deadline=None, database=None, suppress_health_check=_QUIET)

@@ -181,7 +181,10 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         except Exception:
             return False
         t_inputs = program.make_inputs()
-        jfn = thunder.jit(fn) if cache is None else thunder.jit(fn, cache=cache)
+        options = dict(program.jit_options)
+        if cache is not None:
+            options["cache"] = cache
+        jfn = thunder.jit(fn, **options)
         try:
             actual = jfn(*t_inputs)
         except Exception as exc:

@@ -54,6 +54,8 @@ FEATURES = {
     "numpy": "NumPy on a tensor's values (x.detach().numpy(), np.exp, np.maximum, np.mean) and back (torch.from_numpy)",
     "operator_names": "parameters named like operators the generated code calls (pad, sum, prod, scatter_add, "
     "add, mul, where ...) instead of a0, a1, ...",
+    "recompute": 'half the programs compiled with thunder.jit(recompute="reshapes") (elementwise values the '
+    "backward reads saved, as eager saves them), the others with the default (recomputed in the backward)",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -291,6 +293,8 @@ class Program:
     features: frozenset[str] = frozenset()
     # the parameters' names, where not a0, a1, ... ("operator_names"); the lines use them instead
     params: list[str] | None = None
+    # keyword arguments of thunder.jit besides ``cache`` ("recompute")
+    jit_options: dict = field(default_factory=dict)
 
     def function_source(self) -> str:
         names = self.params or [f"a{i}" for i in range(len(self.inputs))]
@@ -329,7 +333,8 @@ class Program:
         parts.extend(f"    a{i} = {spec.source()}" for i, spec in enumerate(self.inputs))
         parts.append(f"    return {names},\n")
         parts.append("expected = fn(*make_inputs())")
-        parts.append("actual = thunder.jit(fn)(*make_inputs())")
+        options = "".join(f", {k}={v!r}" for k, v in self.jit_options.items())
+        parts.append(f"actual = thunder.jit(fn{options})(*make_inputs())")
         return "\n".join(parts) + "\n"
 
     def __repr__(self) -> str:
@@ -517,6 +522,7 @@ _MODIFIERS = {
     "special_values",
     "low_precision",
     "operator_names",
+    "recompute",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
@@ -584,4 +590,6 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
         pick = random.Random(zlib.crc32(program.function_source().encode()))
         if pick.random() < 0.5:
             program.params = pick.sample(_OPERATOR_NAMES, len(inputs))
+    if "recompute" in features and zlib.crc32(b"recompute" + program.function_source().encode()) % 2:
+        program.jit_options = {"recompute": "reshapes"}  # (chosen as operator_names is: the draws stay the same)
     return program
