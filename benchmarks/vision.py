@@ -77,6 +77,7 @@ def bench_model(
     control: bool = False,
     stat=statistics.median,
     fusion: bool = False,
+    recompute_reshapes: bool = False,
 ) -> dict:
     import torch
 
@@ -94,6 +95,10 @@ def bench_model(
         fmodel = thunder.jit(create(name), executors=["torch_compile", *thunder.get_default_executors()], fusion="wait")
         first_call["thunder_fusion"] = _first_call(lambda: _step(fmodel, x))
         variants["thunder_fusion"] = fmodel
+    if recompute_reshapes:  # elementwise values the backward reads saved, as eager saves them
+        smodel = thunder.jit(create(name), recompute="reshapes")
+        first_call["thunder_saved"] = _first_call(lambda: _step(smodel, x))
+        variants["thunder_saved"] = smodel
     if use_torch_compile:
         cmodel = torch.compile(create(name))
         first_call["torch_compile"] = _first_call(lambda: _step(cmodel, x))
@@ -130,6 +135,8 @@ def bench_model(
         )
         if use_torch_compile:
             result["thunder_fusion_vs_torch_compile"] = round(med["thunder_fusion"] / med["torch_compile"], 3)
+    if recompute_reshapes:
+        result["thunder_saved_vs_eager"] = round(med["thunder_saved"] / med["eager"], 3)
     if control:
         result["eager_control_vs_eager"] = round(med["eager_control"] / med["eager"], 3)
     if use_torch_compile:
@@ -165,6 +172,11 @@ def main(argv=None) -> None:
         help="also time thunder with the torch_compile (Inductor) executor's regions, compiled before the first step",
     )
     parser.add_argument(
+        "--recompute-reshapes",
+        action="store_true",
+        help="also time thunder.jit(recompute='reshapes') (elementwise values saved, not recomputed in the backward)",
+    )
+    parser.add_argument(
         "--stat", choices=["median", "min"], default="median", help="per-variant statistic of the steps"
     )
     args = parser.parse_args(argv)
@@ -191,7 +203,9 @@ def main(argv=None) -> None:
     results = {}
     for name in names:
         print(f"{name}...", file=sys.stderr, flush=True)
-        results[name] = bench_model(name, steps, args.batch, use_tc, args.control, stat, args.fusion)
+        results[name] = bench_model(
+            name, steps, args.batch, use_tc, args.control, stat, args.fusion, args.recompute_reshapes
+        )
         print(f"  {results[name]}", file=sys.stderr, flush=True)
     ratios = [r["thunder_vs_eager"] for r in results.values()]
     summary = {
