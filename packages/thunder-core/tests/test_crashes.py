@@ -66,6 +66,19 @@ _CASES = textwrap.dedent(
         except Exception as e:
             report(name, error=type(e).__name__, message=str(e))
 
+    # a module's parameter replaced by a nested one (the prologue reads parameters from the module)
+    for name, n_layers in [("nested-parameter", 1), ("nested-parameter-many", 12)]:
+        print(json.dumps({"start": name}), flush=True)
+        m = torch.nn.Sequential(*[torch.nn.Linear(2, 2, bias=False) for _ in range(n_layers)])
+        jm = thunder.jit(m)
+        jm(torch.randn(2))
+        m[0].weight = torch.nn.Parameter(torch.nested.nested_tensor([torch.randn(2), torch.randn(2)]))
+        try:
+            jm(torch.randn(2))
+            report(name, error=None)
+        except Exception as e:
+            report(name, error=type(e).__name__, message=str(e))
+
     import numpy as np
     print(json.dumps({"start": "numpy"}), flush=True)
     jf = thunder.jit(lambda a: a * 2)
@@ -102,7 +115,11 @@ def test_sdpa_empty_inputs_match_eager(crash_results, case):
     assert crash_results[case] == [{"case": case, "same": True}]
 
 
-@pytest.mark.parametrize("case", ["nested-warm", "nested-cold", "sparse-warm", "nested-warm-many", "sparse-warm-many"])
+@pytest.mark.parametrize(
+    "case",
+    ["nested-warm", "nested-cold", "sparse-warm", "nested-warm-many", "sparse-warm-many"]
+    + ["nested-parameter", "nested-parameter-many"],
+)
 def test_unusual_tensor_input_is_a_clear_error(crash_results, case):
     (result,) = crash_results[case]
     assert result["error"] == "TypeError"

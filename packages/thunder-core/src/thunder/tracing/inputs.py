@@ -22,6 +22,15 @@ from thunder.tracing.tracer import (
 )
 
 
+def _reject_unusual_tensor(t: torch.Tensor, what: str) -> None:
+    """A clear error for a nested or non-strided (sparse, mkldnn) tensor among the inputs (``what``: which one)."""
+    if t.is_nested or t.layout is not torch.strided:
+        raise TypeError(
+            f"thunder.jit does not support {'nested' if t.is_nested else str(t.layout)} tensors "
+            f"as inputs ({what}); pass a regular (strided) tensor"
+        )
+
+
 @dataclass(slots=True)
 class _TensorInput:
     expr: str  # how the prologue reads it
@@ -104,11 +113,7 @@ class _InputBuilder:
                 "a thunder stand-in tensor was passed to a jitted function; don't jit inside a jitted function"
             )
         if isinstance(value, torch.Tensor):
-            if value.is_nested or value.layout is not torch.strided:
-                raise TypeError(
-                    f"thunder.jit does not support {'nested' if value.is_nested else str(value.layout)} tensors "
-                    f"as inputs (argument {expr}); pass a regular (strided) tensor"
-                )
+            _reject_unusual_tensor(value, f"argument {expr}")
             prior = self.by_id.get(id(value))
             self.repeated = self.repeated or prior is not None
             if prior is not None and self.share_repeated:  # one stand-in, so updates reach both names
@@ -287,6 +292,7 @@ class _InputBuilder:
         wrapper = self.by_id.get(id(t))
         if wrapper is None:
             qual = f"{mname}.{key}" if mname else key
+            _reject_unusual_tensor(t, f"{'parameter' if kind == '_parameters' else 'buffer'} {qual}")
             proxy = TensorProxy(
                 self.trace.add_name(prefix + _sanitize(qual)),
                 shape=t.shape,

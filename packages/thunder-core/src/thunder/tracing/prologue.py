@@ -42,7 +42,7 @@ def size_local(p) -> str:
 _GLOBALS_READ = frozenset(
     ("MISS", "computation", "Tensor", "torch", "math", "dtypes", "devices")
     + ("type", "len", "list", "map", "any", "all", "isinstance", "float", "int", "str", "dict", "frozenset", "tuple")
-    + ("complex", "bool", "max", "min", "abs", "round", "pow")
+    + ("complex", "bool", "max", "min", "abs", "round", "pow", "Exception")
 )
 
 
@@ -280,6 +280,26 @@ class _IdentityChecks:
 _INLINE_PRECHECKS = 8
 
 
+def _guard_sees_autocast(tensors) -> bool:
+    """Whether a tensor guard built now over ``tensors`` (examples of a call made with autocast off) fails when autocast
+    is on for any device type a trace's autocast rules apply to (``autocast.autocast_policy``: cpu, and cuda where
+    this torch has it).
+
+    The guard compares each tensor's dispatch keys, as the thread's dispatch state includes and excludes them, with
+    those seen when it was built. Autocast for a device type is on exactly when that type's autocast key is not
+    excluded, and a tensor of that device type carries the key: so one such tensor among ``tensors`` makes the guard
+    fail whenever that autocast is turned on."""
+    try:
+        if any_autocast_enabled():
+            return False
+        keys = torch._C.DispatchKey
+        needed = [keys.AutocastCPU] + ([keys.AutocastCUDA] if torch.backends.cuda.is_built() else [])
+        sets = [torch._C._dispatch_keys(t) for t in tensors]
+        return all(any(ks.has(key) for ks in sets) for key in needed)
+    except Exception:  # pragma: no cover - a changed private API: the prologue checks autocast itself
+        return False
+
+
 def _odd_inputs(tensors) -> bool:
     return any(_odd_input(t) for t in tensors)
 
@@ -319,6 +339,10 @@ class PrologueBuilder:
     gate: str | None = None  # the constant holding the version tags of the last call that passed (see _ModuleChecks)
     # line index -> (local name, module, "_parameters" or "_buffers", key) of the reads of module tensors (read_state)
     state_reads: dict = field(default_factory=dict)
+    # (line index, grad mode) of the line checking grad mode and that autocast is off, when it checks both; and
+    # whether the tensor guard sees autocast being turned on (then that line checks grad mode only, see build)
+    _grad_and_autocast_line: tuple | None = None
+    _guard_sees_autocast: bool = False
 
     def constant(self, value: Any, prefix: str) -> str:
         return self.trace.add_constant(value, prefix)
@@ -376,6 +400,12 @@ class PrologueBuilder:
             return
         self.guarded.append((expr, proxy, example))
 
+    def _local(self, name: str) -> str:
+        """A name for a local variable of the prologue that no parameter of the function has."""
+        while name in self.param_names:
+            name = "_" + name
+        return name
+
     def _emit_tensor_checks(self) -> None:
         if not self.guarded:
             return
@@ -402,32 +432,26 @@ class PrologueBuilder:
         layout_by_contiguity = bool(contiguity)
         guard = _make_tensor_guard(examples, self.check_layout, dynamic) if known else None
         if guard is not None:
+            self._guard_sees_autocast = _guard_sees_autocast(examples)
             name = self.constant(guard, "_tensor_guard")
             exprs = ", ".join(expr for expr, _, _ in unique)
-            # the C++ guard must only see plain tensors and parameters (a nested tensor, whose type is Tensor,
-            # ends the process there): type and is_nested checks first; anything else (non-tensors, nested or
-            # sparse tensors) goes through _odd_input(s), a miss or a clear error
+            # the C++ guard rejects an object whose type is not the traced one before reading it, but a nested
+            # tensor (whose type is Tensor) ends the process there: every input's is_nested is read first, and
+            # a nested input, or one without is_nested (not a tensor), goes to _odd_inputs: a miss or a clear error
+            self.trace.constants["_odd_inputs"] = _odd_inputs
+            nested = self._local("_any_nested")
             if len(unique) <= _INLINE_PRECHECKS:  # a few tensors: inline checks (the least time per call)
-                self.trace.constants["_odd_input"] = _odd_input
-                self.trace.constants["_Parameter"] = torch.nn.Parameter
-                pre = " or ".join(
-                    f"((type({e}) is not {'_Parameter' if type(ex) is torch.nn.Parameter else 'Tensor'} or "
-                    f"{e}.is_nested) and _odd_input({e}))"
-                    for e, _, ex in unique
-                )
-                check = f"if {pre} or not {name}.check({exprs}): return MISS"
+                read_nested = " or ".join(f"{e}.is_nested" for e, _, _ in unique)
+                odd = f"_odd_inputs(({exprs},))"
+                call = f"{name}.check({exprs})"
             else:  # many tensors (a model's parameters): C loops over a tuple of them (short source, fast to compile)
-                self.trace.constants["_odd_inputs"] = _odd_inputs
-                self.trace.constants["_plain_tensor_types"] = frozenset((Tensor, torch.nn.Parameter))
                 self.trace.constants["_is_nested"] = operator.attrgetter("is_nested")
-                local = "_tensors"
-                while local in self.param_names:  # (a local of the prologue, which has the function's signature)
-                    local = "_" + local
+                local = self._local("_tensors")
                 self.lines.append(f"{local} = ({exprs},)")
-                check = (
-                    f"if ((not _plain_tensor_types.issuperset(map(type, {local})) or any(map(_is_nested, {local})))"
-                    f" and _odd_inputs({local})) or not {name}.check(*{local}): return MISS"
-                )
+                read_nested = f"any(map(_is_nested, {local}))"
+                odd, call = f"_odd_inputs({local})", f"{name}.check(*{local})"
+            self.lines += ["try:", f"  {nested} = {read_nested}", "except Exception:", f"  {nested} = True"]
+            check = f"if ({nested} and {odd}) or not {call}: return MISS"
             self.descriptions[len(self.lines)] = "the tensors " + ", ".join(e for e, _, _ in unique)
             self._tensor_line = (len(self.lines), unique)
             self.lines.append(check)
@@ -547,6 +571,8 @@ class PrologueBuilder:
         self.trace.constants["_is_grad_enabled"] = torch.is_grad_enabled
         self.trace.constants["_any_autocast_enabled"] = any_autocast_enabled
         autocast = any_autocast_enabled()
+        if not autocast:
+            self._grad_and_autocast_line = (len(self.lines), grad_enabled)
         self.lines.append(
             f"if _is_grad_enabled() is not {grad_enabled} or _any_autocast_enabled() is not {autocast}: return MISS"
         )
@@ -600,6 +626,10 @@ class PrologueBuilder:
         self.param_names = set(local_names)
         self._emit_tensor_checks()
         self._emit_size_checks()
+        if self._grad_and_autocast_line is not None and self._guard_sees_autocast:
+            # autocast off (as when traced) is checked by the tensor guard: a call with it on fails there
+            index, grad_enabled = self._grad_and_autocast_line
+            self.lines[index] = f"if _is_grad_enabled() is not {grad_enabled}: return MISS"
         trace.constants["MISS"] = MISS
         trace.constants["computation"] = computation
         trace.extra_imports = ["from torch import Tensor"]
@@ -728,6 +758,9 @@ class PrologueBuilder:
                     what = what if what is not None else check[3 : -len(": return MISS")]
                     lines.append(check[: -len("MISS")] + repr(what))
                 continue
+            folded = self._grad_and_autocast_line if self._guard_sees_autocast else None
+            if folded is not None and i == folded[0]:  # (the tensor guard's part of it, named apart)
+                line = f"if _is_grad_enabled() is not {folded[1]} or _any_autocast_enabled() is not False: return MISS"
             if line.endswith("return MISS"):
                 what = self.descriptions.get(i, line[3 : -len(": return MISS")])
                 line = line[: -len("MISS")] + repr(what)
