@@ -54,8 +54,17 @@ def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
         view = view_of(leaf)
         root = leaf if view is None else view[0]  # a view re-derives from its root
         if id(root) not in own and root._tt_value.name in overwritten:
+            note_copy(root)
             root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
             root._tt_version += 1
+
+
+def note_copy(w: TracingTensor) -> None:
+    """Remembers ``w``'s value before an output step replaces it with a copy: the views the user's code made of
+    ``w`` stay views of that value in the program, and with symbolic sizes their layout over ``w`` is read from
+    it when the program runs (``PostCall._plan_internal_view``)."""
+    if w._tt_uncopied is None:
+        w._tt_uncopied = w._tt_value
 
 
 def copy_fresh_outputs_run_as_views(result, tensors) -> None:
@@ -81,6 +90,7 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
         value = leaf._tt_value
         # (a shape op of an input as called runs on the caller's tensor, copying where eager's does)
         if value.name in given or _reshapes(value, None if leaf._tt_version else updated):
+            note_copy(leaf)
             leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
             leaf._tt_version += 1
 

@@ -57,6 +57,9 @@ class ViewOfResult(NamedTuple):
     root: str  # the name of the tensor it views
     restrided: bool  # that tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), no view
     without_grad: bool  # made under no_grad: a leaf of its own in eager (made under no_grad here too)
+    # index in ``PostCall.extra`` of the value the program's output views when it runs, where the program returns a
+    # copy of it as the tensor eager's output views (``layout`` None only); None: that tensor itself
+    layout_of: int | None = None
 
 
 class PostCall:
@@ -253,6 +256,7 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
+        layout_of = None
         if (
             has_symbolic(value.shape)
             or has_symbolic(leaf._thunder_proxy.shape)
@@ -262,6 +266,11 @@ class PostCall:
                 return
             # (sizes that vary between calls: the layout is the one the program's own output has when it runs)
             layout = root_layout = None
+            # (an output step copied the root after the view was made: the view is the copied value's)
+            uncopied = root._tt_uncopied
+            if uncopied is not None:
+                layout_of = len(self.extra)
+                self.extra.append(uncopied)
         self.internal_views.append(
             ViewOfResult(
                 i,
@@ -272,6 +281,7 @@ class PostCall:
                 value.name,
                 restrided,
                 leaf._tt_leaf_view,
+                layout_of,
             )
         )
         self.extra.append(value)
@@ -440,6 +450,8 @@ def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> 
         p = leaf._thunder_proxy
         if p.name in may:
             view = view_of(leaf)
+            if leaf._tt_uncopied is None:  # (as ``outputs.note_copy``)
+                leaf._tt_uncopied = p
             leaf._tt_value = recorded_clone(p)
             if view is not None:
                 leaf._tt_seen = view[0]._tt_version
@@ -490,15 +502,19 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
-        if layout is None:  # (symbolic sizes: the program's output is that view of its root when it runs)
-            if root._base is not None or root.storage_offset() != 0 or _storage_id(out) != _storage_id(root):
+        if layout is None:  # (symbolic sizes: the program's output is that view of its root, or of the root's
+            # value before a copy, when it runs)
+            # (itself a view when the executors ran it as one, ``reshape``: the layout is taken from where it starts)
+            viewed = root if layout_of is None else extra[layout_of]
+            offset = out.storage_offset() - viewed.storage_offset()
+            if _storage_id(out) != _storage_id(viewed) or offset < 0 or viewed.dtype != out.dtype:
                 continue
-            layout = (out.shape, out.stride(), out.storage_offset())
-            root_layout = (root.shape, root.stride())
+            layout = (out.shape, out.stride(), offset)
+            root_layout = (viewed.shape, viewed.stride())
         (size, stride, offset), (root_size, root_stride) = layout, root_layout
         if root.shape != root_size or out.shape != size:
             continue
