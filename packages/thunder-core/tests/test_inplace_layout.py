@@ -197,3 +197,60 @@ def test_layout_change_of_a_non_leaf_input_keeps_its_gradient_path():
     (ge,) = torch.autograd.grad((x_e * g).sum(), a_e)
     (gt,) = torch.autograd.grad((x_t * g).sum(), a_t)
     assert torch.equal(gt, ge)
+
+
+class _SavesItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+def _t_then_sin(x):
+    x.t_()
+    return x.sin()
+
+
+def _unsqueeze_then_square(x):
+    x.unsqueeze_(0)
+    return x * x
+
+
+def _as_strided_then_sin(x):
+    x.as_strided_((2, 3), (1, 0))
+    return x.sin()
+
+
+def _as_strided_then_function_saving_it(x):
+    x.as_strided_((2, 3), (1, 0))
+    return _SavesItsInput.apply(x)
+
+
+@pytest.mark.parametrize(
+    "fn", [_t_then_sin, _unsqueeze_then_square, _as_strided_then_sin, _as_strided_then_function_saving_it]
+)
+@pytest.mark.parametrize("expanded", [False, True])
+def test_values_saved_after_a_layout_change_of_a_non_leaf_input(fn, expanded):
+    """The step after the call restrides the caller's tensor, bumping its version, after the compiled forward saved
+    values viewing it: the backward needs them as the forward read them, and autograd must not refuse them (eager
+    saved them after the layout change)."""
+    leaf = torch.randn((3,) if expanded else (4, 3), dtype=torch.float64, requires_grad=True)
+    e_leaf = leaf.detach().clone().requires_grad_()
+
+    def argument(a):
+        base = a * 1
+        return base.expand(4, 3) if expanded else base
+
+    x, e_x = argument(leaf), argument(e_leaf)
+    out, expected = thunder.jit(fn)(x), fn(e_x)
+    _assert_same_tensor(out.detach(), expected.detach(), "output", layout=False)
+    _assert_same_tensor(x.detach(), e_x.detach(), "input after call")
+    assert x._version == e_x._version
+    (g,) = torch.autograd.grad(out.sum(), leaf)
+    (e_g,) = torch.autograd.grad(expected.sum(), e_leaf)
+    torch.testing.assert_close(g, e_g)

@@ -93,10 +93,16 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
 
 
 def _save_before_overwrite(
-    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str]
+    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str], restrided: set[str] = frozenset()
 ) -> tuple[list, list]:
     """Saved values that the forward overwrites in place (``written``: the inputs and constants the aliasing
-    record says it writes back, or a view of one) are saved as clones taken before the first write."""
+    record says it writes back, or a view of one) are saved as clones taken before the first write.
+
+    So are the saved values that may alias an input whose sizes, strides or storage the step after the call changes
+    in place (``restrided``: ``x.t_(); return x.sin()``): that step bumps the caller's tensor's version counter,
+    which its views share, after the forward saved them (autograd would refuse them in the backward), and it
+    changes the caller's tensor itself, where the backward needs it as the forward read it. They are cloned at the
+    forward's end."""
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
@@ -122,15 +128,21 @@ def _save_before_overwrite(
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
+
+    def take(names) -> None:
+        for name in sorted(names):
+            if name in saved_names and name not in taken:
+                p = by_name[name]
+                clone = TensorProxy(like=p, requires_grad=False)
+                out.append(prims.clone.bind(p, output=clone))
+                taken[name] = clone
+
     for b in forward:
         if b.sym.id == prims.copy_.id and b.args[1].name in written:  # (a write-back)
-            for name in sorted(overwritten):
-                if name in saved_names and name not in taken:
-                    p = by_name[name]
-                    clone = TensorProxy(like=p, requires_grad=False)
-                    out.append(prims.clone.bind(p, output=clone))
-                    taken[name] = clone
+            take(overwritten)
         out.append(b)
+    for name in restrided:
+        take(aliases.get(name, {name}))
     return out, [taken.get(p.name, p) for p in saved]
 
 
@@ -198,8 +210,10 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
             record = trace.tags.get("aliasing")
-            written = {u.input for u in record.updates if u.new_value is not None} if record else set()
-            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written)
+            updates = record.updates if record else ()
+            written = {u.input for u in updates if u.new_value is not None}
+            restrided = {u.input for u in updates if u.layout is not None}
+            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written, restrided)
         fw.bound_symbols = forward + [
             prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
         ]
