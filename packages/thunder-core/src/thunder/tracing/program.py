@@ -294,6 +294,7 @@ def trace_program(
             post_call.returned,
             post_call.views,
             post_call.internal_views,
+            tracer.unseen_by_version_counter,
         )
 
     # the computation takes the user's tensors, then the module state the program used

@@ -188,6 +188,8 @@ class Tracer:
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
+        # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
+        self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -718,6 +720,8 @@ class Tracer:
             # written through detach(), or under no_grad: the base keeps its gradient path, as in eager (whose
             # no_grad update records nothing, so the written elements' gradient still reaches the base's history)
             new_base = _no_grad_update(self.trace, old_base, new_base)
+        if wrapper._tt_nondiff and wrapper._tt_counter is not base._tt_counter:  # (.data: a counter of its own)
+            self.unseen_by_version_counter.append((old_base, new_base))
         base._tt_value = new_base
         base._tt_version += 1
         wrapper._tt_value = value

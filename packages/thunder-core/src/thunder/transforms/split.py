@@ -16,7 +16,7 @@ from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
-from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
@@ -146,6 +146,50 @@ def _save_before_overwrite(
     return out, [taken.get(p.name, p) for p in saved]
 
 
+def _read_unseen_updates(
+    saved: list[TensorProxy], unseen: dict[str, str], forward: list[BoundSymbol], trace: TraceCtx
+) -> tuple[list[TensorProxy], list[BoundSymbol]]:
+    """What the forward returns for each ``saved`` value, and the view ops it runs at its end for them.
+
+    Where updates eager's version counter does not see (``unseen``: former value name -> new value name, through
+    ``.data``) replaced a saved value, or the value a saved view was made of (``y[1:]`` of such a ``y``), the backward
+    reads the last new value (or the same view of it): eager's saved tensor shares the storage and holds the new
+    elements when its backward runs."""
+    if not unseen:
+        return saved, []
+    producer = {o.name: b for b in forward for o in b.flat_outs if isinstance(o, TensorProxy)}
+
+    def last(name: str) -> str:
+        while name in unseen:
+            name = unseen[name]
+        return name
+
+    out, views = [], []
+    for p in saved:
+        chain = []  # the view ops from an updated value to ``p``, last first
+        name = p.name
+        while name not in unseen:
+            b = producer.get(name)
+            if b is None or aliased_argument_positions(b) != (0,) or len(b.flat_outs) != 1:
+                break
+            chain.append(b)
+            name = b.flat_args[0].name
+        if name not in unseen:
+            out.append(p)
+            continue
+        new = producer.get(last(name))
+        new = None if new is None else next(o for o in new.flat_outs if o.name == last(name))
+        for b in reversed(chain):  # (the same views of the new value)
+            if new is None:
+                break
+            trace.scopes = [views]
+            old = b.flat_args[0]
+            new = b.sym.record(trace, swap_proxies(b.args, {old.name: new}), swap_proxies(b.kwargs, {old.name: new}))
+            new = new if isinstance(new, TensorProxy) else None
+        out.append(p if new is None or new.shape != p.shape or new.dtype is not p.dtype else new)
+    return out, views
+
+
 def _differentiable(p) -> bool:
     return isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
 
@@ -195,7 +239,9 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
                     saved.append(a)
             defined.update(o.name for o in b.flat_outs)
 
-        saved, backward = rematerialize(saved, backward, joint.forward)
+        record = trace.tags.get("aliasing")
+        unseen = dict(record.unseen_by_version_counter) if record else {}
+        saved, backward = rematerialize(saved, backward, joint.forward, keep=unseen)
 
         bw.args = ["saved_for_backward", "cotangents"]
         bw.kwargs = {}
@@ -209,11 +255,11 @@ def split_forward_backward(trace: TraceCtx, requires_grad: set[str], executors) 
         fw = from_trace(work)
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
-            record = trace.tags.get("aliasing")
             updates = record.updates if record else ()
             written = {u.input for u in updates if u.new_value is not None}
             restrided = {u.input for u in updates if u.layout is not None}
-            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written, restrided)
+            read, views = _read_unseen_updates(saved, unseen, joint.forward, fw)
+            forward, saved_values = _save_before_overwrite(list(joint.forward) + views, read, written, restrided)
         fw.bound_symbols = forward + [
             prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
         ]
@@ -242,11 +288,11 @@ def _is_cheap(bsym: BoundSymbol) -> bool:
     return bool(bsym.subsymbols) and all(_is_cheap(s) for s in bsym.subsymbols)
 
 
-def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol]):
+def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol], keep=frozenset()):
     """Recompute in backward, instead of saving, values a cheap forward operation makes from saved values.
 
     Each recomputation goes right before the value's first use in backward, so it lives no longer than
-    needed; memory only goes down (the value's inputs are saved anyway).
+    needed; memory only goes down (the value's inputs are saved anyway). The values named in ``keep`` stay saved.
     """
     producer = {}
     for b in forward:
@@ -259,7 +305,7 @@ def rematerialize(saved: list[TensorProxy], backward: list[BoundSymbol], forward
         changed = False
         for p in list(saved):
             b = producer.get(p.name)
-            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b):
+            if b is None or len(b.flat_outs) != 1 or not _is_cheap(b) or p.name in keep:
                 continue
             args = b.flat_args
             # (symbolic sizes are numbers: saving one to recompute from it costs nothing)
