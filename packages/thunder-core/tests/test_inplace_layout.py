@@ -254,3 +254,66 @@ def test_values_saved_after_a_layout_change_of_a_non_leaf_input(fn, expanded):
     (g,) = torch.autograd.grad(out.sum(), leaf)
     (e_g,) = torch.autograd.grad(expected.sum(), e_leaf)
     torch.testing.assert_close(g, e_g)
+
+
+def _add_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.add_(y)
+    return x * 2
+
+
+def _t_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.t_()
+    return x * 2
+
+
+def _set_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.set_(y)
+    return x * 2
+
+
+def _set_of_a_view_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x[0].mul_(3)
+        x.set_(y[:, :2])
+    return x + 1
+
+
+def _add_outside_inference_mode(x, y):
+    x.add_(y)
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _add_under_inference_mode,
+        _t_under_inference_mode,
+        _set_under_inference_mode,
+        _set_of_a_view_under_inference_mode,
+        _add_outside_inference_mode,
+    ],
+)
+def test_inplace_updates_of_an_inference_tensor_argument(fn):
+    """An inference tensor takes in-place updates (values, layout, ``set_``) under ``inference_mode`` only, where
+    the program's write-back and the step after the call make them too; outside it eager's error is raised."""
+    with torch.inference_mode():
+        x = torch.randn(2, 6, dtype=torch.float64)
+        t_x, e_x = x.clone(), x.clone()
+    y = torch.randn(2, 6, dtype=torch.float64)
+    try:
+        expected = fn(e_x, y)
+    except RuntimeError as e:
+        assert "inference tensor outside InferenceMode" in str(e)
+        with pytest.raises(RuntimeError, match="inference tensor outside InferenceMode"):
+            thunder.jit(fn)(t_x, y)
+        return
+    out = thunder.jit(fn)(t_x, y)
+    _assert_same_tensor(out, expected, "output", layout=False)
+    _assert_same_tensor(t_x, e_x, "input after call")
+    assert t_x.is_inference()
+    assert (t_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()) == (
+        e_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    )

@@ -20,6 +20,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import torch
@@ -374,8 +375,10 @@ class PostCall:
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
-                # (which eager lets change only under no_grad) without one
-                with torch.set_grad_enabled(torch.is_grad_enabled() and not t.is_leaf):
+                # (which eager lets change only under no_grad) without one; an inference tensor under inference_mode,
+                # where the traced code changed it
+                mode = torch.inference_mode() if t.is_inference() else contextlib.nullcontext()
+                with mode, torch.set_grad_enabled(torch.is_grad_enabled() and not t.is_leaf):
                     if kind == "restride":
                         t.as_strided_(size, stride, offset)
                     elif kind == "storage_of":

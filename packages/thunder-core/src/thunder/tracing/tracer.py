@@ -604,6 +604,12 @@ class Tracer:
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None, bumps=True) -> None:
         """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases; ``bumps``: eager bumps its
         version counter (not for the running statistics batch norm's kernel updates)."""
+        root = wrapper if wrapper._tt_view is None else wrapper._tt_view[0]
+        if root._tt_inference and not torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                "Inplace update to inference tensor outside InferenceMode is not allowed. You can make a clone to get "
+                f"a normal tensor before doing inplace update.\n  {describe_location(user_frame(3))}"
+            )
         if bumps:
             version_counters.bump(wrapper)
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
