@@ -414,3 +414,20 @@ def test_bool_result_written_without_grad_into_an_argument(update, mode, argumen
         return a0
 
     assert_matches_eager(f, ARGUMENTS[argument])
+
+
+# --- shape ops of an argument sharing its storage with another (the program reads a contiguous copy of it) -------
+
+
+def expanded_argument_and_a_view_of_it():
+    leaf = _leaf((3,))
+    a = (leaf * 1).unsqueeze(0).expand(2, -1)
+    return [leaf], (a, a[..., :1])
+
+
+@pytest.mark.parametrize("after", ["reshape", "flatten", "contiguous"])
+def test_shape_op_of_an_argument_sharing_its_storage_copies_as_in_eager(after):
+    def f(a0, a1):
+        return _AFTER_THE_UPDATE[after](a0), a1
+
+    assert_matches_eager(f, expanded_argument_and_a_view_of_it)

@@ -30,7 +30,17 @@ def _argument_restrided_in_place(x):
     return x
 
 
+def _detached_alias_beside_an_argument_update(x):
+    # (both outputs may alias x for the executors, so the program copies them before it writes x back: one copy)
+    v0 = x[torch.tensor([0, 0])]
+    v1 = v0.detach()
+    with torch.no_grad():
+        x.add_(x)
+    return v1, v0
+
+
 _PROGRAMS = {
+    "detached_alias_beside_an_argument_update": _detached_alias_beside_an_argument_update,
     "flatten": _with_view(lambda v: v.flatten()),
     "offset_slice": _with_view(lambda v: v[1:]),
     "transpose": _with_view(lambda v: v.t()),

@@ -9,7 +9,23 @@ import torch
 
 import thunder
 
+
+def _slice_updated_in_place(a):
+    v = (a * 2)[..., 1:]
+    v.clamp_(-0.5, 0.5)
+    return v
+
+
+def _slice_updated_in_place_with_its_base(a):
+    y = a.sin()
+    v = y[..., 1:]
+    v.mul_(3)
+    return v, y
+
+
 _PROGRAMS = {
+    "slice_updated_in_place": _slice_updated_in_place,
+    "slice_updated_in_place_with_its_base": _slice_updated_in_place_with_its_base,
     "t_of_a_vector": lambda a: a.sum(0).t(),  # (an identity view: the program's value is the root itself)
     "t_of_a_matrix": lambda a: (a * 2).t(),
     "slice": lambda a: (a * 2)[1:],
@@ -34,6 +50,8 @@ def test_views_of_results_with_symbolic_sizes_match_eager(name):
         e_leaf = leaf.detach().clone().requires_grad_()
         out, expected = jfn(leaf), fn(e_leaf)
         assert _facts(out) == _facts(expected), shape
+        if isinstance(out, tuple):  # (a view returned with its base: the base is its ``_base``)
+            assert [o._base is out[-1] for o in out] == [e._base is expected[-1] for e in expected], shape
         outs = out if isinstance(out, tuple) else (out,)
         e_outs = expected if isinstance(expected, tuple) else (expected,)
         for o, e in zip(outs, e_outs):

@@ -7,6 +7,7 @@ import torch
 from thunder.core import prims, pytree
 from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import Proxy
+from thunder.core.symbolic import has_symbolic
 from thunder.core.trace import get_tracectx
 from thunder.tracing.errors import TracingError
 from thunder.tracing.inputs import _ObjectArgument
@@ -85,6 +86,9 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
             # the new value of each input updated in place, and the inputs' values as called
             updated = {ti.wrapper._thunder_proxy.name for ti in tensors if ti.wrapper._tt_version}
             given = updated | {ti.proxy.name for ti in tensors}
+            # and the copies the program reads of inputs sharing a storage with others (contiguous, where the caller's
+            # tensor may not be: a reshape of the copy is a view where eager's reshape copies)
+            updated |= _copies_of(given)
         if id(leaf) in inputs:
             continue
         value = leaf._tt_value
@@ -93,6 +97,47 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
             note_copy(leaf)
             leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
             leaf._tt_version += 1
+
+
+def rederive_symbolic_views(result, tensors) -> None:
+    """An output that is a view of a tensor the program computes, updated in place through that view
+    (``v = y[1:]; v.clamp_(0, 1); return v``), holds the update's result, a tensor of its own; with symbolic sizes
+    the step after the call reads the view's layout from the program's output when it runs, so the output is made
+    again as that view of the tensor's new value."""
+    inputs = None
+    for leaf in pytree.tree_leaves(result):
+        if type(leaf) is not TracingTensor or leaf._tt_view is None or leaf._tt_view[1] is None:
+            continue
+        root = leaf._tt_view[0]
+        value = leaf._thunder_proxy
+        if root._tt_view is not None or not has_symbolic(value.shape):
+            continue
+        if inputs is None:
+            inputs = {id(ti.wrapper) for ti in tensors}
+        if id(root) in inputs or _made_from(value, root._thunder_proxy):
+            continue
+        leaf._tt_seen = -1  # (re-derived from the root's value on its next read)
+
+
+def _made_from(value, base) -> bool:
+    """Whether the symbol that computed ``value`` read ``base`` first (a view op of it)."""
+    for b in reversed(get_tracectx().bound_symbols):
+        if any(o is value for o in b.flat_outs):
+            args = b.flat_args
+            return bool(args) and args[0] is base
+    return False
+
+
+def _copies_of(names: set[str]) -> set[str]:
+    """The names of the values the trace made so far as clones of the values named ``names``."""
+    return {
+        b.output.name
+        for b in get_tracectx().bound_symbols
+        if b.sym.name == "clone"
+        and b.args
+        and getattr(b.args[0], "name", None) in names
+        and isinstance(b.output, Proxy)
+    }
 
 
 def _reshapes(value, of: set[str] | None) -> bool:

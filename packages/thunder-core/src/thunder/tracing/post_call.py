@@ -441,23 +441,40 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> list[tu
 
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
     """Outputs the executors may run as views of an input are cloned before the program writes inputs back
-    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
+    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output).
+
+    An output that is a view of another output cloned here (``v.detach()`` returned with ``v``) is made again from
+    that clone, so the two share memory as in eager."""
     may = _aliases_of(trace, input_names)
     try:
-        leaves = pytree.tree_leaves(result)
+        leaves = [
+            leaf for leaf in pytree.tree_leaves(result) if type(leaf) is TracingTensor and id(leaf) not in exclude
+        ]
     except Exception:
         return
+    cloned = set()
+    views = []
     for leaf in leaves:
-        if type(leaf) is not TracingTensor or id(leaf) in exclude:
+        view = view_of(leaf)
+        if view is not None:
+            views.append((leaf, view))
             continue
         p = leaf._thunder_proxy
-        if p.name in may:
-            view = view_of(leaf)
+        if p.name in may and id(leaf) not in cloned:
+            cloned.add(id(leaf))
             if leaf._tt_uncopied is None:  # (as ``outputs.note_copy``)
                 leaf._tt_uncopied = p
             leaf._tt_value = recorded_clone(p)
-            if view is not None:
-                leaf._tt_seen = view[0]._tt_version
+            leaf._tt_version += 1  # (its views re-derive from the clone)
+    for leaf, view in views:
+        if id(view[0]) in cloned:
+            continue
+        p = leaf._thunder_proxy
+        if p.name in may:
+            if leaf._tt_uncopied is None:
+                leaf._tt_uncopied = p
+            leaf._tt_value = recorded_clone(p)
+            leaf._tt_seen = view[0]._tt_version
 
 
 def _return_views(result, views, args, where, spec):
@@ -512,7 +529,9 @@ def _return_internal_views(result, internal_views, extra, spec):
         if layout is None:  # (symbolic sizes: the program's output is that view of its root, or of the root's
             # value before a copy, when it runs)
             # (itself a view when the executors ran it as one, ``reshape``: the layout is taken from where it starts)
-            viewed = root if layout_of is None else extra[layout_of]
+            viewed = root
+            if layout_of is not None and _storage_id(out) != _storage_id(root):
+                viewed = extra[layout_of]
             offset = out.storage_offset() - viewed.storage_offset()
             if _storage_id(out) != _storage_id(viewed) or offset < 0 or viewed.dtype != out.dtype:
                 continue
