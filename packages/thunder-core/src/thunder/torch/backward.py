@@ -133,3 +133,14 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result: bool, self_o
         neg = clang.mul(grad_output, clang.mul(e, negcoef * input_scale))
     pos = clang.mul(grad_output, scale) if scale != 1 else grad_output
     return clang.where(clang.elementwise_binary(a, 0.0, prims.le), neg, pos)
+
+
+@torchsymbol(aten.hardswish_backward, name="hardswish_backward")
+def hardswish_backward(grad_output, a):
+    """The gradient of ``hardswish``: zero below -3, the cotangent times ``a / 3 + 0.5`` up to 3, the cotangent
+    above (and at a NaN, where both comparisons are false). The torch executor runs eager's kernel."""
+    below = clang.elementwise_binary(a, -3.0, prims.lt)
+    middle = clang.elementwise_binary(a, 3.0, prims.le)
+    slope = clang.mul(grad_output, clang.add(clang.true_divide(a, 3.0), 0.5))
+    zero = clang.maybe_convert_to_dtype(0, grad_output.dtype)
+    return clang.where(below, zero, clang.where(middle, slope, grad_output))

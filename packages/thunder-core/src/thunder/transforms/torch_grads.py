@@ -123,13 +123,8 @@ _first_arg_rule(
     ltorch.hardsigmoid,
     lambda a, out, g: _where(ltorch.logical_and(ltorch.gt(a, -3.0), ltorch.lt(a, 3.0)), ltorch.true_divide(g, 6), 0.0),
 )
-_first_arg_rule(
-    ltorch.hardswish,
-    # at a NaN, NaN (eager's vectorised kernel; its scalar loop passes the gradient)
-    lambda a, out, g: _where(
-        ltorch.le(a, -3.0), 0.0, _where(ltorch.ge(a, 3.0), g, ltorch.mul(g, ltorch.add(ltorch.true_divide(a, 3), 0.5)))
-    ),
-)
+# (eager's kernel: its answer at a NaN is the cotangent)
+_first_arg_rule(ltorch.hardswish, lambda a, out, g: ltorch.hardswish_backward(g, a))
 
 
 def _elu_backward(a, g, alpha, scale, input_scale):
