@@ -152,3 +152,20 @@ def test_identity_view_of_argument_is_a_new_view_with_symbolic_sizes(cache):
         assert (actual.stride(), actual.storage_offset()) == (expected.stride(), expected.storage_offset())
         actual.mul_(2)
         torch.testing.assert_close(v, torch.arange(n, dtype=torch.float64) * 2)
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (3,)])
+def test_one_view_returned_twice_is_one_tensor(shape):
+    """``v0.double()`` of a float64 ``v0`` is ``v0``: returned beside it, eager gives one tensor back twice, also when
+    ``v0`` is a view of an argument the program gives back as a new view of the caller's tensor (an empty one:
+    slicing it gives its value back)."""
+
+    def f(x):
+        v0 = x[..., :1]
+        return v0.double(), v0
+
+    x = torch.randn(shape, dtype=torch.float64)
+    expected, actual = f(x), thunder.jit(f)(x)
+    assert expected[0] is expected[1]
+    assert actual[0] is actual[1]
+    assert actual[0]._base is x

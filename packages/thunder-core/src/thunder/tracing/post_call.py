@@ -97,6 +97,9 @@ class PostCall:
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
         self.shared: frozenset[str] = frozenset()
+        # (output leaf, earlier leaf): one tensor the user's function returned at both places (``v0.double()`` of a
+        # float64 ``v0`` is ``v0``), which the step gives back as one object
+        self.repeats: list[tuple[int, int]] = []
 
     def take_layouts(self) -> None:
         """Notes the storage of every input as called: before the first in-place op that changes a tensor's
@@ -138,8 +141,12 @@ class PostCall:
         except Exception:
             return
         written_storages = shared_storages = input_names = None
+        first: dict[int, int] = {}
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
+                continue
+            if first.setdefault(id(leaf), i) != i:
+                self.repeats.append((i, first[id(leaf)]))
                 continue
             if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
@@ -349,6 +356,7 @@ class PostCall:
                 return structure, finish, finish_args
         inference_views = tuple(self.inference_views)
         shared = self.shared
+        repeats = tuple(self.repeats)
         internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
@@ -387,6 +395,8 @@ class PostCall:
                         t.set_(extra[detail].detach())
             if returned:
                 result = _return_inputs(result, returned, args, where, spec, shared)
+            if repeats:
+                result = _return_repeats(result, repeats, spec)
             return result
 
         if nested:
@@ -557,6 +567,16 @@ def _return_internal_views(result, internal_views, extra, spec):
             view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_repeats(result, repeats, spec):
+    """``result`` with each tensor the user's function returned at several places given back as one object."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, j in repeats:
+        leaves[i] = leaves[j]
     return pytree.tree_unflatten(spec, leaves)
 
 
