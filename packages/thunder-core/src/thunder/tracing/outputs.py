@@ -76,8 +76,10 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
     is a new tensor); a tensor updated in place through a view of it (``y = x * 2; y.view(-1)[0] = 3; return
     y``), whose new value the program makes again from the updated view with a shape op; and a shape op of an
     input updated in place (``x.fill_(1); return x.reshape(-1)`` of an expanded ``x``: eager's reshape copies,
-    the program reshapes the new value, a tensor of its own)."""
+    the program reshapes the new value, a tensor of its own); an op that gave back the value of a tensor the
+    program computes, returned beside it (``v1 = torch.cumsum(v0, 0)`` of a 0-d ``v0``)."""
     inputs = None
+    holders: dict[str, int] = {}  # value name -> the output holding it
     for leaf in pytree.tree_leaves(result):
         if type(leaf) is not TracingTensor or leaf._tt_view is not None or leaf._tt_pending is not None:
             continue
@@ -92,8 +94,9 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
         if id(leaf) in inputs:
             continue
         value = leaf._tt_value
+        other = holders.setdefault(value.name, id(leaf)) != id(leaf)
         # (a shape op of an input as called runs on the caller's tensor, copying where eager's does)
-        if value.name in given or _reshapes(value, None if leaf._tt_version else updated):
+        if other or value.name in given or _reshapes(value, None if leaf._tt_version else updated):
             note_copy(leaf)
             leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
             leaf._tt_version += 1

@@ -554,7 +554,7 @@ def _return_internal_views(result, internal_views, extra, spec):
         if base is None:
             base = root
             saved = id(root) in restrided_roots and root.requires_grad
-            if saved or root._base is not None or root.stride() != root_stride or root.storage_offset() != 0:
+            if saved or root._base is not None or not _same_strides(root, root_stride) or root.storage_offset() != 0:
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
             bases[id(root)] = base
@@ -578,6 +578,11 @@ def _return_repeats(result, repeats, spec):
     for i, j in repeats:
         leaves[i] = leaves[j]
     return pytree.tree_unflatten(spec, leaves)
+
+
+def _same_strides(t: torch.Tensor, stride) -> bool:
+    """Whether ``t`` has the strides ``stride`` wherever they matter (dims of size one step nowhere)."""
+    return all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), stride))
 
 
 def _return_inference_views(result, leaves_viewing, spec):
