@@ -100,6 +100,9 @@ class PostCall:
         # (output leaf, earlier leaf): one tensor the user's function returned at both places (``v0.double()`` of a
         # float64 ``v0`` is ``v0``), which the step gives back as one object
         self.repeats: list[tuple[int, int]] = []
+        # (output leaf, output leaf it views, layout over the storage): views made with grad of an output returned as
+        # a view made without grad (``_plan_views_of_views_without_grad``)
+        self.views_of_outputs: list[tuple[int, int, tuple]] = []
 
     def take_layouts(self) -> None:
         """Notes the storage of every input as called: before the first in-place op that changes a tensor's
@@ -130,6 +133,7 @@ class PostCall:
         as views of one storage with others)."""
         self.shared = frozenset(self.exprs[w] for w, p in self.proxies.items() if p.name in shared)
         seen = set()
+        views_of_inputs = []  # (output leaf, stand-in) of outputs viewing an input that may be left as they are
         for w in wrappers:
             original = getattr(w, "_tt_original", None)
             if original is None or id(w) in seen or id(w) not in self.exprs:
@@ -184,7 +188,45 @@ class PostCall:
                     continue
             if leaf._tt_leaf_view and self._plan_view_without_grad(i, leaf):
                 continue
+            view = view_of(leaf)
+            if view is not None and id(view[0]) in self.exprs:
+                views_of_inputs.append((i, leaf))
             self._plan_internal_view(i, leaf)
+        if views_of_inputs and any(v.without_grad for v in self.views):
+            self._plan_views_of_views_without_grad(views_of_inputs)
+
+    def _plan_views_of_views_without_grad(self, candidates) -> None:
+        """Records each output leaf among ``candidates`` (views of inputs the step leaves as the program's) that the
+        user's code made with grad from an output returned as a view made without grad (``with torch.no_grad(): v =
+        a[1:]``; ``w = v.t()``; both returned) as that view of the returned one: eager's ``w._base`` is the caller's
+        tensor, and its history passes through ``v``, a leaf of its own."""
+        from thunder.core.aliasing import returns_view_of_first_argument
+        from thunder.core.trace import get_tracectx
+
+        by_value = {v.name: v.leaf for v in self.views if v.without_grad}
+        producer = {}
+        for b in get_tracectx().bound_symbols:
+            for o in b.flat_outs:
+                producer[getattr(o, "name", None)] = b
+        for i, leaf in candidates:
+            name = leaf._thunder_proxy.name
+            while name not in by_value:
+                b = producer.get(name)
+                if b is None or not returns_view_of_first_argument(b.sym) or not b.flat_args:
+                    break
+                name = b.flat_args[0].name
+            if name not in by_value or not leaf._thunder_proxy.requires_grad:
+                continue
+            try:
+                m = shadow(leaf)
+            except Exception:
+                continue
+            with torch._C.DisableTorchFunction():
+                layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+                exotic = m.is_conj() or m.is_neg()
+            if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+                continue
+            self.views_of_outputs.append((i, by_value[name], layout))
 
     def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
         """Records output leaf ``i`` as a view of the caller's tensor when a view op returned an input's value
@@ -355,6 +397,7 @@ class PostCall:
             if not self.inference_views:
                 return structure, finish, finish_args
         inference_views = tuple(self.inference_views)
+        views_of_outputs = tuple(self.views_of_outputs)
         shared = self.shared
         repeats = tuple(self.repeats)
         internal_views = tuple(self.internal_views)
@@ -380,6 +423,8 @@ class PostCall:
                 result = _return_inference_views(result, inference_views, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec)
+            if views_of_outputs:
+                result = _return_views_of_outputs(result, views_of_outputs, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
@@ -565,6 +610,24 @@ def _return_internal_views(result, internal_views, extra, spec):
             continue
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
             view = base.as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
+            leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_views_of_outputs(result, views_of_outputs, spec):
+    """``result`` with the outputs made with grad from another output (a view made without grad) replaced by those
+    views of it (``as_strided`` over the storage they share), whose history passes through it as eager's does."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, j, (size, stride, offset) in views_of_outputs:
+        out, base = leaves[i], leaves[j]
+        if not isinstance(out, torch.Tensor) or not isinstance(base, torch.Tensor) or base.dtype != out.dtype:
+            continue
+        if _storage_id(out) != _storage_id(base) or base._base is None:
+            continue  # (the returned one is no view of the caller's tensor: the step left it as the program's)
+        view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
