@@ -317,3 +317,36 @@ def test_inplace_updates_of_an_inference_tensor_argument(fn):
     assert (t_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()) == (
         e_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
     )
+
+
+def _set_to_itself_then_zero(x):
+    x.set_(x)
+    x.zero_()
+    return x * 2
+
+
+def _t_twice(x):
+    x.t_()
+    x.t_()
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    "fn, requires_grad",
+    # (eager's backward refuses a zero_ of an expanded tensor with grad)
+    [(_set_to_itself_then_zero, False), (_t_twice, False), (_t_twice, True)],
+)
+def test_layout_ops_leaving_an_expanded_argument_as_it_was(fn, requires_grad):
+    """``x.set_(x)`` writes no element and ``t_()`` twice gives the layout back: on an expanded ``x`` (whose elements
+    share memory) eager allows both, so no write and no restriding step after the call (which would raise)."""
+    leaf = torch.randn(3, dtype=torch.float64, requires_grad=requires_grad)
+    e_leaf = leaf.detach().clone().requires_grad_(requires_grad)
+    x, e_x = (leaf * 1).expand(3, 3), (e_leaf * 1).expand(3, 3)
+    out, expected = thunder.jit(fn)(x), fn(e_x)
+    _assert_same_tensor(out.detach(), expected.detach(), "output", layout=False)
+    _assert_same_tensor(x.detach(), e_x.detach(), "input after call")
+    assert requires_grad or x._version == e_x._version
+    if requires_grad:  # (the caller's tensor keeps its history and version: eager's gets t_()'s, same gradients)
+        (g,) = torch.autograd.grad(out.sum(), leaf)
+        (e_g,) = torch.autograd.grad(expected.sum(), e_leaf)
+        torch.testing.assert_close(g, e_g)

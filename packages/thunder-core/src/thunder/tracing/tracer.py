@@ -637,6 +637,8 @@ class Tracer:
         ):
             self._rebind_metadata(func, wrapper, value, args, kwargs or {})
             return
+        if getattr(func, "__name__", None) == "set_" and len(args) > 1 and args[1] is wrapper:
+            return  # (x.set_(x): its own storage in its own layout, no element written, also of an expanded x)
         if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
             return
         if (
