@@ -1,6 +1,6 @@
-"""ELU, CELU and SELU gradients are eager's kernel's (``aten.elu_backward``): equal at NaN, ±inf and 0 in
-every floating dtype, where a decomposition differed from eager's dtype-dependent loops (the fuzzer's float16
-``F.elu`` of a NaN)."""
+"""ELU, CELU, SELU and hardswish gradients are eager's kernels' (``aten.elu_backward``, ``aten.hardswish_backward``):
+equal at NaN, ±inf and 0 in every floating dtype, where a decomposition differed from eager's dtype-dependent loops
+(the fuzzer's float16 ``F.elu`` of a NaN; ``F.hardswish`` of a NaN, whose gradient is the cotangent in eager)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import torch.nn.functional as F
 
 import thunder
 
-_VALUES = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -1.5, -30.0, 1e-3]
+_VALUES = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -1.5, -30.0, 1e-3, 3.0, -3.0]
 
 _FNS = {
     "elu": lambda x: F.elu(x),
     "elu_alpha": lambda x: F.elu(x, alpha=0.7),
     "celu": lambda x: F.celu(x, alpha=1.3),
     "selu": lambda x: F.selu(x),
+    "hardswish": lambda x: F.hardswish(x),
+    "hardswish_inplace": lambda x: F.hardswish(x * 1, inplace=True),
 }
 
 

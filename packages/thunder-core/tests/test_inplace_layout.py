@@ -197,3 +197,156 @@ def test_layout_change_of_a_non_leaf_input_keeps_its_gradient_path():
     (ge,) = torch.autograd.grad((x_e * g).sum(), a_e)
     (gt,) = torch.autograd.grad((x_t * g).sum(), a_t)
     assert torch.equal(gt, ge)
+
+
+class _SavesItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+def _t_then_sin(x):
+    x.t_()
+    return x.sin()
+
+
+def _unsqueeze_then_square(x):
+    x.unsqueeze_(0)
+    return x * x
+
+
+def _as_strided_then_sin(x):
+    x.as_strided_((2, 3), (1, 0))
+    return x.sin()
+
+
+def _as_strided_then_function_saving_it(x):
+    x.as_strided_((2, 3), (1, 0))
+    return _SavesItsInput.apply(x)
+
+
+@pytest.mark.parametrize(
+    "fn", [_t_then_sin, _unsqueeze_then_square, _as_strided_then_sin, _as_strided_then_function_saving_it]
+)
+@pytest.mark.parametrize("expanded", [False, True])
+def test_values_saved_after_a_layout_change_of_a_non_leaf_input(fn, expanded):
+    """The step after the call restrides the caller's tensor, bumping its version, after the compiled forward saved
+    values viewing it: the backward needs them as the forward read them, and autograd must not refuse them (eager
+    saved them after the layout change)."""
+    leaf = torch.randn((3,) if expanded else (4, 3), dtype=torch.float64, requires_grad=True)
+    e_leaf = leaf.detach().clone().requires_grad_()
+
+    def argument(a):
+        base = a * 1
+        return base.expand(4, 3) if expanded else base
+
+    x, e_x = argument(leaf), argument(e_leaf)
+    out, expected = thunder.jit(fn)(x), fn(e_x)
+    _assert_same_tensor(out.detach(), expected.detach(), "output", layout=False)
+    _assert_same_tensor(x.detach(), e_x.detach(), "input after call")
+    assert x._version == e_x._version
+    (g,) = torch.autograd.grad(out.sum(), leaf)
+    (e_g,) = torch.autograd.grad(expected.sum(), e_leaf)
+    torch.testing.assert_close(g, e_g)
+
+
+def _add_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.add_(y)
+    return x * 2
+
+
+def _t_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.t_()
+    return x * 2
+
+
+def _set_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x.set_(y)
+    return x * 2
+
+
+def _set_of_a_view_under_inference_mode(x, y):
+    with torch.inference_mode():
+        x[0].mul_(3)
+        x.set_(y[:, :2])
+    return x + 1
+
+
+def _add_outside_inference_mode(x, y):
+    x.add_(y)
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _add_under_inference_mode,
+        _t_under_inference_mode,
+        _set_under_inference_mode,
+        _set_of_a_view_under_inference_mode,
+        _add_outside_inference_mode,
+    ],
+)
+def test_inplace_updates_of_an_inference_tensor_argument(fn):
+    """An inference tensor takes in-place updates (values, layout, ``set_``) under ``inference_mode`` only, where
+    the program's write-back and the step after the call make them too; outside it eager's error is raised."""
+    with torch.inference_mode():
+        x = torch.randn(2, 6, dtype=torch.float64)
+        t_x, e_x = x.clone(), x.clone()
+    y = torch.randn(2, 6, dtype=torch.float64)
+    try:
+        expected = fn(e_x, y)
+    except RuntimeError as e:
+        assert "inference tensor outside InferenceMode" in str(e)
+        with pytest.raises(RuntimeError, match="inference tensor outside InferenceMode"):
+            thunder.jit(fn)(t_x, y)
+        return
+    out = thunder.jit(fn)(t_x, y)
+    _assert_same_tensor(out, expected, "output", layout=False)
+    _assert_same_tensor(t_x, e_x, "input after call")
+    assert t_x.is_inference()
+    assert (t_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()) == (
+        e_x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    )
+
+
+def _set_to_itself_then_zero(x):
+    x.set_(x)
+    x.zero_()
+    return x * 2
+
+
+def _t_twice(x):
+    x.t_()
+    x.t_()
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    "fn, requires_grad",
+    # (eager's backward refuses a zero_ of an expanded tensor with grad)
+    [(_set_to_itself_then_zero, False), (_t_twice, False), (_t_twice, True)],
+)
+def test_layout_ops_leaving_an_expanded_argument_as_it_was(fn, requires_grad):
+    """``x.set_(x)`` writes no element and ``t_()`` twice gives the layout back: on an expanded ``x`` (whose elements
+    share memory) eager allows both, so no write and no restriding step after the call (which would raise)."""
+    leaf = torch.randn(3, dtype=torch.float64, requires_grad=requires_grad)
+    e_leaf = leaf.detach().clone().requires_grad_(requires_grad)
+    x, e_x = (leaf * 1).expand(3, 3), (e_leaf * 1).expand(3, 3)
+    out, expected = thunder.jit(fn)(x), fn(e_x)
+    _assert_same_tensor(out.detach(), expected.detach(), "output", layout=False)
+    _assert_same_tensor(x.detach(), e_x.detach(), "input after call")
+    assert requires_grad or x._version == e_x._version
+    if requires_grad:  # (the caller's tensor keeps its history and version: eager's gets t_()'s, same gradients)
+        (g,) = torch.autograd.grad(out.sum(), leaf)
+        (e_g,) = torch.autograd.grad(expected.sum(), e_leaf)
+        torch.testing.assert_close(g, e_g)

@@ -414,3 +414,40 @@ def test_bool_result_written_without_grad_into_an_argument(update, mode, argumen
         return a0
 
     assert_matches_eager(f, ARGUMENTS[argument])
+
+
+# --- shape ops of an argument sharing its storage with another (the program reads a contiguous copy of it) -------
+
+
+def expanded_argument_and_a_view_of_it():
+    leaf = _leaf((3,))
+    a = (leaf * 1).unsqueeze(0).expand(2, -1)
+    return [leaf], (a, a[..., :1])
+
+
+@pytest.mark.parametrize("after", ["reshape", "flatten", "contiguous"])
+def test_shape_op_of_an_argument_sharing_its_storage_copies_as_in_eager(after):
+    def f(a0, a1):
+        return _AFTER_THE_UPDATE[after](a0), a1
+
+    assert_matches_eager(f, expanded_argument_and_a_view_of_it)
+
+
+# --- a view made with grad of a view made without grad of an argument, both returned (grown fuzzer seed 29) -------
+
+_VIEWS_WITH_GRAD = {
+    "t": lambda v: v.t(),
+    "squeeze": lambda v: v.unsqueeze(0).squeeze(),
+    "slice": lambda v: v[:, :1],
+}
+
+
+@pytest.mark.parametrize("argument", sorted(ARGUMENTS))
+@pytest.mark.parametrize("view", sorted(_VIEWS_WITH_GRAD))
+def test_view_with_grad_of_a_view_made_without_grad(view, argument):
+    def f(a0):
+        with torch.no_grad():
+            v0 = a0[1:]
+        return v0, _VIEWS_WITH_GRAD[view](v0)
+
+    assert_matches_eager(f, ARGUMENTS[argument])

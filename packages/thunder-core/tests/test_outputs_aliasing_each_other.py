@@ -30,7 +30,17 @@ def _argument_restrided_in_place(x):
     return x
 
 
+def _detached_alias_beside_an_argument_update(x):
+    # (both outputs may alias x for the executors, so the program copies them before it writes x back: one copy)
+    v0 = x[torch.tensor([0, 0])]
+    v1 = v0.detach()
+    with torch.no_grad():
+        x.add_(x)
+    return v1, v0
+
+
 _PROGRAMS = {
+    "detached_alias_beside_an_argument_update": _detached_alias_beside_an_argument_update,
     "flatten": _with_view(lambda v: v.flatten()),
     "offset_slice": _with_view(lambda v: v[1:]),
     "transpose": _with_view(lambda v: v.t()),
@@ -142,3 +152,63 @@ def test_identity_view_of_argument_is_a_new_view_with_symbolic_sizes(cache):
         assert (actual.stride(), actual.storage_offset()) == (expected.stride(), expected.storage_offset())
         actual.mul_(2)
         torch.testing.assert_close(v, torch.arange(n, dtype=torch.float64) * 2)
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (3,)])
+def test_one_view_returned_twice_is_one_tensor(shape):
+    """``v0.double()`` of a float64 ``v0`` is ``v0``: returned beside it, eager gives one tensor back twice, also when
+    ``v0`` is a view of an argument the program gives back as a new view of the caller's tensor (an empty one:
+    slicing it gives its value back)."""
+
+    def f(x):
+        v0 = x[..., :1]
+        return v0.double(), v0
+
+    x = torch.randn(shape, dtype=torch.float64)
+    expected, actual = f(x), thunder.jit(f)(x)
+    assert expected[0] is expected[1]
+    assert actual[0] is actual[1]
+    assert actual[0]._base is x
+
+
+def _chunk_of_an_empty_result(x):
+    v0 = x * 2
+    return v0.chunk(2, -1)[0], v0
+
+
+def _value_given_back_beside_its_tensor(x):
+    v0 = x.mean() + 1
+    return v0, torch.cumsum(v0, 0)  # (cumsum of a 0-d tensor: eager's is a new tensor)
+
+
+def _identity_narrow_of_a_result_without_grad(x):
+    with torch.no_grad():
+        v1 = torch.nn.functional.relu6(x[..., :1])
+    return v1.narrow(-1, 0, 1), v1
+
+
+_EDGE_PROGRAMS = {
+    "chunk_of_an_empty_result": (_chunk_of_an_empty_result, (0,)),
+    "value_given_back_beside_its_tensor": (_value_given_back_beside_its_tensor, (3, 3)),
+    "identity_narrow_of_a_strided_result": (_identity_narrow_of_a_result_without_grad, (1, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EDGE_PROGRAMS))
+def test_outputs_alias_as_in_eager_at_edge_sizes(name):
+    """Empty tensors (``chunk`` gives ``chunks`` empty views), 0-d results an op gives back unchanged, and views of
+    results whose strides differ from eager's only in dims of size one (fuzz_campaign --seed 13001)."""
+    program, shape = _EDGE_PROGRAMS[name]
+    jitted = thunder.jit(program)
+    for call in range(2):
+        leaf = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        x, e_x = leaf * 1, leaf.detach().clone().requires_grad_() * 1
+        outs, expected = _tensors(jitted(x)), _tensors(program(e_x))
+        assert _without_unit_strides(_relations(outs, x)) == _without_unit_strides(_relations(expected, e_x)), call
+        torch.testing.assert_close(outs, expected)
+
+
+def _without_unit_strides(relations):
+    # (a dim of size one steps nowhere: its stride is whatever a kernel chose)
+    *rest, layouts = relations
+    return (*rest, [(s, tuple(d for n, d in zip(s, st) if n != 1), *more) for s, st, *more in layouts])

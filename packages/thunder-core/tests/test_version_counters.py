@@ -174,3 +174,72 @@ def test_inference_tensor_argument_has_no_counter_to_set():
         actual = thunder.jit(_two_updates)(t_x)
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(t_x, e_x)
+
+
+def _saved_then_data_mul(x):
+    y = x * 2
+    z = y.sin()  # saves y
+    y.data.mul_(3)
+    return z
+
+
+def _saved_output_then_data_mul(x):
+    y = x.exp()  # saves its result
+    y.data.mul_(3)
+    return y
+
+
+def _saved_argument_then_data_mul(x):
+    z = x.sin()  # saves x
+    x.data.mul_(3)
+    return z
+
+
+def _saved_twice_then_data_add(x):
+    y = x * 2
+    z = y * y
+    y.data.add_(1)
+    y.data.mul_(2)
+    return z, y
+
+
+def _saved_view_then_data_mul(x):
+    y = x * 2
+    z = y[1:].sin()  # saves a view of y
+    y.data.mul_(3)
+    return z
+
+
+def _saved_then_data_of_a_view_mul(x):
+    y = x * 2
+    z = y.sin()
+    y[1:].data.mul_(3)
+    return z
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _saved_then_data_mul,
+        _saved_output_then_data_mul,
+        _saved_argument_then_data_mul,
+        _saved_twice_then_data_add,
+        _saved_view_then_data_mul,
+        _saved_then_data_of_a_view_mul,
+    ],
+)
+@pytest.mark.parametrize("non_leaf", [False, True])
+def test_data_update_of_a_saved_tensor_reaches_its_backward_as_in_eager(fn, non_leaf):
+    # a tensor saved for backward shares its storage with the tensor .data updated, and autograd does not refuse it:
+    # eager's backward reads the updated elements
+    leaf = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    e_leaf = leaf.detach().clone().requires_grad_()
+    x, e_x = (leaf * 1, e_leaf * 1) if non_leaf else (leaf, e_leaf)
+    out, expected = thunder.jit(fn)(x), fn(e_x)
+    out = out if isinstance(out, tuple) else (out,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x, e_x)
+    (g,) = torch.autograd.grad(out[0].sum(), leaf)
+    (e_g,) = torch.autograd.grad(expected[0].sum(), e_leaf)
+    torch.testing.assert_close(g, e_g)

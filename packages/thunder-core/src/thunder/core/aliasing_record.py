@@ -60,6 +60,9 @@ class AliasingRecord:
     ``views_of_results``: each output eager returns as a view of a tensor the program computes (``y = x * 2;
     return y.t()``), with that tensor: the program returns it too, and the step after the call views it where
     eager's output does (so the output has a ``_base``, and in-place updates of it after the call work with grad).
+    ``unseen_by_version_counter``: ``(former value, new value)`` of each update eager's version counter does not see
+    (made through ``.data``): a tensor eager saved for backward before it shares the storage and is not refused,
+    so the backward reads the new value where the forward saved the former one.
     """
 
     shared_storage: tuple[SharedStorage, ...] = ()
@@ -68,6 +71,7 @@ class AliasingRecord:
     outputs_aliasing_inputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     returned_views: tuple[tuple[str, str], ...] = ()
     views_of_results: tuple[tuple[str, str], ...] = ()
+    unseen_by_version_counter: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(
@@ -77,6 +81,7 @@ class AliasingRecord:
             or self.outputs_aliasing_inputs
             or self.returned_views
             or self.views_of_results
+            or self.unseen_by_version_counter
         )
 
     def updated(self, name: str) -> InputUpdate | None:
@@ -112,6 +117,8 @@ class AliasingRecord:
             lines.append(f"#   output {out} is returned as a view of the program's {base}")
         for out, ins in self.outputs_aliasing_inputs:
             lines.append(f"#   output {out} may be a view of {', '.join(ins)}")
+        for former, new in self.unseen_by_version_counter:
+            lines.append(f"#   {former} becomes {new} through .data: the backward reads {new} where it saved {former}")
         return lines
 
     def __str__(self) -> str:

@@ -341,7 +341,8 @@ def device_put(a, device):
 
 
 def copy_(src, dst):
-    with torch.no_grad():
+    # (an inference tensor takes in-place updates under inference_mode only, where the traced code made them)
+    with torch.inference_mode() if dst.is_inference() else torch.no_grad():
         if 0 in dst.stride():
             return _copy_to_each_location_once(src, dst)
         return dst.copy_(src)

@@ -39,16 +39,6 @@ def gelu_backward(grad_output, a, *, approximate: str = "none"):
     return clang.mul(grad_output, clang.add(cdf, clang.mul(a, pdf)))
 
 
-@torchsymbol(aten.hardswish_backward, name="hardswish_backward")
-def hardswish_backward(grad_output, a):
-    """The gradient of ``hardswish``: 0 up to -3, the cotangent from 3, ``a / 3 + 0.5`` times it between
-    (eager's vectorised kernel, NaN at a NaN)."""
-    middle = clang.mul(grad_output, clang.add(clang.true_divide(a, 3.0), 0.5))
-    upper = clang.where(clang.elementwise_binary(a, 3.0, prims.ge), grad_output, middle)
-    zero = clang.maybe_convert_to_dtype(0, grad_output.dtype)
-    return clang.where(clang.elementwise_binary(a, -3.0, prims.le), zero, upper)
-
-
 @torchsymbol(torch._softmax_backward_data, name="softmax_backward")
 def softmax_backward(grad_output, output, dim: int, input_dtype):
     s = clang.sum(clang.mul(grad_output, output), dim, keepdim=True)
@@ -143,3 +133,14 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result: bool, self_o
         neg = clang.mul(grad_output, clang.mul(e, negcoef * input_scale))
     pos = clang.mul(grad_output, scale) if scale != 1 else grad_output
     return clang.where(clang.elementwise_binary(a, 0.0, prims.le), neg, pos)
+
+
+@torchsymbol(aten.hardswish_backward, name="hardswish_backward")
+def hardswish_backward(grad_output, a):
+    """The gradient of ``hardswish``: zero below -3, the cotangent times ``a / 3 + 0.5`` up to 3, the cotangent
+    above (and at a NaN, where both comparisons are false). The torch executor runs eager's kernel."""
+    below = clang.elementwise_binary(a, -3.0, prims.lt)
+    middle = clang.elementwise_binary(a, 3.0, prims.le)
+    slope = clang.mul(grad_output, clang.add(clang.true_divide(a, 3.0), 0.5))
+    zero = clang.maybe_convert_to_dtype(0, grad_output.dtype)
+    return clang.where(below, zero, clang.where(middle, slope, grad_output))

@@ -237,8 +237,9 @@ def split(a, split_size_or_sections, dim: int = 0):
 def chunk(a, chunks: int, dim: int = 0):
     check(chunks > 0, "chunk expects `chunks` to be greater than 0")
     dim = canonicalize_dim(a.ndim, dim)
-    size = math.ceil(a.shape[dim] / chunks) if a.shape[dim] else 0
-    return split(a, size if size else 1, dim) if a.shape[dim] else (a,) * 1
+    if not a.shape[dim]:  # (eager gives ``chunks`` empty pieces then, as split_with_sizes does)
+        return tuple(clang.slice_in_dim(a, 0, 0, 1, dim) for _ in range(chunks))
+    return split(a, math.ceil(a.shape[dim] / chunks), dim)
 
 
 @torchsymbol(torch.tensor_split, T.tensor_split, method_name="tensor_split", tags=("view",))

@@ -30,13 +30,15 @@ def build_aliasing_record(
     returned: list[tuple],
     views: list[tuple] = (),
     internal_views: list[tuple] = (),
+    unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = (),
 ) -> AliasingRecord:
     """The record of ``trace``, whose last symbol is its return.
 
     ``callers``: input name -> how the prologue reads the caller's tensor; ``writes``: ``(new value, tensor)``
     in the order written back; ``constants``: the names among the written tensors that are constants, not
     inputs; ``layout_steps``, ``returned`` and ``views``: ``PostCall.steps``, ``PostCall.returned`` and
-    ``PostCall.views``; ``internal_views``: ``PostCall.internal_views``."""
+    ``PostCall.views``; ``internal_views``: ``PostCall.internal_views``; ``unseen_by_version_counter``: ``(former
+    value, new value)`` of the updates made through ``.data`` (``Tracer.unseen_by_version_counter``)."""
     by_caller = {expr: name for name, expr in callers.items()}
     written = {dst.name for _, dst in writes}
     no_grad: set[tuple[str, str]] = set()  # (new value, tensor) of updates autograd does not see
@@ -90,4 +92,5 @@ def build_aliasing_record(
         outputs_aliasing_inputs=tuple(aliasing),
         returned_views=tuple(as_views.items()),
         views_of_results=tuple(of_results.items()),
+        unseen_by_version_counter=tuple((old.name, new.name) for old, new in unseen_by_version_counter),
     )

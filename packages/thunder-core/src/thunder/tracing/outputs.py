@@ -7,6 +7,7 @@ import torch
 from thunder.core import prims, pytree
 from thunder.core.aliasing import may_return_alias
 from thunder.core.proxies import Proxy
+from thunder.core.symbolic import has_symbolic
 from thunder.core.trace import get_tracectx
 from thunder.tracing.errors import TracingError
 from thunder.tracing.inputs import _ObjectArgument
@@ -54,8 +55,17 @@ def _copy_outputs_holding_overwritten_inputs(result, tensors) -> None:
         view = view_of(leaf)
         root = leaf if view is None else view[0]  # a view re-derives from its root
         if id(root) not in own and root._tt_value.name in overwritten:
+            note_copy(root)
             root._tt_value = prims.clone.record(get_tracectx(), (root._tt_value,), {})
             root._tt_version += 1
+
+
+def note_copy(w: TracingTensor) -> None:
+    """Remembers ``w``'s value before an output step replaces it with a copy: the views the user's code made of
+    ``w`` stay views of that value in the program, and with symbolic sizes their layout over ``w`` is read from
+    it when the program runs (``PostCall._plan_internal_view``)."""
+    if w._tt_uncopied is None:
+        w._tt_uncopied = w._tt_value
 
 
 def copy_fresh_outputs_run_as_views(result, tensors) -> None:
@@ -66,8 +76,10 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
     is a new tensor); a tensor updated in place through a view of it (``y = x * 2; y.view(-1)[0] = 3; return
     y``), whose new value the program makes again from the updated view with a shape op; and a shape op of an
     input updated in place (``x.fill_(1); return x.reshape(-1)`` of an expanded ``x``: eager's reshape copies,
-    the program reshapes the new value, a tensor of its own)."""
+    the program reshapes the new value, a tensor of its own); an op that gave back the value of a tensor the
+    program computes, returned beside it (``v1 = torch.cumsum(v0, 0)`` of a 0-d ``v0``)."""
     inputs = None
+    holders: dict[str, int] = {}  # value name -> the output holding it
     for leaf in pytree.tree_leaves(result):
         if type(leaf) is not TracingTensor or leaf._tt_view is not None or leaf._tt_pending is not None:
             continue
@@ -76,13 +88,59 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
             # the new value of each input updated in place, and the inputs' values as called
             updated = {ti.wrapper._thunder_proxy.name for ti in tensors if ti.wrapper._tt_version}
             given = updated | {ti.proxy.name for ti in tensors}
+            # and the copies the program reads of inputs sharing a storage with others (contiguous, where the caller's
+            # tensor may not be: a reshape of the copy is a view where eager's reshape copies)
+            updated |= _copies_of(given)
         if id(leaf) in inputs:
             continue
         value = leaf._tt_value
+        other = holders.setdefault(value.name, id(leaf)) != id(leaf)
         # (a shape op of an input as called runs on the caller's tensor, copying where eager's does)
-        if value.name in given or _reshapes(value, None if leaf._tt_version else updated):
+        if other or value.name in given or _reshapes(value, None if leaf._tt_version else updated):
+            note_copy(leaf)
             leaf._tt_value = prims.clone.record(get_tracectx(), (value,), {})
             leaf._tt_version += 1
+
+
+def rederive_symbolic_views(result, tensors) -> None:
+    """An output that is a view of a tensor the program computes, updated in place through that view
+    (``v = y[1:]; v.clamp_(0, 1); return v``), holds the update's result, a tensor of its own; with symbolic sizes
+    the step after the call reads the view's layout from the program's output when it runs, so the output is made
+    again as that view of the tensor's new value."""
+    inputs = None
+    for leaf in pytree.tree_leaves(result):
+        if type(leaf) is not TracingTensor or leaf._tt_view is None or leaf._tt_view[1] is None:
+            continue
+        root = leaf._tt_view[0]
+        value = leaf._thunder_proxy
+        if root._tt_view is not None or not has_symbolic(value.shape):
+            continue
+        if inputs is None:
+            inputs = {id(ti.wrapper) for ti in tensors}
+        if id(root) in inputs or _made_from(value, root._thunder_proxy):
+            continue
+        leaf._tt_seen = -1  # (re-derived from the root's value on its next read)
+
+
+def _made_from(value, base) -> bool:
+    """Whether the symbol that computed ``value`` read ``base`` first (a view op of it)."""
+    for b in reversed(get_tracectx().bound_symbols):
+        if any(o is value for o in b.flat_outs):
+            args = b.flat_args
+            return bool(args) and args[0] is base
+    return False
+
+
+def _copies_of(names: set[str]) -> set[str]:
+    """The names of the values the trace made so far as clones of the values named ``names``."""
+    return {
+        b.output.name
+        for b in get_tracectx().bound_symbols
+        if b.sym.name == "clone"
+        and b.args
+        and getattr(b.args[0], "name", None) in names
+        and isinstance(b.output, Proxy)
+    }
 
 
 def _reshapes(value, of: set[str] | None) -> bool:

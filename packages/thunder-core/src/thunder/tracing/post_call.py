@@ -20,6 +20,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import torch
@@ -57,6 +58,9 @@ class ViewOfResult(NamedTuple):
     root: str  # the name of the tensor it views
     restrided: bool  # that tensor itself after an in-place layout change (``y = x * 2; y.unsqueeze_(0)``), no view
     without_grad: bool  # made under no_grad: a leaf of its own in eager (made under no_grad here too)
+    # index in ``PostCall.extra`` of the value the program's output views when it runs, where the program returns a
+    # copy of it as the tensor eager's output views (``layout`` None only); None: that tensor itself
+    layout_of: int | None = None
 
 
 class PostCall:
@@ -93,6 +97,12 @@ class PostCall:
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
         self.shared: frozenset[str] = frozenset()
+        # (output leaf, earlier leaf): one tensor the user's function returned at both places (``v0.double()`` of a
+        # float64 ``v0`` is ``v0``), which the step gives back as one object
+        self.repeats: list[tuple[int, int]] = []
+        # (output leaf, output leaf it views, layout over the storage): views made with grad of an output returned as
+        # a view made without grad (``_plan_views_of_views_without_grad``)
+        self.views_of_outputs: list[tuple[int, int, tuple]] = []
 
     def take_layouts(self) -> None:
         """Notes the storage of every input as called: before the first in-place op that changes a tensor's
@@ -123,6 +133,7 @@ class PostCall:
         as views of one storage with others)."""
         self.shared = frozenset(self.exprs[w] for w, p in self.proxies.items() if p.name in shared)
         seen = set()
+        views_of_inputs = []  # (output leaf, stand-in) of outputs viewing an input that may be left as they are
         for w in wrappers:
             original = getattr(w, "_tt_original", None)
             if original is None or id(w) in seen or id(w) not in self.exprs:
@@ -134,8 +145,12 @@ class PostCall:
         except Exception:
             return
         written_storages = shared_storages = input_names = None
+        first: dict[int, int] = {}
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
+                continue
+            if first.setdefault(id(leaf), i) != i:
+                self.repeats.append((i, first[id(leaf)]))
                 continue
             if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
@@ -173,7 +188,45 @@ class PostCall:
                     continue
             if leaf._tt_leaf_view and self._plan_view_without_grad(i, leaf):
                 continue
+            view = view_of(leaf)
+            if view is not None and id(view[0]) in self.exprs:
+                views_of_inputs.append((i, leaf))
             self._plan_internal_view(i, leaf)
+        if views_of_inputs and any(v.without_grad for v in self.views):
+            self._plan_views_of_views_without_grad(views_of_inputs)
+
+    def _plan_views_of_views_without_grad(self, candidates) -> None:
+        """Records each output leaf among ``candidates`` (views of inputs the step leaves as the program's) that the
+        user's code made with grad from an output returned as a view made without grad (``with torch.no_grad(): v =
+        a[1:]``; ``w = v.t()``; both returned) as that view of the returned one: eager's ``w._base`` is the caller's
+        tensor, and its history passes through ``v``, a leaf of its own."""
+        from thunder.core.aliasing import returns_view_of_first_argument
+        from thunder.core.trace import get_tracectx
+
+        by_value = {v.name: v.leaf for v in self.views if v.without_grad}
+        producer = {}
+        for b in get_tracectx().bound_symbols:
+            for o in b.flat_outs:
+                producer[getattr(o, "name", None)] = b
+        for i, leaf in candidates:
+            name = leaf._thunder_proxy.name
+            while name not in by_value:
+                b = producer.get(name)
+                if b is None or not returns_view_of_first_argument(b.sym) or not b.flat_args:
+                    break
+                name = b.flat_args[0].name
+            if name not in by_value or not leaf._thunder_proxy.requires_grad:
+                continue
+            try:
+                m = shadow(leaf)
+            except Exception:
+                continue
+            with torch._C.DisableTorchFunction():
+                layout = (tuple(m.shape), tuple(m.stride()), m.storage_offset())
+                exotic = m.is_conj() or m.is_neg()
+            if exotic or not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])):
+                continue
+            self.views_of_outputs.append((i, by_value[name], layout))
 
     def _plan_input_view(self, i: int, leaf: TracingTensor) -> bool:
         """Records output leaf ``i`` as a view of the caller's tensor when a view op returned an input's value
@@ -253,6 +306,7 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
+        layout_of = None
         if (
             has_symbolic(value.shape)
             or has_symbolic(leaf._thunder_proxy.shape)
@@ -262,6 +316,11 @@ class PostCall:
                 return
             # (sizes that vary between calls: the layout is the one the program's own output has when it runs)
             layout = root_layout = None
+            # (an output step copied the root after the view was made: the view is the copied value's)
+            uncopied = root._tt_uncopied
+            if uncopied is not None:
+                layout_of = len(self.extra)
+                self.extra.append(uncopied)
         self.internal_views.append(
             ViewOfResult(
                 i,
@@ -272,6 +331,7 @@ class PostCall:
                 value.name,
                 restrided,
                 leaf._tt_leaf_view,
+                layout_of,
             )
         )
         self.extra.append(value)
@@ -337,7 +397,9 @@ class PostCall:
             if not self.inference_views:
                 return structure, finish, finish_args
         inference_views = tuple(self.inference_views)
+        views_of_outputs = tuple(self.views_of_outputs)
         shared = self.shared
+        repeats = tuple(self.repeats)
         internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
@@ -361,11 +423,15 @@ class PostCall:
                 result = _return_inference_views(result, inference_views, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec)
+            if views_of_outputs:
+                result = _return_views_of_outputs(result, views_of_outputs, spec)
             for expr, kind, detail, (size, stride, offset) in steps:
                 t = args[where[expr]]
                 # a tensor with autograd history restrides as eager's t_() does (with a backward); a leaf
-                # (which eager lets change only under no_grad) without one
-                with torch.set_grad_enabled(torch.is_grad_enabled() and not t.is_leaf):
+                # (which eager lets change only under no_grad) without one; an inference tensor under inference_mode,
+                # where the traced code changed it
+                mode = torch.inference_mode() if t.is_inference() else contextlib.nullcontext()
+                with mode, torch.set_grad_enabled(torch.is_grad_enabled() and not t.is_leaf):
                     if kind == "restride":
                         t.as_strided_(size, stride, offset)
                     elif kind == "storage_of":
@@ -374,6 +440,8 @@ class PostCall:
                         t.set_(extra[detail].detach())
             if returned:
                 result = _return_inputs(result, returned, args, where, spec, shared)
+            if repeats:
+                result = _return_repeats(result, repeats, spec)
             return result
 
         if nested:
@@ -428,21 +496,40 @@ def emit_writes(writes: list[tuple[TensorProxy, TensorProxy]], trace) -> list[tu
 
 def unalias_outputs(result, trace, input_names: set[str], exclude: set[int]) -> None:
     """Outputs the executors may run as views of an input are cloned before the program writes inputs back
-    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output)."""
+    (``x.copy_(a)`` runs as an expand of ``a``; a later write into ``a`` must not reach the output).
+
+    An output that is a view of another output cloned here (``v.detach()`` returned with ``v``) is made again from
+    that clone, so the two share memory as in eager."""
     may = _aliases_of(trace, input_names)
     try:
-        leaves = pytree.tree_leaves(result)
+        leaves = [
+            leaf for leaf in pytree.tree_leaves(result) if type(leaf) is TracingTensor and id(leaf) not in exclude
+        ]
     except Exception:
         return
+    cloned = set()
+    views = []
     for leaf in leaves:
-        if type(leaf) is not TracingTensor or id(leaf) in exclude:
+        view = view_of(leaf)
+        if view is not None:
+            views.append((leaf, view))
+            continue
+        p = leaf._thunder_proxy
+        if p.name in may and id(leaf) not in cloned:
+            cloned.add(id(leaf))
+            if leaf._tt_uncopied is None:  # (as ``outputs.note_copy``)
+                leaf._tt_uncopied = p
+            leaf._tt_value = recorded_clone(p)
+            leaf._tt_version += 1  # (its views re-derive from the clone)
+    for leaf, view in views:
+        if id(view[0]) in cloned:
             continue
         p = leaf._thunder_proxy
         if p.name in may:
-            view = view_of(leaf)
+            if leaf._tt_uncopied is None:
+                leaf._tt_uncopied = p
             leaf._tt_value = recorded_clone(p)
-            if view is not None:
-                leaf._tt_seen = view[0]._tt_version
+            leaf._tt_seen = view[0]._tt_version
 
 
 def _return_views(result, views, args, where, spec):
@@ -490,15 +577,21 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
-        if layout is None:  # (symbolic sizes: the program's output is that view of its root when it runs)
-            if root._base is not None or root.storage_offset() != 0 or _storage_id(out) != _storage_id(root):
+        if layout is None:  # (symbolic sizes: the program's output is that view of its root, or of the root's
+            # value before a copy, when it runs)
+            # (itself a view when the executors ran it as one, ``reshape``: the layout is taken from where it starts)
+            viewed = root
+            if layout_of is not None and _storage_id(out) != _storage_id(root):
+                viewed = extra[layout_of]
+            offset = out.storage_offset() - viewed.storage_offset()
+            if _storage_id(out) != _storage_id(viewed) or offset < 0 or viewed.dtype != out.dtype:
                 continue
-            layout = (out.shape, out.stride(), out.storage_offset())
-            root_layout = (root.shape, root.stride())
+            layout = (out.shape, out.stride(), offset)
+            root_layout = (viewed.shape, viewed.stride())
         (size, stride, offset), (root_size, root_stride) = layout, root_layout
         if root.shape != root_size or out.shape != size:
             continue
@@ -506,7 +599,7 @@ def _return_internal_views(result, internal_views, extra, spec):
         if base is None:
             base = root
             saved = id(root) in restrided_roots and root.requires_grad
-            if saved or root._base is not None or root.stride() != root_stride or root.storage_offset() != 0:
+            if saved or root._base is not None or not _same_strides(root, root_stride) or root.storage_offset() != 0:
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
             bases[id(root)] = base
@@ -520,6 +613,39 @@ def _return_internal_views(result, internal_views, extra, spec):
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_views_of_outputs(result, views_of_outputs, spec):
+    """``result`` with the outputs made with grad from another output (a view made without grad) replaced by those
+    views of it (``as_strided`` over the storage they share), whose history passes through it as eager's does."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, j, (size, stride, offset) in views_of_outputs:
+        out, base = leaves[i], leaves[j]
+        if not isinstance(out, torch.Tensor) or not isinstance(base, torch.Tensor) or base.dtype != out.dtype:
+            continue
+        if _storage_id(out) != _storage_id(base) or base._base is None:
+            continue  # (the returned one is no view of the caller's tensor: the step left it as the program's)
+        view = base.as_strided(size, stride, offset)
+        if view.requires_grad == out.requires_grad:
+            leaves[i] = view
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_repeats(result, repeats, spec):
+    """``result`` with each tensor the user's function returned at several places given back as one object."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, j in repeats:
+        leaves[i] = leaves[j]
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _same_strides(t: torch.Tensor, stride) -> bool:
+    """Whether ``t`` has the strides ``stride`` wherever they matter (dims of size one step nowhere)."""
+    return all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), stride))
 
 
 def _return_inference_views(result, leaves_viewing, spec):

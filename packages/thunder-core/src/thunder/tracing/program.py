@@ -25,6 +25,7 @@ from thunder.tracing.outputs import (
     _collect_output,
     _copy_outputs_holding_overwritten_inputs,
     copy_fresh_outputs_run_as_views,
+    rederive_symbolic_views,
 )
 from thunder.tracing.post_call import PostCall, emit_writes, unalias_outputs
 from thunder.tracing.prologue import PrologueBuilder, parameter_locals
@@ -234,6 +235,8 @@ def trace_program(
             ti.wrapper._thunder_proxy = current._thunder_proxy
         _copy_outputs_holding_overwritten_inputs(result, inputs.tensors)
         copy_fresh_outputs_run_as_views(result, inputs.tensors)
+        if size_env.order:
+            rederive_symbolic_views(result, inputs.tensors)
         written = set()
         writes = []
         for ti in inputs.tensors:
@@ -294,6 +297,7 @@ def trace_program(
             post_call.returned,
             post_call.views,
             post_call.internal_views,
+            tracer.unseen_by_version_counter,
         )
 
     # the computation takes the user's tensors, then the module state the program used

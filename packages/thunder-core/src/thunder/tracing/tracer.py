@@ -188,6 +188,8 @@ class Tracer:
         self.before_layout_change = None  # called once, before an in-place op first changes sizes or strides
         self.known = KnownValues()  # 0-d tensors whose values are known while tracing (known_values.py)
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
+        # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
+        self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -602,6 +604,12 @@ class Tracer:
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None, bumps=True) -> None:
         """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases; ``bumps``: eager bumps its
         version counter (not for the running statistics batch norm's kernel updates)."""
+        root = wrapper if wrapper._tt_view is None else wrapper._tt_view[0]
+        if root._tt_inference and not torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                "Inplace update to inference tensor outside InferenceMode is not allowed. You can make a clone to get "
+                f"a normal tensor before doing inplace update.\n  {describe_location(user_frame(3))}"
+            )
         if bumps:
             version_counters.bump(wrapper)
         if self.pending_shadows:  # an update reaches the aliases of what it writes: all of them must be known
@@ -629,6 +637,8 @@ class Tracer:
         ):
             self._rebind_metadata(func, wrapper, value, args, kwargs or {})
             return
+        if getattr(func, "__name__", None) == "set_" and len(args) > 1 and args[1] is wrapper:
+            return  # (x.set_(x): its own storage in its own layout, no element written, also of an expanded x)
         if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
             return
         if (
@@ -718,6 +728,8 @@ class Tracer:
             # written through detach(), or under no_grad: the base keeps its gradient path, as in eager (whose
             # no_grad update records nothing, so the written elements' gradient still reaches the base's history)
             new_base = _no_grad_update(self.trace, old_base, new_base)
+        if wrapper._tt_nondiff and wrapper._tt_counter is not base._tt_counter:  # (.data: a counter of its own)
+            self.unseen_by_version_counter.append((old_base, new_base))
         base._tt_value = new_base
         base._tt_version += 1
         wrapper._tt_value = value

@@ -150,6 +150,7 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_meta = None
     w._tt_input = True
     w._tt_grad_leaf = t.requires_grad and t.is_leaf
+    w._tt_inference = t.is_inference()
     # (whether the caller's tensor's base requires grad: a view of it made without grad requires grad exactly then)
     w._tt_base_requires_grad = (t._base if t._base is not None else t).requires_grad
 

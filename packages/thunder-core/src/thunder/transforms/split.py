@@ -16,7 +16,7 @@ from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code, has_side_effects
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves
-from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.transforms import (
@@ -93,10 +93,16 @@ def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[Ten
 
 
 def _save_before_overwrite(
-    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str]
+    forward: list[BoundSymbol], saved: list[TensorProxy], written: set[str], restrided: set[str] = frozenset()
 ) -> tuple[list, list]:
     """Saved values that the forward overwrites in place (``written``: the inputs and constants the aliasing
-    record says it writes back, or a view of one) are saved as clones taken before the first write."""
+    record says it writes back, or a view of one) are saved as clones taken before the first write.
+
+    So are the saved values that may alias an input whose sizes, strides or storage the step after the call changes
+    in place (``restrided``: ``x.t_(); return x.sin()``): that step bumps the caller's tensor's version counter,
+    which its views share, after the forward saved them (autograd would refuse them in the backward), and it
+    changes the caller's tensor itself, where the backward needs it as the forward read it. They are cloned at the
+    forward's end."""
     saved_names = {p.name for p in saved}
     aliases: dict[str, set[str]] = {}  # a name -> the names that may share its memory
     for b in forward:
@@ -122,16 +128,66 @@ def _save_before_overwrite(
     taken: dict[str, TensorProxy] = {}
     out = []
     by_name = {p.name: p for p in saved}
+
+    def take(names) -> None:
+        for name in sorted(names):
+            if name in saved_names and name not in taken:
+                p = by_name[name]
+                clone = TensorProxy(like=p, requires_grad=False)
+                out.append(prims.clone.bind(p, output=clone))
+                taken[name] = clone
+
     for b in forward:
         if b.sym.id == prims.copy_.id and b.args[1].name in written:  # (a write-back)
-            for name in sorted(overwritten):
-                if name in saved_names and name not in taken:
-                    p = by_name[name]
-                    clone = TensorProxy(like=p, requires_grad=False)
-                    out.append(prims.clone.bind(p, output=clone))
-                    taken[name] = clone
+            take(overwritten)
         out.append(b)
+    for name in restrided:
+        take(aliases.get(name, {name}))
     return out, [taken.get(p.name, p) for p in saved]
+
+
+def _read_unseen_updates(
+    saved: list[TensorProxy], unseen: dict[str, str], forward: list[BoundSymbol], trace: TraceCtx
+) -> tuple[list[TensorProxy], list[BoundSymbol]]:
+    """What the forward returns for each ``saved`` value, and the view ops it runs at its end for them.
+
+    Where updates eager's version counter does not see (``unseen``: former value name -> new value name, through
+    ``.data``) replaced a saved value, or the value a saved view was made of (``y[1:]`` of such a ``y``), the backward
+    reads the last new value (or the same view of it): eager's saved tensor shares the storage and holds the new
+    elements when its backward runs."""
+    if not unseen:
+        return saved, []
+    producer = {o.name: b for b in forward for o in b.flat_outs if isinstance(o, TensorProxy)}
+
+    def last(name: str) -> str:
+        while name in unseen:
+            name = unseen[name]
+        return name
+
+    out, views = [], []
+    for p in saved:
+        chain = []  # the view ops from an updated value to ``p``, last first
+        name = p.name
+        while name not in unseen:
+            b = producer.get(name)
+            if b is None or aliased_argument_positions(b) != (0,) or len(b.flat_outs) != 1:
+                break
+            chain.append(b)
+            name = b.flat_args[0].name
+        if name not in unseen:
+            out.append(p)
+            continue
+        new = producer.get(last(name))
+        new = None if new is None else next(o for o in new.flat_outs if o.name == last(name))
+        for b in reversed(chain):  # (the same views of the new value)
+            if new is None:
+                break
+            trace.scopes = [views]
+            old = b.flat_args[0]
+            new = b.sym.record(trace, swap_proxies(b.args, {old.name: new}), swap_proxies(b.kwargs, {old.name: new}))
+            new = new if isinstance(new, TensorProxy) else None
+        out.append(p if new is None or new.shape != p.shape or new.dtype is not p.dtype else new)
+    return out, views
 
 
 def _differentiable(p) -> bool:
@@ -196,7 +252,11 @@ def split_forward_backward(
                     saved.append(a)
             defined.update(o.name for o in b.flat_outs)
 
-        saved, backward = rematerialize(saved, backward, joint.forward, elementwise=recompute == "elementwise")
+        record = trace.tags.get("aliasing")
+        unseen = dict(record.unseen_by_version_counter) if record else {}
+        saved, backward = rematerialize(
+            saved, backward, joint.forward, elementwise=recompute == "elementwise", keep=unseen
+        )
 
         bw.args = ["saved_for_backward", "cotangents"]
         bw.kwargs = {}
@@ -210,9 +270,11 @@ def split_forward_backward(
         fw = from_trace(work)
         fw.fn_name = "augmented_forward_fn"
         with tracectx(fw):
-            record = trace.tags.get("aliasing")
-            written = {u.input for u in record.updates if u.new_value is not None} if record else set()
-            forward, saved_values = _save_before_overwrite(list(joint.forward), saved, written)
+            updates = record.updates if record else ()
+            written = {u.input for u in updates if u.new_value is not None}
+            restrided = {u.input for u in updates if u.layout is not None}
+            read, views = _read_unseen_updates(saved, unseen, joint.forward, fw)
+            forward, saved_values = _save_before_overwrite(list(joint.forward) + views, read, written, restrided)
         fw.bound_symbols = forward + [
             prims.python_return.bind((tuple(outputs) + tuple(sizes), tuple(saved_values)), output=None)
         ]
@@ -249,13 +311,18 @@ def _recomputable(bsym: BoundSymbol, elementwise: bool) -> bool:
 
 
 def rematerialize(
-    saved: list[TensorProxy], backward: list[BoundSymbol], forward: list[BoundSymbol], *, elementwise: bool = True
+    saved: list[TensorProxy],
+    backward: list[BoundSymbol],
+    forward: list[BoundSymbol],
+    *,
+    elementwise: bool = True,
+    keep=frozenset(),
 ):
     """Recompute in backward, instead of saving, values a reshaping (or, with ``elementwise``, an elementwise)
     forward operation makes from saved values.
 
     Each recomputation goes right before the value's first use in backward, so it lives no longer than
-    needed; memory only goes down (the value's inputs are saved anyway).
+    needed; memory only goes down (the value's inputs are saved anyway). The values named in ``keep`` stay saved.
     """
     producer = {}
     for b in forward:
@@ -272,6 +339,7 @@ def rematerialize(
             b is not None
             and isinstance(p, TensorProxy)
             and p.name not in read_in_forward
+            and p.name not in keep
             and len(b.flat_outs) == 1
             and not b.flat_args
             and not has_side_effects(b)
@@ -285,7 +353,7 @@ def rematerialize(
         changed = False
         for p in list(saved):
             b = producer.get(p.name)
-            if b is None or len(b.flat_outs) != 1 or not _recomputable(b, elementwise):
+            if b is None or len(b.flat_outs) != 1 or not _recomputable(b, elementwise) or p.name in keep:
                 continue
             args = b.flat_args
             # (symbolic sizes are numbers: saving one to recompute from it costs nothing)

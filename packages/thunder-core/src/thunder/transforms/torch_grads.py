@@ -123,8 +123,7 @@ _first_arg_rule(
     ltorch.hardsigmoid,
     lambda a, out, g: _where(ltorch.logical_and(ltorch.gt(a, -3.0), ltorch.lt(a, 3.0)), ltorch.true_divide(g, 6), 0.0),
 )
-# eager's one kernel (aten.hardswish_backward), not five; its decomposition gives NaN at a NaN, as eager's
-# vectorised kernel (its scalar loop passes the gradient)
+# eager's one kernel (aten.hardswish_backward), not five; its answer at a NaN is the cotangent
 _first_arg_rule(ltorch.hardswish, lambda a, out, g: ltorch.hardswish_backward(g, a))
 
 
