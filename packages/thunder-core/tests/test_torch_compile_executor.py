@@ -79,7 +79,7 @@ def test_unavailable_without_a_cxx_compiler(monkeypatch):
 
 def _regions(fn, *args, executor=any_size) -> list[list[str]]:
     """The ``executor``'s regions of ``fn``'s trace: for each, the names of its top-level operations.
-    (The fusion pass wraps each region in torch.compile, which compiles nothing until it is called.)"""
+    (The fusion pass wraps each region in a callable that compiles nothing until it is called.)"""
     from thunder.executors.passes import claim_executors
 
     jf = thunder.jit(fn)
@@ -150,6 +150,21 @@ def test_region_rule_a_region_on_small_tensors_stays_unfused():
     assert _regions(lambda t, i: torch.nn.functional.embedding(i, t) * 2 + 1, table, idx) == [
         ["embedding", "mul", "add"]
     ]
+
+
+def test_region_rule_four_operations_are_compiled_at_any_size():
+    """A region of ``always_fuse_ops`` (4) computing operations is compiled however small its tensors: one compiled
+    call (~7 µs) beats four PyTorch kernels (~2-3 µs each) on small tensors (benchmarks/fusion_payoff.py)."""
+    tiny = torch.randn(2, 3)
+    assert torch_compile_ex.always_fuse_ops == 4
+    assert _regions(lambda a: torch.tanh(a * 2 + 1), tiny, executor=torch_compile_ex) == []
+    assert _regions(lambda a: torch.tanh(a * 2 + 1).exp(), tiny, executor=torch_compile_ex) == [
+        ["mul", "add", "tanh", "exp"]
+    ]
+    # views do not count: three operations and a transpose stay unfused
+    assert _regions(lambda a: torch.tanh(a * 2 + 1).t(), tiny, executor=torch_compile_ex) == []
+    with pytest.raises(ValueError, match="always_fuse_ops must be a positive int, got 0"):
+        TorchCompileExecutor("bad", always_fuse_ops=0)
 
 
 def test_min_region_numel_must_be_a_non_negative_int():
