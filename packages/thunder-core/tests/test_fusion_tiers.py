@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 import thunder
 from thunder.executors import pythonex, tiers, torchex
 from thunder.executors.fusion import region_trace
-from thunder.executors.torch_compile import torch_compile_ex
+from thunder.executors.torch_compile import graphs_compiled, torch_compile_ex
 from thunder.extend import FusionExecutor
 
 
@@ -388,9 +388,11 @@ def test_discover_default_fuses_in_the_background_with_eager_answers_in_both_tie
     assert thunder.fusion_states(jf) in (["unfused"], ["fused"])
     assert thunder.wait_for_fusion(jf, timeout=600)
     assert thunder.fusion_states(jf) == ["fused"]
-    graphs = counters["stats"]["unique_graphs"]
+    graphs = counters["stats"]["unique_graphs"], graphs_compiled()
+    assert graphs_compiled() > 0  # (Inductor compiled the region without Dynamo)
     check()
-    assert counters["stats"]["unique_graphs"] == graphs  # the background compile's graphs serve the real calls
+    # the background compile's graphs serve the real calls
+    assert (counters["stats"]["unique_graphs"], graphs_compiled()) == graphs
     code = [line for line in str(thunder.last_traces(jf)[-1]).splitlines() if not line.strip().startswith("#")]
     assert sum("= torchCompile" in line for line in code) == 1
     assert any("linear(" in line for line in code)

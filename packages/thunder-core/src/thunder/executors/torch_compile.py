@@ -1,8 +1,8 @@
 """The ``torch_compile`` executor: fuses regions of torch operations with ``torch.compile`` (Inductor).
 
 Each region the shared partitioner (:mod:`thunder.executors.fusion`) forms is lowered to the torch
-executor's calls, printed as a Python function, and compiled with ``torch.compile`` the first time
-it runs. On CPU, Inductor generates C++/OpenMP kernels and builds them with the machine's C++
+executor's calls, printed as a Python function, traced to an aten graph and compiled by Inductor the
+first time it runs (``torch._inductor.compile``, one graph per input signature; no Dynamo). On CPU, Inductor generates C++/OpenMP kernels and builds them with the machine's C++
 compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
 executor.
 
@@ -21,9 +21,10 @@ docs/extending.md, "Which regions torch_compile compiles"):
 - a region of a single operation that computes is handed back to the torch executor: one operation compiled
   is one kernel, as in eager; views, reshapes and concatenations do not count (Inductor writes them to new
   memory where eager makes a view, so a region of them alone only adds copies);
-- a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
-  2**18) is handed back too: a compiled region's call costs tens of microseconds more than the torch calls
-  it replaces, which small tensors do not win back (``benchmarks/fusion_payoff.py``);
+- a region of fewer than ``always_fuse_ops`` (default 4) computing operations whose largest computed tensor has
+  fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``, 4096) is handed back too: a compiled
+  region's call costs ~7 µs, a PyTorch elementwise kernel ~2-3 µs on small tensors, so two or three small
+  operations are quicker unfused, four or more are not (``benchmarks/fusion_payoff.py``);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
@@ -36,6 +37,7 @@ import math
 import os
 import shlex
 import shutil
+import threading
 from collections.abc import Callable
 
 import torch
@@ -48,14 +50,16 @@ from thunder.executors import pythonex, torchex
 from thunder.executors.base import FusionExecutor
 from thunder.executors.fusion import Region, region_trace
 
-__all__ = ["TorchCompileExecutor", "torch_compile_ex"]
+__all__ = ["TorchCompileExecutor", "torch_compile_ex", "graphs_compiled"]
 
 # operations left to the torch executor: side effects (their order matters), random draws (Inductor's
 # random numbers differ from eager's), opaque fallbacks (no thunder semantics to rely on)
 _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
 
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
-MIN_REGION_NUMEL = 262144  # 2**18: 1 MiB of float32
+MIN_REGION_NUMEL = 4096  # 2**12: 16 KiB of float32
+# a region of at least this many computing operations is compiled whatever its size
+ALWAYS_FUSE_OPS = 4
 
 
 class TorchCompileExecutor(FusionExecutor):
@@ -63,8 +67,10 @@ class TorchCompileExecutor(FusionExecutor):
 
     Args:
         name: the executor's name.
-        min_region_numel: a region whose largest computed tensor has fewer elements than this goes back to the torch
-            executor (the region rule, in the module docstring); 0 compiles every region of 2+ operations.
+        min_region_numel: a region of fewer than ``always_fuse_ops`` computing operations whose largest computed
+            tensor has fewer elements than this goes back to the torch executor (the region rule, in the module
+            docstring); 0 compiles every region of 2+ operations.
+        always_fuse_ops: a region of at least this many computing operations is compiled whatever its size.
         compile_options: keyword arguments for ``torch.compile`` (default: ``dynamic=False``).
     """
 
@@ -72,20 +78,32 @@ class TorchCompileExecutor(FusionExecutor):
     compiles_slowly = True
     min_region_size = 2
 
-    def __init__(self, name: str = "torch_compile", *, min_region_numel: int = MIN_REGION_NUMEL, **compile_options):
+    def __init__(
+        self,
+        name: str = "torch_compile",
+        *,
+        min_region_numel: int = MIN_REGION_NUMEL,
+        always_fuse_ops: int = ALWAYS_FUSE_OPS,
+        **compile_options,
+    ):
         super().__init__(name, version=torch.__version__)
         if isinstance(min_region_numel, bool) or not isinstance(min_region_numel, int) or min_region_numel < 0:
             raise ValueError(f"min_region_numel must be a non-negative int, got {min_region_numel!r}")
+        if isinstance(always_fuse_ops, bool) or not isinstance(always_fuse_ops, int) or always_fuse_ops < 1:
+            raise ValueError(f"always_fuse_ops must be a positive int, got {always_fuse_ops!r}")
         self.min_region_numel = min_region_numel
+        self.always_fuse_ops = always_fuse_ops
         self.compile_options = {"dynamic": False, **compile_options}
 
     def worth_fusing(self, bound_symbols) -> bool:
-        """At least ``min_region_size`` operations that compute (views and reshapes do not count), and a computed
-        tensor of at least ``min_region_numel`` elements."""
+        """At least ``min_region_size`` operations that compute (views and reshapes do not count), and either
+        ``always_fuse_ops`` of them or a computed tensor of at least ``min_region_numel`` elements."""
         computing = [b for b in bound_symbols if _computes(b)]
         if len(computing) < self.min_region_size:
             return False
-        return self.min_region_numel == 0 or _largest_numel(computing) >= self.min_region_numel
+        if len(computing) >= self.always_fuse_ops or self.min_region_numel == 0:
+            return True
+        return _largest_numel(computing) >= self.min_region_numel
 
     def unavailable_reason(self) -> str | None:
         """Why Inductor cannot compile here (None: it can). Imports neither Dynamo nor Inductor."""
@@ -113,21 +131,84 @@ class TorchCompileExecutor(FusionExecutor):
         return bool(subs) and all(self.can_fuse(s) for s in subs)
 
     def fuse_region(self, region: Region) -> Callable:
-        """Lowers ``region`` to torch calls and wraps the resulting function in ``torch.compile``."""
+        """Lowers ``region`` to torch calls and compiles the resulting function with Inductor.
+
+        With the default options the function is traced to an aten graph (``make_fx``) and compiled by
+        ``torch._inductor.compile``, once per input signature (shapes, dtypes, devices, number values): no
+        Dynamo frame evaluation and guards on each call, which cost ~50 µs a region, more than many regions
+        save. Other ``compile_options`` (a ``mode``, ``dynamic=True``) go through ``torch.compile``.
+        """
         trace = region_trace(region, [torchex.ex, pythonex.ex])
         fn = trace.python_callable()
-        compiled = torch.compile(fn, **self.compile_options)
+        if self.compile_options != {"dynamic": False}:
+            compiled = torch.compile(fn, **self.compile_options)
 
-        # A region runs inside the program's forward or backward, where autograd records nothing, but its
-        # inputs may say requires_grad (a training forward's arguments, saved values) or have any strides (a
-        # cotangent expanded from a sum's gradient), and Dynamo guards on both. Detached contiguous inputs
-        # let the code compiled from example inputs (thunder.jit's background compile) serve every call.
-        def run_region(*args):
-            return compiled(*[_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
+            # A region runs inside the program's forward or backward, where autograd records nothing, but its
+            # inputs may say requires_grad (a training forward's arguments, saved values) or have any strides (a
+            # cotangent expanded from a sum's gradient), and Dynamo guards on both. Detached contiguous inputs
+            # let the code compiled from example inputs (thunder.jit's background compile) serve every call.
+            def run_region(*args):
+                return compiled(*[_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
 
+            run_region.__wrapped__ = compiled
+        else:
+            run_region = _InductorRegion(fn)
         run_region.__thunder_trace__ = trace
-        run_region.__wrapped__ = compiled
         return run_region
+
+
+class _InductorRegion:
+    """A region's function compiled by Inductor without Dynamo: one compiled graph per input signature.
+
+    Inputs are detached and made contiguous first (as for ``torch.compile`` above), so that the signature is
+    only shapes, dtypes and devices (and the values of number inputs, which the graph holds as constants). After
+    ``MAX_SIGNATURES`` signatures (sizes that change from call to call) it hands over to ``torch.compile`` with
+    dynamic sizes.
+    """
+
+    MAX_SIGNATURES = 8
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.compiled: dict[tuple, Callable] = {}
+        self.dynamic: Callable | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *args):
+        plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+        key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in plain)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self._compile(key, plain)
+        return compiled(*plain)
+
+    def _compile(self, key: tuple, plain: list) -> Callable:
+        with self._lock:
+            compiled = self.compiled.get(key)
+            if compiled is not None:
+                return compiled
+            if len(self.compiled) >= self.MAX_SIGNATURES:
+                if self.dynamic is None:
+                    self.dynamic = torch.compile(self.fn, dynamic=True)
+                return self.dynamic
+            from torch._inductor import compile as inductor_compile
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            with torch.no_grad():
+                graph = make_fx(self.fn, tracing_mode="fake")(*plain)
+                compiled = inductor_compile(graph, plain)
+            self.compiled[key] = compiled
+            global _graphs_compiled
+            _graphs_compiled += 1
+            return compiled
+
+
+_graphs_compiled = 0
+
+
+def graphs_compiled() -> int:
+    """How many graphs this process's regions compiled with Inductor directly (without Dynamo)."""
+    return _graphs_compiled
 
 
 def _computes(bsym: BoundSymbol) -> bool:
