@@ -63,8 +63,11 @@ def _check(name, eager_model, model, x) -> None:
     out.square().mean().backward()
     for (pname, pe), p in zip(eager_model.named_parameters(), model.parameters()):
         if pe.grad is not None:
+            # a fused reduction sums in another order: its float32 error scales with the summed terms, which a
+            # BatchNorm bias's gradient cancels to a small result (mobilenetv2: 0.09 from terms of +-100)
+            atol = 1e-3 * max(1.0, float(pe.grad.abs().max()))
             torch.testing.assert_close(
-                p.grad, pe.grad, atol=1e-3, rtol=1e-2, msg=lambda m, pname=pname: f"{name}: grad of {pname}: {m}"
+                p.grad, pe.grad, atol=atol, rtol=1e-2, msg=lambda m, pname=pname: f"{name}: grad of {pname}: {m}"
             )
         p.grad = pe.grad = None
 

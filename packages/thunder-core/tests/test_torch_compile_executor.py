@@ -152,6 +152,15 @@ def test_region_rule_a_region_on_small_tensors_stays_unfused():
     ]
 
 
+def test_region_rule_convolution_backward_stays_with_pytorch():
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU6())
+    jm = thunder.jit(m)
+    jm(torch.randn(2, 3, 8, 8)).sum().backward()
+    fusible = {b.sym.name: torch_compile_ex.can_fuse(b) for b in thunder.last_backward_traces(jm)[0].bound_symbols}
+    assert fusible["convolution_backward"] is False
+    assert fusible["native_batch_norm_backward"] and fusible["hardtanh_backward"]
+
+
 def test_region_rule_four_operations_are_compiled_at_any_size():
     """A region of ``always_fuse_ops`` (4) computing operations is compiled however small its tensors: one compiled
     call (~7 µs) beats four PyTorch kernels (~2-3 µs each) on small tensors (benchmarks/fusion_payoff.py)."""

@@ -56,6 +56,9 @@ __all__ = ["TorchCompileExecutor", "torch_compile_ex", "graphs_compiled"]
 # random numbers differ from eager's), opaque fallbacks (no thunder semantics to rely on)
 _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
 
+# the backwards of matrix products and convolutions: PyTorch's kernels, as the products themselves (rule 1)
+_PRODUCT_BACKWARDS = frozenset({"convolution_backward"})
+
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
 MIN_REGION_NUMEL = 4096  # 2**12: 16 KiB of float32
 # a region of at least this many computing operations is compiled whatever its size
@@ -122,7 +125,7 @@ class TorchCompileExecutor(FusionExecutor):
         sym = bsym.sym
         if sym.python_printer is not None or any(tag in sym.tags for tag in _EXCLUDED_TAGS):
             return False
-        if _has_tag(bsym, (OpTags.MATMUL,)):
+        if _has_tag(bsym, (OpTags.MATMUL,)) or sym.name in _PRODUCT_BACKWARDS:
             return False
         impl = torchex.ex.implmap.get(sym.id)
         if (impl is not None and impl.symbol is not None) or sym.executor is torchex.ex:
