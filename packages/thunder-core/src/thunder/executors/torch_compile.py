@@ -21,10 +21,11 @@ docs/extending.md, "Which regions torch_compile compiles"):
 - a region of a single operation that computes is handed back to the torch executor: one operation compiled
   is one kernel, as in eager; views, reshapes and concatenations do not count (Inductor writes them to new
   memory where eager makes a view, so a region of them alone only adds copies);
-- a region of fewer than ``always_fuse_ops`` (default 4) computing operations whose largest computed tensor has
-  fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``, 4096) is handed back too: a compiled
-  region's call costs ~7 µs, a PyTorch elementwise kernel ~2-3 µs on small tensors, so two or three small
-  operations are quicker unfused, four or more are not (``benchmarks/fusion_payoff.py``);
+- a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
+  2**18) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (off by default): a
+  compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from 64 elements
+  (``benchmarks/fusion_payoff.py``), but on the vision models' small BatchNorm regions with two threads the fused
+  step was slower than the unfused one (docs/extending.md);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
@@ -60,9 +61,7 @@ _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "op
 _PRODUCT_BACKWARDS = frozenset({"convolution_backward"})
 
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
-MIN_REGION_NUMEL = 4096  # 2**12: 16 KiB of float32
-# a region of at least this many computing operations is compiled whatever its size
-ALWAYS_FUSE_OPS = 4
+MIN_REGION_NUMEL = 262144  # 2**18: 1 MiB of float32
 
 
 class TorchCompileExecutor(FusionExecutor):
@@ -73,7 +72,8 @@ class TorchCompileExecutor(FusionExecutor):
         min_region_numel: a region of fewer than ``always_fuse_ops`` computing operations whose largest computed
             tensor has fewer elements than this goes back to the torch executor (the region rule, in the module
             docstring); 0 compiles every region of 2+ operations.
-        always_fuse_ops: a region of at least this many computing operations is compiled whatever its size.
+        always_fuse_ops: a region of at least this many computing operations is compiled whatever its size (None:
+            no such exception).
         compile_options: keyword arguments for ``torch.compile`` (default: ``dynamic=False``).
     """
 
@@ -86,13 +86,15 @@ class TorchCompileExecutor(FusionExecutor):
         name: str = "torch_compile",
         *,
         min_region_numel: int = MIN_REGION_NUMEL,
-        always_fuse_ops: int = ALWAYS_FUSE_OPS,
+        always_fuse_ops: int | None = None,
         **compile_options,
     ):
         super().__init__(name, version=torch.__version__)
         if isinstance(min_region_numel, bool) or not isinstance(min_region_numel, int) or min_region_numel < 0:
             raise ValueError(f"min_region_numel must be a non-negative int, got {min_region_numel!r}")
-        if isinstance(always_fuse_ops, bool) or not isinstance(always_fuse_ops, int) or always_fuse_ops < 1:
+        if always_fuse_ops is not None and (
+            isinstance(always_fuse_ops, bool) or not isinstance(always_fuse_ops, int) or always_fuse_ops < 1
+        ):
             raise ValueError(f"always_fuse_ops must be a positive int, got {always_fuse_ops!r}")
         self.min_region_numel = min_region_numel
         self.always_fuse_ops = always_fuse_ops
@@ -104,7 +106,7 @@ class TorchCompileExecutor(FusionExecutor):
         computing = [b for b in bound_symbols if _computes(b)]
         if len(computing) < self.min_region_size:
             return False
-        if len(computing) >= self.always_fuse_ops or self.min_region_numel == 0:
+        if self.min_region_numel == 0 or (self.always_fuse_ops is not None and len(computing) >= self.always_fuse_ops):
             return True
         return _largest_numel(computing) >= self.min_region_numel
 
