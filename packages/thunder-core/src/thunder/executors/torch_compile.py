@@ -22,7 +22,7 @@ docs/extending.md, "Which regions torch_compile compiles"):
   is one kernel, as in eager; views, reshapes and concatenations do not count (Inductor writes them to new
   memory where eager makes a view, so a region of them alone only adds copies);
 - a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
-  2**18) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (off by default): a
+  2**16) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (off by default): a
   compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from 64 elements
   (``benchmarks/fusion_payoff.py``), but on the vision models' small BatchNorm regions with two threads the fused
   step was slower than the unfused one (docs/extending.md);
@@ -61,7 +61,7 @@ _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "op
 _PRODUCT_BACKWARDS = frozenset({"convolution_backward"})
 
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
-MIN_REGION_NUMEL = 262144  # 2**18: 1 MiB of float32
+MIN_REGION_NUMEL = 65536  # 2**16: 256 KiB of float32
 
 
 class TorchCompileExecutor(FusionExecutor):
