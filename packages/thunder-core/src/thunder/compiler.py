@@ -39,7 +39,7 @@ from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
 from thunder.tracing.version_counters import versions_after, versions_before
-from thunder.transforms.split import RECOMPUTE_CHOICES, make_autograd_callable, split_forward_backward
+from thunder.transforms.split import make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
 
@@ -289,17 +289,14 @@ def _executable_program(
 
 
 def _recompute_mode(cd: CompileData) -> str:
-    mode = cd.get_compile_option(
+    return cd.get_compile_option(
         "recompute",
         "which forward values the backward recomputes instead of keeping them from the forward: 'elementwise' (the "
         "default: elementwise results, casts and reshapes of saved values; lower peak memory, one more kernel per "
         "value where no fusion executor fuses it) or 'reshapes' (views and reshapes only: eager autograd's kernels "
         "and memory)",
         "elementwise",
-    )
-    if mode not in RECOMPUTE_CHOICES:
-        raise ValueError(f"thunder.jit(recompute={mode!r}): expected one of {', '.join(map(repr, RECOMPUTE_CHOICES))}")
-    return mode
+    )  # (split_forward_backward checks the value, naming recompute=)
 
 
 def _fusion_mode(cd: CompileData) -> str:

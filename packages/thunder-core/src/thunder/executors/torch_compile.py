@@ -2,9 +2,9 @@
 
 Each region the shared partitioner (:mod:`thunder.executors.fusion`) forms is lowered to the torch
 executor's calls, printed as a Python function, traced to an aten graph and compiled by Inductor the
-first time it runs (``torch._inductor.compile``, one graph per input signature; no Dynamo). On CPU, Inductor generates C++/OpenMP kernels and builds them with the machine's C++
-compiler (``$CXX`` or ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion
-executor.
+first time it runs (``torch._inductor.compile``, one graph per input signature; no Dynamo). On CPU,
+Inductor generates C++/OpenMP kernels and builds them with the machine's C++ compiler (``$CXX`` or
+``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion executor.
 
 It is not in ``thunder.jit``'s default executor list: compiling costs seconds per region (see
 ``docs/extending.md`` for measured figures), which only pays off for long-running programs. On a machine
