@@ -466,3 +466,54 @@ def test_a_region_whose_example_call_raises_compiles_at_its_first_real_call():
     assert thunder.fusion_states(jf) == ["fused"] and not ex.compiled_on
     _check_against_eager(jf, _fn, a, b)
     assert ex.compiled_on and set(ex.compiled_on) == {threading.current_thread().name}
+
+
+def test_a_program_traced_while_a_job_compiles_waits_for_one_region_not_the_job():
+    # a job of 20 regions of 0.1 s each; the worker holds the compile lock for each region in turn
+    started, done = threading.Event(), threading.Event()
+
+    def region():
+        started.set()
+        time.sleep(0.1)
+
+    job = tiers.FusionJob(
+        build=lambda: None,
+        regions=lambda program: [(region, [])] * 20,
+        install=lambda program: done.set(),
+        fail=lambda e: None,
+        lock=thunder.compiler._compile_lock,
+    )
+    tiers.submit(job)
+    job.release()
+    assert started.wait(30)
+    x = torch.randn(3)
+    t0 = time.perf_counter()
+    out = thunder.jit(lambda t: t.cos() + 1)(x)
+    seconds = time.perf_counter() - t0
+    torch.testing.assert_close(out, x.cos() + 1)
+    # before: a plain lock let the worker take it back after each region, and the trace waited ~2 s for the job
+    assert not done.is_set(), f"the trace waited for the whole job ({seconds:.2f} s)"
+    assert job.done.wait(60) and done.is_set()
+
+
+def test_a_fusion_wait_compile_with_a_thread_waiting_to_trace_does_not_deadlock():
+    ex = SlowFusion()
+    ex.release.set()
+    other_done = threading.Event()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()], fusion="wait")
+    original_build = ex.fuse_region
+
+    def fuse_region_with_a_waiter(region):
+        # while this thread holds the compile lock, another thread starts a compile and waits for the lock
+        if not other_done.is_set() and not getattr(fuse_region_with_a_waiter, "started", False):
+            fuse_region_with_a_waiter.started = True
+            threading.Thread(target=lambda: (thunder.jit(torch.sin)(torch.ones(2)), other_done.set())).start()
+            time.sleep(0.2)
+        return original_build(region)
+
+    ex.fuse_region = fuse_region_with_a_waiter
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    for x, y in zip(jf(a, b), _fn(a, b)):
+        torch.testing.assert_close(x, y)
+    assert thunder.fusion_states(jf) == ["fused"]
+    assert other_done.wait(60)

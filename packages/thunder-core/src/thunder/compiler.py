@@ -485,8 +485,9 @@ def _short(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
-# Tracing uses process-wide state (the current trace, torch's "compiling" flag): one compile at a time.
-_compile_lock = threading.RLock()
+# Tracing uses process-wide state (the current trace, torch's "compiling" flag): one compile at a time; a
+# tracing thread goes before the background fusion worker (tiers.CompileLock).
+_compile_lock = tiers.CompileLock()
 
 _DEFAULT_CACHE_SIZE_LIMIT = 64
 _DEFAULT_RECOMPILE_LIMIT = 8

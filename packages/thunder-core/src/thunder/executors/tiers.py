@@ -15,7 +15,9 @@ a region reads a saved RNG state) compiles at its first real call instead, as un
 
 Compiling a region holds the compile lock that tracing holds (Dynamo and Thunder's tracer both set
 process-wide state, such as ``torch.compiler.is_compiling()``): a new program traced meanwhile waits for
-the region being compiled, not for the whole job.
+the region being compiled, not for the whole job. The lock is a :class:`CompileLock`: between two regions
+the worker lets every thread waiting to trace go first (a plain lock lets the thread that releases it take
+it again at once, and a new program waited for the whole job: seconds).
 
 A job waits to be *released* before the worker builds anything, so that the call which compiled the program
 runs without the worker competing for the GIL and the cores (the first call then costs what an unfused
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import sys
 import threading
 import time
@@ -52,7 +55,7 @@ from thunder.core import devices, dtypes
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.symbolic import SizeProxy, hints
 
-__all__ = ["FusionJob", "FUSION_MODES", "submit", "region_calls", "example_inputs"]
+__all__ = ["CompileLock", "FusionJob", "FUSION_MODES", "submit", "region_calls", "example_inputs"]
 
 FUSION_MODES = ("background", "wait", "off")
 
@@ -63,6 +66,67 @@ FUSED = "fused"  # the fused program has been swapped in
 FAILED = "failed"  # compiling the fused program failed: the unfused program stays
 
 
+class CompileLock:
+    """The process's compile lock, reentrant. Tracing takes it with ``with lock:``; the background worker
+    with ``with lock.background():``, which waits until no thread is waiting in ``with lock:``, so a
+    program traced while a job compiles waits for one region at most."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # the thread holding it, and how many times
+        self._depth = 0
+        self._waiting = 0  # threads waiting in ``__enter__``
+        self._nobody_waiting = threading.Condition()
+
+    def _acquire(self) -> None:
+        if self._owner != threading.get_ident():
+            self._lock.acquire()
+            self._owner = threading.get_ident()
+        self._depth += 1
+
+    def _release(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+            self._lock.release()
+
+    def __enter__(self) -> CompileLock:
+        if self._owner == threading.get_ident():
+            self._depth += 1
+            return self
+        with self._nobody_waiting:
+            self._waiting += 1
+        try:
+            self._acquire()
+        finally:
+            with self._nobody_waiting:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._nobody_waiting.notify_all()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._release()
+
+    @contextlib.contextmanager
+    def background(self):
+        """Holds the lock once no thread is waiting to trace (the worker's way in; a thread that holds the lock
+        already, as a ``fusion="wait"`` compile does, just holds it once more)."""
+        while self._owner != threading.get_ident():
+            with self._nobody_waiting:
+                self._nobody_waiting.wait_for(lambda: not self._waiting)
+            self._acquire()
+            if not self._waiting:
+                break
+            self._release()  # a tracer came in between: it goes first
+        else:
+            self._acquire()
+        try:
+            yield
+        finally:
+            self._release()
+
+
 class FusionJob:
     """Builds a program's fused tier, compiles its slow regions and installs it.
 
@@ -71,7 +135,8 @@ class FusionJob:
         regions: given that program, the ``(fn, args)`` calls that compile its slow regions.
         install: swaps the fused program in.
         fail: called with the exception when building or compiling failed.
-        lock: held while building and while each region compiles (the lock tracing holds).
+        lock: the :class:`CompileLock` tracing holds; held (``lock.background()``) while building and while
+            each region compiles.
     """
 
     def __init__(
@@ -111,12 +176,12 @@ class FusionJob:
             if _shutting_down:
                 return
             _lower_switch_interval()
-            with self._lock:
+            with self._lock.background():
                 program = self._build()
             for fn, args in self._regions(program):
                 if _shutting_down:
                     return
-                with self._lock, torch.no_grad():
+                with self._lock.background(), torch.no_grad():
                     try:
                         fn(*args)
                     except Exception:  # noqa: BLE001 - see below
