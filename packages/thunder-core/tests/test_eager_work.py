@@ -22,8 +22,9 @@ _METADATA_OPS = frozenset(
 )
 
 # the same work under another name: eager's slice backward is a zero-filled buffer with the slice's
-# gradient copied in, thunder's a constant pad of it
-_SAME_WORK = {"constant_pad_nd": "slice_backward"}
+# gradient copied in, thunder's a constant pad of it; eager's batch norm calls native_batch_norm, which
+# thunder calls by its newer name
+_SAME_WORK = {"constant_pad_nd": "slice_backward", "_native_batch_norm_legit": "native_batch_norm"}
 
 
 class _CountOps(TorchDispatchMode):
@@ -88,6 +89,32 @@ def test_convnext_block_step_computes_nothing_eager_does_not():
     assert _more_work_than_eager(_ConvNeXtBlock, x, recompute="reshapes") == {}
     # by default gelu's output is made again in the backward from its input (saved anyway), not kept
     assert _more_work_than_eager(_ConvNeXtBlock, x) == {"gelu": (1, 2)}
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+@pytest.mark.parametrize("activation", ["relu6", "hardtanh", "relu"])
+def test_conv_bn_activation_conv_step_computes_nothing_eager_does_not(activation, inplace):
+    # the activation's gradient reads its output, which the next convolution saves anyway: nothing is
+    # recomputed in the backward, by default too (hardtanh's rule read its input, and its output was made again)
+    act = {
+        "relu6": lambda: torch.nn.ReLU6(inplace=inplace),
+        "hardtanh": lambda: torch.nn.Hardtanh(-0.5, 0.25, inplace=inplace),
+        "relu": lambda: torch.nn.ReLU(inplace=inplace),
+    }[activation]
+
+    def make():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            torch.nn.BatchNorm2d(8),
+            act(),
+            torch.nn.Conv2d(8, 4, 1),
+            torch.nn.BatchNorm2d(4),
+            act(),
+        )
+
+    x = torch.randn(2, 3, 10, 10)
+    assert _more_work_than_eager(make, x) == {}
+    assert _more_work_than_eager(make, x, recompute="reshapes") == {}
 
 
 def test_gelu_output_is_saved_not_recomputed_in_backward_with_recompute_reshapes():

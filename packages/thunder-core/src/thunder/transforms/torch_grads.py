@@ -79,7 +79,12 @@ _signatures: dict[str, inspect.Signature] = {}
 
 def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
     """hardtanh and relu6: PyTorch's hardtanh_backward kernel, zero at and beyond the bounds (its
-    decomposition, for fusion executors, gives zero at a NaN, as eager's vectorised CPU kernel)."""
+    decomposition, for fusion executors, gives zero at a NaN, as eager's vectorised CPU kernel).
+
+    The kernel reads the output, as eager's in-place ``hardtanh_`` does: the output lies strictly between the
+    bounds exactly where the input does (and is NaN where it is), so the gradient is the same, and the
+    output is what the next layer (a convolution, a linear) saves anyway: the input need not be kept, nor
+    the output made again in the backward."""
 
     def rule(*args, **kwargs):
         bound = _bind(sym, args, kwargs)
@@ -87,7 +92,7 @@ def _hardtanh_like(sym, low_name, high_name, low=None, high=None):
         lo = bound[low_name] if low_name else low
         hi = bound[high_name] if high_name else high
         out = sym(*args, **kwargs)
-        put_grad(a, ltorch.hardtanh_backward(get_grad(out), a, lo, hi))  # one kernel, as eager's
+        put_grad(a, ltorch.hardtanh_backward(get_grad(out), out, lo, hi))  # one kernel, as eager's
         return out
 
     register_grad(sym, rule)
