@@ -204,3 +204,47 @@ def test_region_compiles_once_per_input_signature_then_dynamic():
     (out,) = region(a)
     torch.testing.assert_close(out, f(a.detach()))
     assert len(region.compiled) == 8
+
+
+def _regions(jf):
+    return [
+        b.sym.call_ctx[b.sym.name]
+        for b in thunder.last_traces(jf)[-1].bound_symbols
+        if b.sym.name.startswith("torchCompile")
+    ]
+
+
+def test_a_static_region_compiles_once_and_then_calls_its_graph_directly():
+    def f(a, b):
+        return torch.tanh(a * 2 + b), (a - b).exp().sum(0)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait")
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    before = graphs_compiled()
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            for x, y in ((a, b), (a.t().contiguous().t(), b), (a, torch.randn(3, 4).t())):  # non-contiguous too
+                for got, want in zip(jf(x, y), f(x, y)):
+                    torch.testing.assert_close(got, want)
+    (region,) = _regions(jf)
+    assert region.static and region._graph is not None
+    # one compile per program (the prologue may tell the layouts apart), none per call
+    assert graphs_compiled() == before + thunder.compile_stats(jf).cache_misses
+    # training: the backward's regions too
+    x, xe = a.clone().requires_grad_(), a.clone().requires_grad_()
+    sum(o.sum() for o in jf(x, b)).backward()
+    sum(o.sum() for o in f(xe, b)).backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+
+
+def test_a_region_with_symbolic_sizes_is_not_static():
+    def f(a):
+        return torch.tanh(a * 2 + 1)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    for n in (3, 5, 7):
+        a = torch.randn(n, 4)
+        with torch.no_grad():
+            torch.testing.assert_close(jf(a), f(a))
+    regions = _regions(jf)
+    assert regions and not any(r.static for r in regions)

@@ -157,7 +157,8 @@ class TorchCompileExecutor(FusionExecutor):
 
             run_region.__wrapped__ = compiled
         else:
-            run_region = _InductorRegion(fn)
+            static = all(isinstance(p, TensorProxy) and all(isinstance(n, int) for n in p.shape) for p in region.inputs)
+            run_region = _InductorRegion(fn, static=static)
         run_region.__thunder_trace__ = trace
         return run_region
 
@@ -165,21 +166,35 @@ class TorchCompileExecutor(FusionExecutor):
 class _InductorRegion:
     """A region's function compiled by Inductor without Dynamo: one compiled graph per input signature.
 
-    Inputs are detached and made contiguous first (as for ``torch.compile`` above), so that the signature is
-    only shapes, dtypes and devices (and the values of number inputs, which the graph holds as constants). After
+    The function is traced to an aten graph (``make_fx`` with Inductor's decompositions) and compiled by
+    Inductor's graph compiler (``compile_fx_inner``), whose compiled graph takes its inputs as one list:
+    neither Dynamo nor AOTAutograd's runtime wrappers run on a call.
+
+    Inputs are made contiguous first (as for ``torch.compile`` above), so that the signature is only shapes,
+    dtypes and devices (and the values of number inputs, which the graph holds as constants). After
     ``MAX_SIGNATURES`` signatures (sizes that change from call to call) it hands over to ``torch.compile`` with
     dynamic sizes.
+
+    A *static* region (only tensor inputs, of sizes the trace fixed: its program's prologue checks every
+    input's shape, dtype and device) has one signature: after its compile a call only makes non-contiguous
+    inputs contiguous and calls the graph (a few microseconds; the graph's code still asserts each input's
+    size and stride). A CNN's training step at batch 2 calls about a hundred regions.
     """
 
     MAX_SIGNATURES = 8
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, static: bool = False):
         self.fn = fn
+        self.static = static
         self.compiled: dict[tuple, Callable] = {}
         self.dynamic: Callable | None = None
         self._lock = threading.Lock()
+        self._graph: Callable | None = None  # a static region's compiled graph, once compiled
 
     def __call__(self, *args):
+        graph = self._graph
+        if graph is not None and not torch.is_grad_enabled():
+            return graph([a if a.is_contiguous() else a.contiguous() for a in args])
         plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in plain)
         compiled = self.compiled.get(key)
@@ -196,13 +211,20 @@ class _InductorRegion:
                 if self.dynamic is None:
                     self.dynamic = torch.compile(self.fn, dynamic=True)
                 return self.dynamic
-            from torch._inductor import compile as inductor_compile
+            from torch._inductor.compile_fx import compile_fx_inner
+            from torch._inductor.decomposition import select_decomp_table
             from torch.fx.experimental.proxy_tensor import make_fx
 
             with torch.no_grad():
-                graph = make_fx(self.fn, tracing_mode="fake")(*plain)
-                compiled = inductor_compile(graph, plain)
+                graph = make_fx(self.fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*plain)
+                graph_call = compile_fx_inner(graph, plain)
+
+            def compiled(*args):
+                return graph_call(list(args))
+
             self.compiled[key] = compiled
+            if self.static:
+                self._graph = graph_call
             global _graphs_compiled
             _graphs_compiled += 1
             return compiled
