@@ -2,7 +2,7 @@
 
 Each region the shared partitioner (:mod:`thunder.executors.fusion`) forms is lowered to the torch
 executor's calls, printed as a Python function, traced to an aten graph and compiled by Inductor the
-first time it runs (``torch._inductor.compile``, one graph per input signature; no Dynamo). On CPU,
+first time it runs (Inductor's graph compiler, one graph per input signature; no Dynamo). On CPU,
 Inductor generates C++/OpenMP kernels and builds them with the machine's C++ compiler (``$CXX`` or
 ``g++``); on GPU it generates Triton kernels. This is Thunder's CPU fusion executor.
 
@@ -139,9 +139,10 @@ class TorchCompileExecutor(FusionExecutor):
         """Lowers ``region`` to torch calls and compiles the resulting function with Inductor.
 
         With the default options the function is traced to an aten graph (``make_fx``) and compiled by
-        ``torch._inductor.compile``, once per input signature (shapes, dtypes, devices, number values): no
+        Inductor's graph compiler, once per input signature (shapes, dtypes, devices, number values): no
         Dynamo frame evaluation and guards on each call, which cost ~50 µs a region, more than many regions
-        save. Other ``compile_options`` (a ``mode``, ``dynamic=True``) go through ``torch.compile``.
+        save (see :class:`_InductorRegion`). Other ``compile_options`` (a ``mode``, ``dynamic=True``) go
+        through ``torch.compile``.
         """
         trace = region_trace(region, [torchex.ex, pythonex.ex])
         fn = trace.python_callable()
