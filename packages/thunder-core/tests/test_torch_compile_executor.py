@@ -206,7 +206,7 @@ def test_region_compiles_once_per_input_signature_then_dynamic():
     assert len(region.compiled) == 8
 
 
-def _regions(jf):
+def _compiled_regions(jf):
     return [
         b.sym.call_ctx[b.sym.name]
         for b in thunder.last_traces(jf)[-1].bound_symbols
@@ -226,7 +226,7 @@ def test_a_static_region_compiles_once_and_then_calls_its_graph_directly():
             for x, y in ((a, b), (a.t().contiguous().t(), b), (a, torch.randn(3, 4).t())):  # non-contiguous too
                 for got, want in zip(jf(x, y), f(x, y)):
                     torch.testing.assert_close(got, want)
-    (region,) = _regions(jf)
+    (region,) = _compiled_regions(jf)
     assert region.static and region._graph is not None
     # one compile per program (the prologue may tell the layouts apart), none per call
     assert graphs_compiled() == before + thunder.compile_stats(jf).cache_misses
@@ -246,5 +246,5 @@ def test_a_region_with_symbolic_sizes_is_not_static():
         a = torch.randn(n, 4)
         with torch.no_grad():
             torch.testing.assert_close(jf(a), f(a))
-    regions = _regions(jf)
+    regions = _compiled_regions(jf)
     assert regions and not any(r.static for r in regions)

@@ -341,11 +341,19 @@ def device_put(a, device):
 
 
 def copy_(src, dst):
-    # (an inference tensor takes in-place updates under inference_mode only, where the traced code made them)
-    with torch.inference_mode() if dst.is_inference() else torch.no_grad():
-        if 0 in dst.stride():
-            return _copy_to_each_location_once(src, dst)
-        return dst.copy_(src)
+    # (an inference tensor takes in-place updates under inference_mode only, where the traced code made them;
+    # a program's forward and backward run without grad mode already: no context to enter, a CNN's
+    # training forward writes back a hundred BatchNorm statistics)
+    if dst.is_inference() or torch.is_grad_enabled():
+        with torch.inference_mode() if dst.is_inference() else torch.no_grad():
+            return _copy_into(src, dst)
+    return _copy_into(src, dst)
+
+
+def _copy_into(src, dst):
+    if 0 in dst.stride():
+        return _copy_to_each_location_once(src, dst)
+    return dst.copy_(src)
 
 
 def _copy_to_each_location_once(src, dst):
