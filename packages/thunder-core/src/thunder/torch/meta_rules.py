@@ -1,0 +1,137 @@
+"""Shape rules for torch operations PyTorch has no meta kernel for, run opaquely by PyTorch.
+
+An operation with no torch-language symbol is traced as an opaque symbol whose output metadata comes from
+running it on the ``meta`` device (``thunder.tracing.fallback``). A few operations have no meta kernel
+(``torch.linalg.lstsq``, ``F.ctc_loss``): for those, a rule written here takes the meta (or fake) stand-ins
+of the arguments and returns meta stand-ins of the outputs, shaped and typed as eager's, each output
+requiring grad exactly when eager's autograd differentiates it (so the opaque gradient, PyTorch's own
+backward re-run, covers the outputs eager's does). The operation itself still runs as PyTorch's kernel.
+
+A rule raises ``RuntimeError`` where eager refuses the arguments before computing (eager's message), and
+``ValuesDecideShape`` where an output's shape depends on tensor values (the tracer turns that into its
+data-dependent error naming the user's line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["ValuesDecideShape", "meta_rule_for", "register_meta_rule"]
+
+_RULES: dict[Callable, Callable] = {}
+
+
+class ValuesDecideShape(Exception):
+    """An output's shape depends on tensor values (``what`` says which and why)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def register_meta_rule(*funcs: Callable) -> Callable[[Callable], Callable]:
+    """Registers the decorated rule as the metadata of ``funcs`` (torch callables) when run opaquely."""
+
+    def decorate(rule: Callable) -> Callable:
+        for f in funcs:
+            _RULES[f] = rule
+        return rule
+
+    return decorate
+
+
+def meta_rule_for(func: Callable) -> Callable | None:
+    """The shape rule of the torch callable ``func``, or None (run it on the meta device)."""
+    try:
+        return _RULES.get(func)
+    except TypeError:  # an unhashable callable
+        return None
+
+
+def _tracks_grad(*inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
+def _empty(shape, dtype, like: torch.Tensor, *, requires_grad: bool = False) -> torch.Tensor:
+    out = torch.empty(tuple(shape), dtype=dtype, device=like.device)
+    return out.requires_grad_() if requires_grad else out
+
+
+def _real(dtype: torch.dtype) -> torch.dtype:
+    return dtype.to_real() if dtype.is_complex else dtype
+
+
+# ---------------------------------------------------------------- torch.linalg.lstsq
+
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+@register_meta_rule(torch.linalg.lstsq)
+def lstsq_meta(A, B, rcond=None, *, driver=None):
+    """``(solution, residuals, rank, singular_values)`` as eager's ``torch.linalg.lstsq`` returns them.
+
+    Eager's shapes: the solution is ``(*batch, n, k)`` (``(*batch, n)`` when ``B`` has one dimension less than
+    ``A``: a vector right-hand side); the residuals ``(*batch, k)`` when ``m > n`` and the driver is ``gels``
+    (``gelsd``/``gelss`` only when every matrix has full rank: data-dependent), else ``(0,)``; the rank
+    ``(*batch)`` (``(0,)`` for ``gels``); the singular values ``(*batch, min(m, n))`` for ``gelsd``/``gelss``,
+    else ``(0,)``. Only the solution and the residuals are differentiable.
+    """
+    if A.ndim < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if B.ndim < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if A.dtype != B.dtype:
+        raise RuntimeError(
+            "torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's dtype "
+            f"{A.dtype} and other's dtype {B.dtype}"
+        )
+    if not (A.dtype.is_floating_point or A.dtype.is_complex) or A.dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError("torch.linalg.lstsq: only float, double, cfloat and cdouble inputs are supported")
+    if driver is None:
+        driver = "gels" if A.device.type == "cuda" else "gelsy"
+    elif driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    vector = B.ndim == A.ndim - 1
+    B_mat_shape = (*B.shape, 1) if vector else tuple(B.shape)
+    m, n = A.shape[-2], A.shape[-1]
+    if B_mat_shape[-2] != m:
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    k = B_mat_shape[-1]
+    batch = tuple(torch.broadcast_shapes(tuple(A.shape[:-2]), B_mat_shape[:-2]))
+    real = _real(A.dtype)
+    grad = _tracks_grad(A, B)
+    solution = _empty((*batch, n) if vector else (*batch, n, k), A.dtype, A, requires_grad=grad)
+    if m > n and driver in ("gelsd", "gelss"):
+        raise ValuesDecideShape(
+            f"run torch.linalg.lstsq with driver={driver!r} on a tall matrix ({m} x {n}): eager returns the residuals "
+            "only when every matrix has full rank, so their shape depends on the values (driver='gels' always "
+            "returns them, driver='gelsy' never)"
+        )
+    residuals_shape = (*batch, k) if m > n and driver == "gels" else (0,)
+    residuals = _empty(residuals_shape, real, A, requires_grad=grad)
+    rank = _empty((0,) if driver == "gels" else batch, torch.int64, A)
+    singular_values = _empty((*batch, min(m, n)) if driver in ("gelsd", "gelss") else (0,), real, A)
+    return torch.return_types.linalg_lstsq((solution, residuals, rank, singular_values))
+
+
+# ---------------------------------------------------------------- F.ctc_loss
+
+
+@register_meta_rule(F.ctc_loss, torch.ctc_loss)
+def ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+    """Eager's CTC loss: ``(N,)`` for ``reduction="none"`` on batched ``(T, N, C)`` log-probabilities, else a
+    0-d tensor, in the log-probabilities' dtype; differentiable in the log-probabilities only. (The lengths
+    and the targets' values are checked by the kernel when the program runs, as in eager.)"""
+    if isinstance(reduction, int):  # torch.ctc_loss takes the reduction as its enum: 0 none, 1 mean, 2 sum
+        reduction = ("none", "mean", "sum")[reduction]
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if log_probs.ndim not in (2, 3):
+        raise RuntimeError(f"ctc_loss: log_probs must be 2-D (unbatched) or 3-D (batched), got {log_probs.ndim}-D")
+    if not (log_probs.dtype.is_floating_point):
+        raise RuntimeError(f"ctc_loss: expected floating-point log_probs, got {log_probs.dtype}")
+    shape = (log_probs.shape[1],) if reduction == "none" and log_probs.ndim == 3 else ()
+    return _empty(shape, log_probs.dtype, log_probs, requires_grad=_tracks_grad(log_probs))

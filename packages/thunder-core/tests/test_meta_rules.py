@@ -1,0 +1,84 @@
+"""Ops PyTorch has no meta kernel for (torch.linalg.lstsq, F.ctc_loss) run opaquely with thunder's shape
+rules (thunder.torch.meta_rules): values, dtypes, requires_grad and gradients against eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+
+def _compare(actual, expected):
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype and a.requires_grad == e.requires_grad
+        torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3, 5), (3, 2)), ((2, 4, 4), (1, 4, 3)), ((5, 3), (5,))])
+def test_lstsq_matches_eager(driver, a_shape, b_shape):
+    torch.manual_seed(0)
+    A = torch.randn(a_shape, dtype=torch.float64, requires_grad=True)
+    B = torch.randn(b_shape, dtype=torch.float64, requires_grad=True)
+    fn = lambda A, B: tuple(torch.linalg.lstsq(A, B, driver=driver))  # noqa: E731
+    tall = a_shape[-2] > a_shape[-1]
+    if tall and driver in ("gelsd", "gelss"):
+        with pytest.raises(thunder.DataDependentControlFlowError, match="residuals") as info:
+            thunder.jit(fn)(A, B)
+        assert "test_meta_rules.py" in str(info.value)  # the user's line
+        return
+    expected = fn(A, B)
+    actual = thunder.jit(fn)(A, B)
+    _compare(actual, expected)
+    # the solution's and the residuals' gradients (eager differentiates both)
+    loss = lambda out: out[0].sum() + out[1].sum() * 0.5  # noqa: E731
+    e_grads = torch.autograd.grad(loss(expected), (A, B))
+    a_grads = torch.autograd.grad(loss(actual), (A, B))
+    for a, e in zip(a_grads, e_grads):
+        torch.testing.assert_close(a, e)
+
+
+def test_lstsq_rejects_what_eager_rejects():
+    A, B = torch.randn(4, 3), torch.randn(4, 2, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.linalg.lstsq(A, B)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        thunder.jit(torch.linalg.lstsq)(A, B)
+    with pytest.raises(RuntimeError, match="should match"):
+        thunder.jit(torch.linalg.lstsq)(A, torch.randn(5, 2))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("lengths_as", ["tensor", "tuple"])
+def test_ctc_loss_matches_eager(reduction, lengths_as):
+    torch.manual_seed(0)
+    T, N, C, S = 12, 3, 5, 4
+    log_probs = torch.randn(T, N, C, dtype=torch.float64).log_softmax(2).detach().requires_grad_()
+    targets = torch.randint(1, C, (N, S))
+    input_lengths, target_lengths = torch.tensor([12, 10, 11]), torch.tensor([4, 2, 3])
+    if lengths_as == "tuple":
+        input_lengths, target_lengths = tuple(input_lengths.tolist()), tuple(target_lengths.tolist())
+
+    def fn(lp, t):
+        return F.ctc_loss(lp, t, input_lengths, target_lengths, reduction=reduction)
+
+    expected = fn(log_probs, targets)
+    actual = thunder.jit(fn)(log_probs, targets)
+    _compare(actual, expected)
+    cot = torch.randn_like(expected)
+    torch.testing.assert_close(
+        torch.autograd.grad(actual, log_probs, cot)[0], torch.autograd.grad(expected, log_probs, cot)[0]
+    )
+
+
+def test_ctc_loss_unbatched_matches_eager():
+    torch.manual_seed(0)
+    log_probs = torch.randn(10, 6).log_softmax(1)
+    targets = torch.randint(1, 6, (4,))
+    fn = lambda lp, t: F.ctc_loss(lp, t, (10,), (4,), reduction="none")  # noqa: E731
+    _compare(thunder.jit(fn)(log_probs, targets), fn(log_probs, targets))
