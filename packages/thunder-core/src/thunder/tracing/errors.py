@@ -97,3 +97,16 @@ def data_dependent_error(what: str, frame) -> DataDependentControlFlowError:
         "Compute the result with tensor operations instead (for example torch.where instead of an if on a tensor), "
         f"or move this code out of the jitted function.\n{THUNDERFX_HINT}"
     )
+
+
+def _refuse_runtime_value(proxy, what: str):
+    raise data_dependent_error(what, user_frame(3))
+
+
+def _install_runtime_value_refusal() -> None:
+    from thunder.core.proxies import set_runtime_value_refusal
+
+    set_runtime_value_refusal(_refuse_runtime_value)
+
+
+_install_runtime_value_refusal()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import current_size_env, has_symbolic, hints, specialize
@@ -506,6 +506,8 @@ class Tracer:
         return tree_map(self._unwrap_input_leaf, x)
 
     def _unwrap_input_leaf(self, x):
+        if type(x) is RuntimeValueProxy:
+            x.refuse("pass to a torch call")
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
                 return self._current_value(x)
