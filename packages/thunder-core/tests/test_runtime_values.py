@@ -126,3 +126,22 @@ def test_allclose_refuses_what_eager_refuses():
             torch.allclose(a, b)
         with pytest.raises(RuntimeError):
             thunder.jit(torch.allclose)(a, b)
+
+
+def test_runtime_bool_stays_out_of_torch_compile_regions():
+    from thunder.executors.torch_compile import TorchCompileExecutor
+
+    ex = TorchCompileExecutor(min_region_numel=0)
+    if ex.unavailable_reason() is not None:
+        pytest.skip(ex.unavailable_reason())
+
+    def fn(a, b):
+        c = (a * 2).sin() + b
+        return c.cos() * 3, torch.allclose(c, b), torch.equal(a, b)
+
+    a = torch.randn(8, 8)
+    jfn = thunder.jit(fn, executors=[ex, *thunder.get_default_executors()], fusion="wait")
+    for b in (torch.randn(8, 8), a.clone()):
+        actual, expected = jfn(a, b), fn(a, b)
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1:] == expected[1:]
