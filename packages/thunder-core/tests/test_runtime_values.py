@@ -145,3 +145,53 @@ def test_runtime_bool_stays_out_of_torch_compile_regions():
         actual, expected = jfn(a, b), fn(a, b)
         torch.testing.assert_close(actual[0], expected[0])
         assert actual[1:] == expected[1:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.complex64])
+def test_item_returns_eager_number_on_every_call(dtype):
+    def fn(t):
+        return t.sum().item() if dtype is not torch.bool else t.any().item()
+
+    jfn = thunder.jit(fn)
+    for values in ([1, 2, 3], [0, 0, 0], [5, -1, 2]):
+        t = torch.tensor(values).to(dtype)
+        actual, expected = jfn(t), fn(t)
+        assert type(actual) is type(expected) and actual == expected
+
+
+def test_item_beside_a_differentiated_output():
+    def fn(t):
+        return (t * 2).sum(), t.max().item()
+
+    t = torch.randn(4, requires_grad=True)
+    (a_out, a_item), (e_out, e_item) = thunder.jit(fn)(t), fn(t)
+    assert a_item == e_item
+    torch.testing.assert_close(torch.autograd.grad(a_out, t), torch.autograd.grad(e_out, t))
+
+
+def test_item_of_many_elements_is_eagers_error():
+    t = torch.ones(3)
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        t.item()
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        thunder.jit(lambda t: t.item())(t)
+
+
+def scale_by_item(t):
+    scale = t.sum().item()
+    return t * scale
+
+
+def arange_of_item(t):
+    n = t.long().max().item()
+    return torch.arange(n)
+
+
+@pytest.mark.parametrize(("fn", "use_text"), [(scale_by_item, "t * scale"), (arange_of_item, "torch.arange(n)")])
+def test_item_used_as_a_number_names_its_use(fn, use_text):
+    with pytest.raises(thunder.DataDependentControlFlowError) as info:
+        thunder.jit(fn)(torch.ones(3))
+    msg = str(info.value)
+    assert f"line {_line_of(fn, use_text)}" in msg and "test_runtime_values.py" in msg
+    if fn is scale_by_item:  # (PyTorch's argument parser refuses the other before thunder sees the call)
+        assert f"line {_line_of(fn, '.item()')}" in msg  # where the value came from

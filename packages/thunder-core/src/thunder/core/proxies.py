@@ -269,14 +269,15 @@ class RuntimeValueProxy(Proxy):
     when it runs: unknown while tracing, so the traced code may return it but not branch or compute on it (``if``,
     ``not``, ``int()``, arithmetic, comparisons, passing it to a torch call raise, naming the line).
 
-    ``origin`` says where it came from (``"torch.allclose"``)."""
+    ``origin`` says which call made it (``"torch.allclose"``), ``where`` the user's line of that call."""
 
-    __slots__ = ("python_type", "origin")
+    __slots__ = ("python_type", "origin", "where")
 
     def __init__(self, name: str | None = None, *, python_type: type, origin: str, prefix: str = "r"):
         Proxy.__init__(self, name, prefix)
         self.python_type = python_type
         self.origin = origin
+        self.where = None  # the user's line that made it, as the tracer describes it (set by the tracer)
 
     def type_string(self) -> str:
         return f"{self.python_type.__name__} (computed when the program runs)"

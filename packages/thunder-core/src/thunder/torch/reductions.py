@@ -339,3 +339,18 @@ def equal(a, b):
     if tuple(a.shape) != tuple(b.shape):
         return False
     return RuntimeValueProxy(python_type=bool, origin="torch.equal")
+
+
+_PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
+
+
+@torchsymbol(T.item, name="item")
+def item(a):
+    """Eager's ``Tensor.item``: the one element of ``a`` as a Python number, read when the program runs. The traced
+    code may return it; branching or computing on it in Python is a data-dependent error naming the line."""
+    n = 1
+    for s in a.shape:
+        n *= s
+    if n != 1:
+        raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+    return RuntimeValueProxy(python_type=_PYTHON_TYPES[a.dtype.kind], origin="Tensor.item")
