@@ -82,3 +82,43 @@ def test_ctc_loss_unbatched_matches_eager():
     targets = torch.randint(1, 6, (4,))
     fn = lambda lp, t: F.ctc_loss(lp, t, (10,), (4,), reduction="none")  # noqa: E731
     _compare(thunder.jit(fn)(log_probs, targets), fn(log_probs, targets))
+
+
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"n_fft": 8},
+        {"n_fft": 8, "hop_length": 3, "length": 11},
+        {"n_fft": 10, "win_length": 8, "onesided": False, "return_complex": True},
+        {"n_fft": 8, "window": "hann"},
+    ],
+)
+@pytest.mark.parametrize("batched", [False, True])
+def test_istft_matches_eager(kwargs, center, batched):
+    torch.manual_seed(0)
+    kwargs = dict(kwargs, center=center)
+    if kwargs.get("window") == "hann":
+        kwargs["window"] = torch.hann_window(8, dtype=torch.float64) + 0.1
+    onesided = kwargs.get("onesided", True)
+    freq = kwargs["n_fft"] // 2 + 1 if onesided else kwargs["n_fft"]
+    x = torch.randn(((2,) if batched else ()) + (freq, 5), dtype=torch.complex128, requires_grad=True)
+    fn = lambda x: torch.istft(x, **kwargs)  # noqa: E731
+    try:
+        expected = fn(x)
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            thunder.jit(fn)(x)
+        return
+    actual = thunder.jit(fn)(x)
+    _compare(actual, expected)
+    cot = torch.randn_like(expected)
+    torch.testing.assert_close(torch.autograd.grad(actual, x, cot)[0], torch.autograd.grad(expected, x, cot)[0])
+
+
+def test_istft_rejects_a_real_input_as_eager():
+    x = torch.randn(5, 4)
+    with pytest.raises(RuntimeError, match="complex-valued"):
+        torch.istft(x, 8)
+    with pytest.raises(RuntimeError, match="complex-valued"):
+        thunder.jit(lambda x: torch.istft(x, 8))(x)

@@ -135,3 +135,61 @@ def ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, re
         raise RuntimeError(f"ctc_loss: expected floating-point log_probs, got {log_probs.dtype}")
     shape = (log_probs.shape[1],) if reduction == "none" and log_probs.ndim == 3 else ()
     return _empty(shape, log_probs.dtype, log_probs, requires_grad=_tracks_grad(log_probs))
+
+
+# ---------------------------------------------------------------- torch.istft
+
+
+@register_meta_rule(torch.istft, torch.Tensor.istft)
+def istft_meta(
+    a,
+    n_fft,
+    hop_length=None,
+    win_length=None,
+    window=None,
+    center=True,
+    normalized=False,
+    onesided=None,
+    length=None,
+    return_complex=False,
+):
+    """Eager's inverse STFT: ``(*batch, L)`` from a complex ``(*batch, freq, frames)``, real unless
+    ``return_complex``; ``L`` is ``length`` if given, else ``n_fft + hop_length * (frames - 1)`` less ``n_fft``
+    (two halves) when ``center``. (Eager's kernel checks the window's overlap-add, a check on its values, when
+    the program runs.)"""
+    if not a.dtype.is_complex:
+        raise RuntimeError(
+            "istft requires a complex-valued input tensor matching the output from stft with return_complex=True."
+        )
+    if a.ndim not in (2, 3):
+        raise RuntimeError(f"istft: expected a tensor with 2 or 3 dimensions of complex, but got {a.ndim}")
+    hop_length = n_fft // 4 if hop_length is None else hop_length
+    win_length = n_fft if win_length is None else win_length
+    if not 0 < win_length <= n_fft:
+        raise RuntimeError(f"istft: expected 0 < win_length <= n_fft, but got win_length={win_length}")
+    if hop_length <= 0 or hop_length > win_length:
+        raise RuntimeError(f"istft: expected 0 < hop_length <= win_length, but got hop_length={hop_length}")
+    if window is not None and (window.ndim != 1 or window.shape[0] != win_length):
+        raise RuntimeError(
+            f"istft: expected a 1D window tensor of size equal to win_length={win_length}, but got window with "
+            f"size {list(window.shape)}"
+        )
+    freq, frames = a.shape[-2], a.shape[-1]
+    if onesided is None:
+        onesided = freq != n_fft
+    if freq != (n_fft // 2 + 1 if onesided else n_fft):
+        raise RuntimeError(
+            "istft: expected the frequency dimension (3rd to the last) of the input tensor to match "
+            f"{'n_fft / 2 + 1 when onesided=True' if onesided else 'n_fft when onesided=False'}, but got {freq}"
+        )
+    if frames < 1:
+        raise RuntimeError("istft: input tensor cannot be empty.")
+    if return_complex and onesided:
+        raise RuntimeError("cannot have onesided output if window or input is complex")
+    if length is not None:
+        size = length
+    else:
+        size = n_fft + hop_length * (frames - 1) - (2 * (n_fft // 2) if center else 0)
+    dtype = a.dtype if return_complex else _real(a.dtype)
+    grad = _tracks_grad(a, window)
+    return _empty((*a.shape[:-2], size), dtype, a, requires_grad=grad)
