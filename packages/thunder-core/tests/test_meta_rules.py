@@ -20,21 +20,29 @@ def _compare(actual, expected):
 
 
 @pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
-@pytest.mark.parametrize(("a_shape", "b_shape"), [((3, 5), (3, 2)), ((2, 4, 4), (1, 4, 3)), ((5, 3), (5,))])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [((3, 5), (3, 2)), ((2, 4, 4), (1, 4, 3)), ((5, 3), (5,)), ((5, 3), (5, 2)), ((2, 5, 3), (2, 5, 2))],
+)
 def test_lstsq_matches_eager(driver, a_shape, b_shape):
     torch.manual_seed(0)
     A = torch.randn(a_shape, dtype=torch.float64, requires_grad=True)
     B = torch.randn(b_shape, dtype=torch.float64, requires_grad=True)
     fn = lambda A, B: tuple(torch.linalg.lstsq(A, B, driver=driver))  # noqa: E731
     tall = a_shape[-2] > a_shape[-1]
-    if tall and driver in ("gelsd", "gelss"):
+    if tall and driver in ("gelsd", "gelss") and len(a_shape) > 2:  # (one matrix: a size read at run time)
         with pytest.raises(thunder.DataDependentControlFlowError, match="residuals") as info:
             thunder.jit(fn)(A, B)
         assert "test_meta_rules.py" in str(info.value)  # the user's line
         return
     expected = fn(A, B)
-    actual = thunder.jit(fn)(A, B)
+    jfn = thunder.jit(fn)
+    actual = jfn(A, B)
     _compare(actual, expected)
+    if tall and driver in ("gelsd", "gelss"):  # rank-deficient: eager gives no residuals, with the same program
+        A0 = torch.cat([A[..., :1], A[..., :1], A[..., 2:]], -1).detach().requires_grad_()
+        _compare(jfn(A0, B), fn(A0, B))
+        assert fn(A0, B)[1].shape == (0,)
     # the solution's and the residuals' gradients (eager differentiates both)
     loss = lambda out: out[0].sum() + out[1].sum() * 0.5  # noqa: E731
     e_grads = torch.autograd.grad(loss(expected), (A, B))
@@ -122,3 +130,37 @@ def test_istft_rejects_a_real_input_as_eager():
         torch.istft(x, 8)
     with pytest.raises(RuntimeError, match="complex-valued"):
         thunder.jit(lambda x: torch.istft(x, 8))(x)
+
+
+def _one_hot_sum(x):
+    return torch.nn.functional.one_hot(x).sum(0), torch.nn.functional.one_hot(x).shape[-1]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.one_hot(x),
+        lambda x: F.one_hot(x, 7),
+        lambda x: F.one_hot(x).float() * 2,
+        _one_hot_sum,
+    ],
+)
+def test_one_hot_matches_eager_with_the_class_count_read_at_run_time(fn):
+    jfn = thunder.jit(fn)
+    # the same shapes with other largest values: one program, the class count read from the output each call
+    for x in (torch.tensor([0, 2, 1]), torch.tensor([5, 1, 1]), torch.tensor([[3, 4], [0, 1]])):
+        expected, actual = fn(x), jfn(x)
+        if isinstance(expected, tuple):
+            assert actual[1] == expected[1]
+            expected, actual = expected[0], actual[0]
+        assert actual.shape == expected.shape and actual.dtype == expected.dtype
+        assert torch.equal(actual, expected)
+
+
+def test_one_hot_rejects_what_eager_rejects():
+    for x in (torch.tensor([], dtype=torch.long), torch.tensor([1.0, 2.0])):
+        with pytest.raises(RuntimeError) as eager:
+            F.one_hot(x)
+        with pytest.raises(RuntimeError) as jitted:
+            thunder.jit(lambda x: F.one_hot(x))(x)
+        assert str(eager.value) in str(jitted.value)

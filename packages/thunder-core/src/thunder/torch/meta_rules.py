@@ -9,7 +9,8 @@ backward re-run, covers the outputs eager's does). The operation itself still ru
 
 A rule raises ``RuntimeError`` where eager refuses the arguments before computing (eager's message), and
 ``ValuesDecideShape`` where an output's shape depends on tensor values (the tracer turns that into its
-data-dependent error naming the user's line).
+data-dependent error naming the user's line, or, where only a size depends on them, runs the rule again on
+fake tensors, where it gives that size as a symbol read from the output when the program runs).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ _RULES: dict[Callable, Callable] = {}
 
 
 class ValuesDecideShape(Exception):
-    """An output's shape depends on tensor values (``what`` says which and why)."""
+    """An output's shape depends on tensor values (``what`` says which and why). With ``sized_later``, only a
+    size does (not the rank): run on fake tensors, the rule gives it as a size read from the output when the
+    program runs (as ``nonzero``'s)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, sized_later: bool = False) -> None:
         super().__init__(what)
         self.what = what
+        self.sized_later = sized_later
 
 
 def register_meta_rule(*funcs: Callable) -> Callable[[Callable], Callable]:
@@ -75,7 +79,8 @@ def lstsq_meta(A, B, rcond=None, *, driver=None):
 
     Eager's shapes: the solution is ``(*batch, n, k)`` (``(*batch, n)`` when ``B`` has one dimension less than
     ``A``: a vector right-hand side); the residuals ``(*batch, k)`` when ``m > n`` and the driver is ``gels``
-    (``gelsd``/``gelss`` only when every matrix has full rank: data-dependent), else ``(0,)``; the rank
+    (``gelsd``/``gelss`` only when every matrix has full rank: for one matrix a size read when the program runs,
+    for a batch a data-dependent error), else ``(0,)``; the rank
     ``(*batch)`` (``(0,)`` for ``gels``); the singular values ``(*batch, min(m, n))`` for ``gelsd``/``gelss``,
     else ``(0,)``. Only the solution and the residuals are differentiable.
     """
@@ -104,13 +109,19 @@ def lstsq_meta(A, B, rcond=None, *, driver=None):
     real = _real(A.dtype)
     grad = _tracks_grad(A, B)
     solution = _empty((*batch, n) if vector else (*batch, n, k), A.dtype, A, requires_grad=grad)
-    if m > n and driver in ("gelsd", "gelss"):
-        raise ValuesDecideShape(
-            f"run torch.linalg.lstsq with driver={driver!r} on a tall matrix ({m} x {n}): eager returns the residuals "
-            "only when every matrix has full rank, so their shape depends on the values (driver='gels' always "
-            "returns them, driver='gelsy' never)"
-        )
     residuals_shape = (*batch, k) if m > n and driver == "gels" else (0,)
+    if m > n and driver in ("gelsd", "gelss"):
+        # eager returns the residuals (k,) only when the matrix has full rank, else (0,): for one matrix a size
+        # read from the output when the program runs; for a batch even the rank of the residuals varies
+        size = _unbacked_size(A) if not batch else None
+        if size is None:
+            raise ValuesDecideShape(
+                f"run torch.linalg.lstsq with driver={driver!r} on {'a batch of ' if batch else ''}tall matrices "
+                f"({m} x {n}): eager returns the residuals only when every matrix has full rank, so their shape "
+                "depends on the values (driver='gels' always returns them, driver='gelsy' never)",
+                sized_later=not batch,
+            )
+        residuals_shape = (size,)
     residuals = _empty(residuals_shape, real, A, requires_grad=grad)
     rank = _empty((0,) if driver == "gels" else batch, torch.int64, A)
     singular_values = _empty((*batch, min(m, n)) if driver in ("gelsd", "gelss") else (0,), real, A)
@@ -193,3 +204,34 @@ def istft_meta(
     dtype = a.dtype if return_complex else _real(a.dtype)
     grad = _tracks_grad(a, window)
     return _empty((*a.shape[:-2], size), dtype, a, requires_grad=grad)
+
+
+# ---------------------------------------------------------------- F.one_hot
+
+
+def _unbacked_size(a):
+    """A new size symbol read from the output when the program runs, if ``a`` is a fake tensor (else None)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(a, FakeTensor) and a.fake_mode.shape_env is not None:
+        return a.fake_mode.shape_env.create_unbacked_symint()
+    return None
+
+
+@register_meta_rule(F.one_hot)
+def one_hot_meta(a, num_classes=-1):
+    """Eager's ``F.one_hot``: int64 ``(*a.shape, num_classes)``; with ``num_classes=-1`` the class count is the
+    largest value plus one, a size read from the output when the program runs."""
+    if a.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if a.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = _unbacked_size(a)
+        if num_classes is None:
+            raise ValuesDecideShape(
+                "run F.one_hot without num_classes (the class count is the largest value plus one)", sized_later=True
+            )
+    elif num_classes < -1:
+        raise RuntimeError("num_classes should be positive")
+    return _empty((*a.shape, num_classes), torch.int64, a)

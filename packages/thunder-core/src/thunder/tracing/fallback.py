@@ -317,11 +317,18 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
         rule = meta_rule_for(func)
         if rule is not None and not inplace:
             # no meta kernel: thunder's shape rule (eager's own error where eager refuses the arguments)
+            env = None
             try:
                 result = rule(*_grad_leaves(margs), **_grad_leaves(mkwargs))
             except ValuesDecideShape as e:
-                raise data_dependent_error(e.what, user_frame(2)) from None
+                env = current_size_env()
+                if fake or not e.sized_later or env is None:
+                    raise data_dependent_error(e.what, user_frame(2)) from None
+                with env.fake_mode():  # the rule gives the size as a symbol, read from the output at run time
+                    result = rule(*_grad_leaves(_to_meta(args, True)), **_grad_leaves(_to_meta(kwargs, True)))
             out = _from_meta(result, _result_device(args, kwargs))
+            if env is not None:
+                env.bind_data_dependent(out)
             if torch.is_grad_enabled():
                 _mark_nondifferentiable_outputs(result, out)
             return out
