@@ -3,6 +3,14 @@ ones that fail, with their failure class. Prints pass / fail / error counts per 
 
     python packages/thunder-core/tests/op_db_refresh.py            # all cases, 2 processes
     python packages/thunder-core/tests/op_db_refresh.py -j 1 -k softmax --dry-run
+    python packages/thunder-core/tests/op_db_refresh.py --summary  # the figures of the committed file, no run
+
+Both runs end with the op-level figures, ``N of M ops give values, K of L give float64 grads, V value
+mismatches``: M counts the distinct op_db ops (``name`` or ``name.variant``) with a value case whose samples
+eager accepts on CPU (float32, or the op's fallback dtype), N those whose every such value case (function,
+method, in-place) passes; L and K the same for the float64 grad cases (ops supporting autograd in float64,
+random ones left out); V counts the cases thunder ran but whose result differed from eager's (the silent-wrong
+kind).
 
 Run it after fixing ops (``test_op_db.py`` reports fixed ones as strict XPASS failures) and commit
 the rewritten file. ``THUNDER_OP_DB_SAMPLES`` must match what CI uses (default 2).
@@ -51,13 +59,46 @@ def _run(case: support.Case) -> tuple[support.Case, str, str, float]:
     return case, status, cls, time.perf_counter() - start
 
 
+def op_figures(statuses: dict[str, tuple[str, str]]) -> str:
+    """The op-level figures from ``{case key: (status, class)}`` (status ``pass``, ``fail`` or ``empty``)."""
+    per_op: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    mismatches = 0
+    for key, (status, cls) in statuses.items():
+        op, _, kind = key.split()
+        if status != "empty":
+            per_op[op, kind].append(status)
+        mismatches += status == "fail" and cls.startswith("mismatch-")
+    figures = {}
+    for kind in ("value", "grad"):
+        ops = [s for (_, k), s in per_op.items() if k == kind]
+        figures[kind] = (sum(all(x == "pass" for x in s) for s in ops), len(ops))
+    (n, m), (k, g) = figures["value"], figures["grad"]
+    return f"{n} of {m} ops give values, {k} of {g} give float64 grads, {mismatches} value mismatches"
+
+
+def summary_of_known_failures() -> str:
+    """``op_figures`` for the committed known-failure file: every case not listed in it passes."""
+    known = support.read_known_failures()
+    statuses = {}
+    for case, _ in support.cases(support.load_op_db()):
+        cls = known.get(case.key)
+        statuses[case.key] = (
+            ("pass", "") if cls is None else ("empty", "") if cls == support.NO_SAMPLE else ("fail", cls)
+        )
+    return op_figures(statuses)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("-k", default="", help="only cases whose 'op variant kind' contains this")
     parser.add_argument("--dry-run", action="store_true", help="print, do not rewrite the file")
     parser.add_argument("--slowest", type=int, default=10, help="print the N slowest cases")
+    parser.add_argument("--summary", action="store_true", help="print the figures of the committed file; run nothing")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(summary_of_known_failures())
+        return 0
 
     all_cases = [case for case, _ in support.cases(support.load_op_db())]
     selected = [c for c in all_cases if args.k in c.key]
@@ -78,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(results)} cases in {wall:.0f} s wall, {sum(r[3] for r in results):.0f} s summed")
     for case, _, _, secs in sorted(results, key=lambda r: -r[3])[: args.slowest]:
         print(f"  {secs:6.2f} s  {case.key}")
+
+    print(op_figures({c.key: (status, cls) for c, status, cls, _ in results}))
 
     failures = sorted((c.key, cls) for c, status, cls, _ in results if status == "fail")
     failures += sorted((c.key, support.NO_SAMPLE) for c, status, _, _ in results if status == "empty")

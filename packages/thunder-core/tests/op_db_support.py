@@ -5,8 +5,10 @@ the known-failure file). One *case* is ``(op, variant, kind)``:
 
 - ``op``: the OpInfo's full name, ``name`` or ``name.variant_test_name``;
 - ``variant``: ``function`` (``op.op``), ``method`` (``Tensor.<name>``) or ``inplace`` (``Tensor.<name>_``);
-- ``kind``: ``value`` (float32 outputs, dtypes and mutated inputs against eager) or ``grad``
-  (float64 gradients against eager autograd; function variant only).
+- ``kind``: ``value`` (float32 outputs, dtypes and mutated inputs against eager; an op with no float32
+  support on CPU, such as ``bitwise_and`` or ``bincount``, runs in the first dtype of
+  ``FALLBACK_VALUE_DTYPES`` it supports) or ``grad`` (float64 gradients against eager autograd; function
+  variant only).
 
 A case runs at most ``samples_per_case()`` sample inputs (``THUNDER_OP_DB_SAMPLES``, default 2), so
 CI stays bounded; set it higher locally for a deeper sweep. ``check_case`` raises on a mismatch or a
@@ -28,7 +30,7 @@ KNOWN_FAILURES_FILE = Path(__file__).with_name("op_db_known_failures.txt")
 
 # Ops whose outputs are random or uninitialised memory: only shapes and dtypes are compared.
 _NONDETERMINISTIC = re.compile(
-    r"(rand|dropout|normal|bernoulli|multinomial|uniform|exponential|geometric|cauchy|log_normal|"
+    r"(rand|dropout|normal(?!ize)|bernoulli|multinomial|uniform|exponential|geometric|cauchy|log_normal|"
     r"rrelu|fractional_max_pool|empty|feature_alpha_dropout|alpha_dropout|multi_head_attention_forward)"
 )
 
@@ -37,6 +39,16 @@ NO_SAMPLE = "eager-rejects-every-sample"
 
 VALUE_DTYPE = torch.float32
 GRAD_DTYPE = torch.float64
+# the value dtype of an op that does not support float32 on CPU: the first of these it supports
+FALLBACK_VALUE_DTYPES = (
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+    torch.float64,
+    torch.complex64,
+    torch.float8_e4m3fn,
+)
 
 
 class Mismatch(AssertionError):
@@ -82,12 +94,21 @@ def _supports(op, dtype: torch.dtype) -> bool:
         return False
 
 
+def value_dtype(op) -> torch.dtype | None:
+    """The dtype an op's value cases run in: float32, else the first of ``FALLBACK_VALUE_DTYPES`` it supports on
+    CPU (None: no CPU dtype at all, e.g. the CUDA-only scaled matmuls)."""
+    for dtype in (VALUE_DTYPE, *FALLBACK_VALUE_DTYPES):
+        if _supports(op, dtype):
+            return dtype
+    return None
+
+
 def cases(op_db: list) -> list[tuple[Case, Any]]:
     """Every case the op_db supports on CPU, paired with its OpInfo."""
     result = []
     for op in op_db:
         name = full_name(op)
-        if _supports(op, VALUE_DTYPE):
+        if value_dtype(op) is not None:
             result.append((Case(name, "function", "value"), op))
             if op.method_variant is not None:
                 result.append((Case(name, "method", "value"), op))
@@ -197,6 +218,8 @@ def _compare_leaves(actual, expected, what: str, *, metadata_only: bool, rtol: f
                 raise Mismatch("shape", f"{what}[{i}]: thunder {tuple(a.shape)}, eager {tuple(e.shape)}")
             if metadata_only:
                 continue
+            if e.is_floating_point() and e.itemsize == 1:  # float8: assert_close compares those bit for bit only
+                a, e = a.float(), e.float()
             try:
                 torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, check_device=False)
             except AssertionError as err:
@@ -209,15 +232,15 @@ def _compare_leaves(actual, expected, what: str, *, metadata_only: bool, rtol: f
 
 
 def check_value(op, variant: str) -> int:
-    """Float32 outputs (and inputs updated in place) of ``thunder.jit`` equal eager's. Returns the
-    number of samples compared."""
+    """Float32 outputs (and inputs updated in place) of ``thunder.jit`` equal eager's (``value_dtype(op)`` for an
+    op without float32). Returns the number of samples compared."""
     import thunder
 
     fn = _call_variant(op, variant)
     jfn = thunder.jit(fn)
     metadata_only = bool(_NONDETERMINISTIC.search(op.name))
     checked = [0]
-    for sample in _samples(op, VALUE_DTYPE, requires_grad=False, checked=checked):
+    for sample in _samples(op, value_dtype(op), requires_grad=False, checked=checked):
         e_args = _clone((sample.input, *sample.args))
         e_kwargs = _clone(sample.kwargs)
         try:

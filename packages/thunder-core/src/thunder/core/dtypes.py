@@ -68,6 +68,11 @@ class dtype:
 
 bool8 = dtype("bool8", "b8", "bool", 1, torch.bool, signed=False)
 uint8 = dtype("uint8", "u8", "int", 1, torch.uint8, signed=False)
+# PyTorch's "shell" unsigned dtypes: few kernels, no type promotion with other dtypes (torch.promote_types refuses
+# it as eager does); torch.hash_tensor returns uint64
+uint16 = dtype("uint16", "u16", "int", 2, torch.uint16, signed=False)
+uint32 = dtype("uint32", "u32", "int", 4, torch.uint32, signed=False)
+uint64 = dtype("uint64", "u64", "int", 8, torch.uint64, signed=False)
 int8 = dtype("int8", "i8", "int", 1, torch.int8)
 int16 = dtype("int16", "i16", "int", 2, torch.int16)
 int32 = dtype("int32", "i32", "int", 4, torch.int32)
@@ -85,6 +90,9 @@ complex128 = dtype("complex128", "c128", "complex", 16, torch.complex128)
 all_dtypes = (
     bool8,
     uint8,
+    uint16,
+    uint32,
+    uint64,
     int8,
     int16,
     int32,
@@ -193,6 +201,9 @@ _TORCH_MESSAGE_NAMES = {
     torch.int16: "Short",
     torch.int32: "Int",
     torch.int64: "Long",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
     torch.float16: "Half",
     torch.bfloat16: "BFloat16",
     torch.float32: "Float",

@@ -16,7 +16,7 @@ from torch import SymInt
 from thunder.core import devices, dtypes
 from thunder.core.trace import get_tracectx
 
-__all__ = ["Proxy", "TensorProxy", "NumberProxy", "register_method", "pyval", "is_proxy"]
+__all__ = ["Proxy", "TensorProxy", "NumberProxy", "RuntimeValueProxy", "register_method", "pyval", "is_proxy"]
 
 _methods: dict[str, Any] = {}
 _fallback_counter = [0]
@@ -252,6 +252,88 @@ class NumberProxy(Proxy):
 
     def type_string(self) -> str:
         return f"{self.python_type.__name__} {self.value}"
+
+
+# the tracer's refusal of a computation on a RuntimeValueProxy: raises its data-dependent error naming the user's
+# line (set by thunder.tracing; this layer cannot import it)
+_runtime_value_refusal: list = [None]
+
+
+def set_runtime_value_refusal(fn) -> None:
+    """``fn(proxy, what)`` raises the error for code that computes on a value known only at run time."""
+    _runtime_value_refusal[0] = fn
+
+
+class RuntimeValueProxy(Proxy):
+    """A Python value (the ``bool`` of ``torch.equal``/``torch.allclose``) the program computes from tensor data
+    when it runs: unknown while tracing, so the traced code may return it but not branch or compute on it (``if``,
+    ``not``, ``int()``, arithmetic, comparisons, passing it to a torch call raise, naming the line).
+
+    ``origin`` says which call made it (``"torch.allclose"``), ``where`` the user's line of that call."""
+
+    __slots__ = ("python_type", "origin", "where")
+
+    def __init__(self, name: str | None = None, *, python_type: type, origin: str, prefix: str = "r"):
+        Proxy.__init__(self, name, prefix)
+        self.python_type = python_type
+        self.origin = origin
+        self.where = None  # the user's line that made it, as the tracer describes it (set by the tracer)
+
+    def type_string(self) -> str:
+        return f"{self.python_type.__name__} (computed when the program runs)"
+
+    def refuse(self, what: str):
+        """Raises the error for ``what`` (a phrase: "convert it to a Python bool") done to this value."""
+        what = f"{what} the {self.python_type.__name__} that {self.origin} returns (computed from tensor values)"
+        if _runtime_value_refusal[0] is not None:
+            _runtime_value_refusal[0](self, what)
+        raise RuntimeError(f"cannot {what} while tracing: its value only exists when the program runs")
+
+    def __bool__(self):
+        self.refuse("branch on (an `if`, `while`, `and`/`or`, `not` or `assert` on)")
+
+    def __index__(self):
+        self.refuse("use as an index or size")
+
+    def __int__(self):
+        self.refuse("convert to int")
+
+    def __float__(self):
+        self.refuse("convert to float")
+
+    def __complex__(self):
+        self.refuse("convert to complex")
+
+    def __eq__(self, other):
+        self.refuse("compare (==)")
+
+    def __ne__(self, other):
+        self.refuse("compare (!=)")
+
+    def __str__(self):
+        self.refuse("convert to a string")
+
+    def __format__(self, spec):
+        self.refuse("format")
+
+    __hash__ = object.__hash__
+
+
+def _refuse_operator(name: str):
+    def op(self, *args):
+        self.refuse(f"compute with ({name})")
+
+    op.__name__ = name
+    return op
+
+
+for _name in (
+    "add sub mul truediv floordiv mod pow and or xor lshift rshift matmul divmod "
+    "radd rsub rmul rtruediv rfloordiv rmod rpow rand ror rxor rlshift rrshift rmatmul rdivmod "
+    "lt le gt ge neg pos abs invert round trunc floor ceil"
+).split():
+    setattr(RuntimeValueProxy, f"__{_name}__", _refuse_operator(f"__{_name}__"))
+del _name
 
 
 def _size_string(s) -> str:

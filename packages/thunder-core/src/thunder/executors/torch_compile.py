@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 
 from thunder.core.prims import OpTags
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.symbolic import hints
 from thunder.executors import pythonex, torchex
@@ -127,6 +127,9 @@ class TorchCompileExecutor(FusionExecutor):
         sym = bsym.sym
         if sym.python_printer is not None or any(tag in sym.tags for tag in _EXCLUDED_TAGS):
             return False
+        if any(type(p) is RuntimeValueProxy for p in bsym.flat_outs):
+            return False  # a Python value read from tensor data (torch.equal): no graph computes it
+
         if _has_tag(bsym, (OpTags.MATMUL,)) or sym.name in _PRODUCT_BACKWARDS:
             return False
         impl = torchex.ex.implmap.get(sym.id)

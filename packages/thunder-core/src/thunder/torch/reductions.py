@@ -10,6 +10,7 @@ from thunder import clang
 from thunder.clang import TypePromotionKind as TPK
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
+from thunder.core.proxies import RuntimeValueProxy
 from thunder.torch.registry import register_torch_alias, torchsymbol
 
 T = torch.Tensor
@@ -311,3 +312,45 @@ def corrcoef(a):
     c = clang.true_divide(c, clang.reshape(stddev, (n, 1)))
     c = clang.true_divide(c, clang.reshape(stddev, (1, n)))
     return clamp(c, -1, 1)
+
+
+# ---------------------------------------------------------------- comparisons whose result is a Python bool
+
+
+def _same_dtype_check(a, b) -> None:
+    if a.dtype != b.dtype:
+        name = lambda d: dtypes.torch_message_name(d.torch_dtype) or str(d.torch_dtype)  # noqa: E731
+        raise RuntimeError(f"{name(a.dtype)} did not match {name(b.dtype)}")
+
+
+@torchsymbol(torch.allclose, T.allclose, name="allclose")
+def allclose(a, b, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    """Eager's ``torch.allclose``: a Python bool computed from the values when the program runs (PyTorch's
+    kernel). The traced code may return it; branching on it is a data-dependent error naming the line."""
+    _same_dtype_check(a, b)
+    clang.compute_broadcast_shape(a.shape, b.shape)  # eager's error for shapes that do not broadcast
+    return RuntimeValueProxy(python_type=bool, origin="torch.allclose")
+
+
+@torchsymbol(torch.equal, T.equal, name="equal")
+def equal(a, b):
+    """Eager's ``torch.equal``: False for different shapes (known while tracing), else a Python bool computed
+    from the values when the program runs (PyTorch's kernel), as ``allclose``."""
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    return RuntimeValueProxy(python_type=bool, origin="torch.equal")
+
+
+_PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
+
+
+@torchsymbol(T.item, name="item")
+def item(a):
+    """Eager's ``Tensor.item``: the one element of ``a`` as a Python number, read when the program runs. The traced
+    code may return it; branching or computing on it in Python is a data-dependent error naming the line."""
+    n = 1
+    for s in a.shape:
+        n *= s
+    if n != 1:
+        raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+    return RuntimeValueProxy(python_type=_PYTHON_TYPES[a.dtype.kind], origin="Tensor.item")

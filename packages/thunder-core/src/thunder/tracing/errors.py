@@ -89,11 +89,50 @@ def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError
     )
 
 
-def data_dependent_error(what: str, frame) -> DataDependentControlFlowError:
+def data_dependent_error(what: str, frame, origin: str = "") -> DataDependentControlFlowError:
+    """The error for Python code that needs a value read from tensor data, at the user's ``frame``; ``origin``:
+    where that value was made, when elsewhere (a line of its own)."""
     return DataDependentControlFlowError(
         f"thunder.jit cannot {what}: the value only exists when the program runs, but thunder traces the "
         f"program once with stand-in tensors and specialises on everything Python sees.\n"
-        f"  {describe_location(frame)}\n"
+        f"  {describe_location(frame)}\n{origin}"
         "Compute the result with tensor operations instead (for example torch.where instead of an if on a tensor), "
         f"or move this code out of the jitted function.\n{THUNDERFX_HINT}"
     )
+
+
+def runtime_value_argument_error(e: TypeError) -> DataDependentControlFlowError | None:
+    """The data-dependent error for a torch call that PyTorch's argument parser refused because it was given a
+    value known only at run time (``torch.arange(t.max().item())``: the parser raises before thunder sees the
+    call), naming the user's line from ``e``'s traceback; None for any other TypeError."""
+    if "RuntimeValueProxy" not in str(e):
+        return None
+    frame = line = None
+    tb = e.__traceback__
+    while tb is not None:  # the innermost frame outside torch and thunder
+        name = tb.tb_frame.f_code.co_filename
+        if not (name.startswith(_THUNDER_DIR) or name.startswith(_TORCH_DIR)):
+            frame, line = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    return DataDependentControlFlowError(
+        "thunder.jit cannot pass a value computed from tensor data when the program runs (the result of "
+        f"Tensor.item, torch.equal or torch.allclose) to a torch call that needs a Python number ({e}): the value "
+        "only exists when the program runs, but thunder traces the program once with stand-in tensors.\n"
+        f"  {describe_location(frame, line)}\n"
+        "Keep the value in a tensor (t.max() instead of t.max().item()), or move this code out of the jitted "
+        f"function.\n{THUNDERFX_HINT}"
+    )
+
+
+def _refuse_runtime_value(proxy, what: str):
+    origin = f"{proxy.origin} made that value at:\n  {proxy.where}\n" if proxy.where else ""
+    raise data_dependent_error(what, user_frame(3), origin)
+
+
+def _install_runtime_value_refusal() -> None:
+    from thunder.core.proxies import set_runtime_value_refusal
+
+    set_runtime_value_refusal(_refuse_runtime_value)
+
+
+_install_runtime_value_refusal()

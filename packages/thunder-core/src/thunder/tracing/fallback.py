@@ -13,6 +13,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbol import Symbol, flat_proxies
 from thunder.core.symbolic import current_size_env, hint, hints, size_env_of, specialize
+from thunder.torch.meta_rules import ValuesDecideShape, meta_rule_for
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.tracing.errors import (
     TracingError,
@@ -214,6 +215,19 @@ def _run_tracking_grad(func, margs, mkwargs):
     return type(template)(combined)  # the structure of the op's result (tuple, list or return_types)
 
 
+def _grad_leaves(x):
+    """``x`` with its floating meta tensors requiring grad (a shape rule then says which outputs eager's autograd
+    differentiates)."""
+    return tree_map(
+        lambda y: (
+            y.detach().requires_grad_(True)
+            if isinstance(y, torch.Tensor) and (y.is_floating_point() or y.is_complex())
+            else y
+        ),
+        x,
+    )
+
+
 def _mark_nondifferentiable_outputs(result, out) -> None:
     """Marks the proxies in ``out`` whose meta counterpart in ``result`` has no gradient path."""
     flat_result = result if isinstance(result, (tuple, list)) else (result,)
@@ -300,6 +314,24 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
 
     def _opaque_meta(args, kwargs, fake: bool):
         margs, mkwargs = _to_meta(args, fake), _to_meta(kwargs, fake)
+        rule = meta_rule_for(func)
+        if rule is not None and not inplace:
+            # no meta kernel: thunder's shape rule (eager's own error where eager refuses the arguments)
+            env = None
+            try:
+                result = rule(*_grad_leaves(margs), **_grad_leaves(mkwargs))
+            except ValuesDecideShape as e:
+                env = current_size_env()
+                if fake or not e.sized_later or env is None:
+                    raise data_dependent_error(e.what, user_frame(2)) from None
+                with env.fake_mode():  # the rule gives the size as a symbol, read from the output at run time
+                    result = rule(*_grad_leaves(_to_meta(args, True)), **_grad_leaves(_to_meta(kwargs, True)))
+            out = _from_meta(result, _result_device(args, kwargs))
+            if env is not None:
+                env.bind_data_dependent(out)
+            if torch.is_grad_enabled():
+                _mark_nondifferentiable_outputs(result, out)
+            return out
         tracked = _run_tracking_grad(func, margs, mkwargs) if not inplace and torch.is_grad_enabled() else None
         if tracked is not None:
             out = _from_meta(tracked, _result_device(args, kwargs))

@@ -18,7 +18,7 @@ from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards, version_counters
 from thunder.tracing.aliasing_facts import build_aliasing_record
-from thunder.tracing.errors import TracingError, data_dependent_size_error
+from thunder.tracing.errors import TracingError, data_dependent_size_error, runtime_value_argument_error
 from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
 from thunder.tracing.known_values import InputIndexValues
 from thunder.tracing.outputs import (
@@ -214,6 +214,8 @@ def trace_program(
                 except Exception as e:
                     if type(e).__name__ == "GuardOnDataDependentSymNode":  # user code branched on such a size
                         raise data_dependent_size_error(e, e.__traceback__) from None
+                    if isinstance(e, TypeError) and (refused := runtime_value_argument_error(e)) is not None:
+                        raise refused from None
                     raise
                 finally:
                     if compiling_flag is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import current_size_env, has_symbolic, hints, specialize
@@ -222,6 +222,9 @@ class Tracer:
                 if value is not None:  # a 0-d tensor computed from sizes and numbers (int(n) in Longformer)
                     with torch._C.DisableTorchFunction():
                         return func(value, *args[1:], **kwargs)
+            if func is T.item and isinstance(args[0], TracingTensor) and not args[1:] and not kwargs:
+                # read when the program runs: the traced code may return it (RuntimeValueProxy refuses the rest)
+                return self.record_call(func, torch_to_thunder[func], args, kwargs)
             raise data_dependent_error(what, user_frame(2))
         if func in _NOT_TRACEABLE:
             raise TracingError(f"thunder.jit cannot {_NOT_TRACEABLE[func]}\n  {describe_location(user_frame(2))}")
@@ -372,8 +375,6 @@ class Tracer:
                 raise data_dependent_size_error(e, frame=user_frame(2)) from None
             frame = user_frame(2)
             if frame is not None and hasattr(e, "add_note") and not getattr(e, "_thunder_noted", False):
-                from thunder.tracing.errors import describe_location
-
                 e.add_note(f"(raised while thunder traced {_func_name(func)} at {describe_location(frame)})")
                 e._thunder_noted = True
             raise
@@ -393,6 +394,8 @@ class Tracer:
         frame = user_frame(2)
         if frame is not None:
             src = (frame.f_code.co_filename, frame.f_lineno)
+            if type(out) is RuntimeValueProxy:
+                out.where = describe_location(frame)
             bsyms = trace.scopes[-1]
             for i in range(start, len(bsyms)):
                 bsyms[i].source = src
@@ -506,6 +509,8 @@ class Tracer:
         return tree_map(self._unwrap_input_leaf, x)
 
     def _unwrap_input_leaf(self, x):
+        if type(x) is RuntimeValueProxy:
+            x.refuse("pass to a torch call")
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
                 return self._current_value(x)

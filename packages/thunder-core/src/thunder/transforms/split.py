@@ -14,7 +14,7 @@ import torch
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code, has_side_effects
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import SizeProxy
@@ -218,8 +218,13 @@ def split_forward_backward(
             if isinstance(p, TensorProxy) and p.name not in seen:
                 seen.add(p.name)
                 outputs.append(p)
-        # sizes the program returns (computed from symbolic sizes) are outputs of the forward too, after the tensors
-        sizes = [leaf for leaf in tree_leaves(structure) if type(leaf) in (torch.SymInt, torch.SymFloat)]
+        # sizes the program returns (computed from symbolic sizes) and Python values it computes from tensor data
+        # (torch.equal's bool) are outputs of the forward too, after the tensors
+        sizes = [
+            leaf
+            for leaf in tree_leaves(structure)
+            if type(leaf) in (torch.SymInt, torch.SymFloat) or isinstance(leaf, RuntimeValueProxy)
+        ]
         dirty = []
         for new, input_index in _inplace_updates(trace, requires_grad):
             if new.name not in seen:
@@ -542,7 +547,7 @@ def _rebuild(x, outs, index):
     if isinstance(x, TensorProxy):
         return outs[index[x.name]]
     t = type(x)
-    if t is torch.SymInt or t is torch.SymFloat:
+    if t is torch.SymInt or t is torch.SymFloat or t is RuntimeValueProxy:
         return outs[index[id(x)]]
     if t is tuple or t is list:
         return t(_rebuild(y, outs, index) for y in x)
