@@ -318,7 +318,10 @@ def trace_program(
     _emit_state_reads(prologue, inputs, {ti.proxy.name for ti in tensor_inputs})
     trace.scopes = [trace.bound_symbols]
     trace.user_call_hook = None
-    requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs)
+    # (or a tensor computed inside was made a leaf requiring grad: x.requires_grad_())
+    requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs) or any(
+        "grad_source" in b.sym.tags for b in trace.bound_symbols
+    )
     # (the step after the call bumps an argument once more per layout step it takes: t_, set_ ...)
     layout_steps = collections.Counter(step[0] for step in post_call.steps)
     version_bumps = [

@@ -232,7 +232,8 @@ class Tracer:
         if func in AUTOGRAD_UPDATES:
             autograd_queries.refuse_unsupported_update(self, func, args, kwargs)
             if func is T.requires_grad_:
-                return args[0]
+                flag = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+                return autograd_queries.requires_grad_in_place(self, args[0], flag)
             if func is T.detach_ and isinstance(args[0], TracingTensor):
                 return autograd_queries.detach_in_place(self, args[0])
         if func is T.type and len(args) == 1 and kwargs.get("dtype") is None and isinstance(args[0], TracingTensor):

@@ -464,6 +464,8 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
         for i, p in enumerate(fb.output_proxies)
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
+    if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
+        forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
     dirty = fb.dirty
@@ -496,7 +498,30 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
                 _record_view_updates(dirty, inputs, outs)
             return _rebuild(structure, outs, index)
 
+    source = getattr(forward_fn, "grad_source", None)
+    if source is not None:
+        computation_of_inputs = computation
+
+        def computation(*inputs):
+            return computation_of_inputs(*inputs, source)
+
     return computation
+
+
+def _with_grad_source(forward_fn, backward_fn):
+    """``forward_fn`` and ``backward_fn`` for a program where a tensor computed inside was made a leaf requiring
+    grad (``x.requires_grad_()``): autograd gives a Function's outputs a history only when an input requires grad,
+    so the program gets one more input, a leaf that requires grad (and receives no gradient), after the others."""
+    source = torch.empty(0, requires_grad=True)
+
+    def forward(*inputs):
+        return forward_fn(*inputs[:-1])
+
+    def backward(saved, cotangents):
+        return (*backward_fn(saved, cotangents), None)
+
+    forward.grad_source = source
+    return forward, backward
 
 
 def _record_view_updates(dirty, inputs, outs) -> None:
