@@ -29,8 +29,8 @@ from thunder.core import pytree
 from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import has_symbolic
-from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
+from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
 __all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
 
