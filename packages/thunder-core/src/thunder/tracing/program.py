@@ -287,6 +287,7 @@ def trace_program(
             prologue.check_layout = True
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
+        trace.tags["stale_saves"] = tracer.saves.stale()  # (the backward raises eager's error: split.py)
         trace.tags["aliasing"] = build_aliasing_record(
             trace,
             {ti.proxy.name: post_call.exprs.get(id(ti.wrapper)) or ti.expr or ti.key for ti in inputs.tensors},

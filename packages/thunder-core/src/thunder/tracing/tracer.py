@@ -66,6 +66,7 @@ from thunder.tracing.known_values import (
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.result_layouts import defer_result_layout
+from thunder.tracing.saved_versions import StaleSaves, note_saved
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -190,6 +191,7 @@ class Tracer:
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
         # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
         self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
+        self.saves = StaleSaves()  # the tensors eager's autograd saved for backward, with their versions
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -302,8 +304,11 @@ class Tracer:
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
-            if not torch.is_grad_enabled() and func not in _DETACHING:
-                _view_made_without_grad(self.trace, out, args)
+            if not torch.is_grad_enabled():
+                if func not in _DETACHING:
+                    _view_made_without_grad(self.trace, out, args)
+            elif self.autodiff and not isinstance(func, Symbol):
+                note_saved(self.saves, func, args, kwargs, out)  # (eager's saved tensors: saved_versions.py)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):

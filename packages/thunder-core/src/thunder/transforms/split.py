@@ -54,6 +54,8 @@ class ForwardBackward:
     dirty: tuple[tuple[int, int], ...] = ()
     # names of the outputs no gradient can reach (no input that requires grad flows into them)
     non_differentiable: frozenset = frozenset()
+    # eager's error at backward: a tensor a call saved for its gradient was updated in place after (None: none)
+    backward_error: str | None = None
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
@@ -235,6 +237,8 @@ def split_forward_backward(
         reached = joint.requires_grad
         seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
+        # (a call whose saved tensor was updated in place after it: eager's backward raises when it reaches it)
+        backward_error = next((m for name, m in trace.tags.get("stale_saves", ()) if name in acc), None)
         bw.names |= work.names
         grads = [
             acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
@@ -283,7 +287,13 @@ def split_forward_backward(
         t.stamp(bw)
         non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
         return ForwardBackward(
-            fw, bw, outputs + sizes, structure, non_differentiable=non_differentiable, dirty=tuple(dirty)
+            fw,
+            bw,
+            outputs + sizes,
+            structure,
+            non_differentiable=non_differentiable,
+            dirty=tuple(dirty),
+            backward_error=backward_error,
         )
 
 
@@ -464,6 +474,8 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
         for i, p in enumerate(fb.output_proxies)
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
+    if fb.backward_error is not None:
+        backward_fn = _raising(fb.backward_error)
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
         forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
@@ -506,6 +518,15 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
             return computation_of_inputs(*inputs, source)
 
     return computation
+
+
+def _raising(message: str):
+    """A backward that raises eager's error ``message`` (see ``ForwardBackward.backward_error``)."""
+
+    def backward(saved, cotangents):
+        raise RuntimeError(message)
+
+    return backward
 
 
 def _with_grad_source(forward_fn, backward_fn):
