@@ -136,6 +136,8 @@ T = torch.Tensor
 
 # in-place matrix products that resize their ``self`` to the product's shape in eager (x.addbmm_(a, b) of a [1] x)
 _RESIZING_BLAS_UPDATES = frozenset(("addbmm_", "addmm_", "addmv_", "addr_", "baddbmm_"))
+# in-place ops that only re-describe a tensor's elements (its sizes and strides), never write them
+_LAYOUT_ONLY_UPDATES = frozenset("unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_".split())
 
 
 def _view_made_without_grad(trace, out, args) -> None:
@@ -645,6 +647,8 @@ class Tracer:
             return
         if getattr(func, "__name__", None) == "set_" and len(args) > 1 and args[1] is wrapper:
             return  # (x.set_(x): its own storage in its own layout, no element written, also of an expanded x)
+        if getattr(func, "__name__", None) in _LAYOUT_ONLY_UPDATES:
+            return  # (x.squeeze_() with no dim of size 1: the layout as it was, no element written, as in eager)
         if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
             return
         if (
