@@ -564,6 +564,8 @@ def _record_view_updates(dirty, inputs, outs) -> None:
             continue
         if id(t._base) in whole and not _views_whole_storage(t):
             continue
+        if t.numel() == 0:
+            continue  # (no element to copy: the copy would only bump the version the program's saved inputs hold)
         new = outs[out_index]
         # an expanded view: each memory location once (its elements along a 0-stride dim hold one value)
         for d in range(t.dim()):
