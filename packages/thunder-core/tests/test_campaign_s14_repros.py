@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import thunder
+from thunder.tracing.errors import TracingError
 
 
 def _abs_through_an_empty_view(take, view):
@@ -26,3 +28,47 @@ def test_update_of_an_empty_view_keeps_the_saved_inputs_current():
     assert (tt._version, vt._version) == (te._version, ve._version)
     expected.sum().backward()
     actual.sum().backward()
+
+
+def _as_strided_copy_at_zero(a, b, c):
+    return torch.as_strided_copy(c, (2,), (1,), storage_offset=0) * 2
+
+
+def _as_strided_at_zero(a, b, c):
+    return torch.as_strided(c, (2,), (1,), 0) * 2, a * 3
+
+
+def _as_strided_own_offset(a, b, c):
+    return torch.as_strided(b, (3,), (2,)) * 2
+
+
+def _as_strided_returned(a, b, c):
+    return torch.as_strided(c, (2,), (1,), 1)
+
+
+_STRIDED = [_as_strided_copy_at_zero, _as_strided_at_zero, _as_strided_own_offset, _as_strided_returned]
+
+
+def _views_of_one_storage(grad: bool):
+    leaf = torch.arange(20, dtype=torch.float32, requires_grad=grad)
+    a0 = (leaf * 1)[1:]
+    return a0, a0[2:], a0[..., :1]
+
+
+@pytest.mark.parametrize("fn", _STRIDED)
+def test_as_strided_of_arguments_sharing_a_storage_addresses_the_storage(fn):
+    expected, actual = fn(*_views_of_one_storage(False)), thunder.jit(fn)(*_views_of_one_storage(False))
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e)
+        assert a._base is not None if e._base is not None else True
+
+
+@pytest.mark.parametrize("fn", _STRIDED)
+def test_as_strided_of_arguments_sharing_a_storage_and_requiring_grad_is_refused(fn):
+    # campaign seed 14007: such arguments are copies of their own elements in the program, and as_strided's offset
+    # addressed that copy (the element at the argument's start, not the storage's): silently other values
+    fn(*_views_of_one_storage(True))  # (eager runs it)
+    with pytest.raises(TracingError, match=r"(?s)thunder\.jit cannot run .*test_campaign_s14_repros\.py"):
+        thunder.jit(fn)(*_views_of_one_storage(True))

@@ -110,6 +110,7 @@ from thunder.tracing.views import (
     checked_written_region,
     layout_query,
     may_alias,
+    refuse_strided_on_shared_storage,
     run_on_shadows,
     set_input_layout,
     shadow,
@@ -250,6 +251,7 @@ class Tracer:
             return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
+        refuse_strided_on_shared_storage(func, args)
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:

@@ -265,6 +265,26 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
     w._tt_seen = root._tt_version
 
 
+_STORAGE_STRIDED = frozenset((torch.as_strided, T.as_strided, torch.as_strided_copy))
+
+
+def refuse_strided_on_shared_storage(func, args) -> None:
+    """Raises for ``torch.as_strided(x, ...)`` of an argument ``x`` sharing its storage with other arguments where
+    one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
+    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address (eager's
+    values come from the storage, its gradient reaches ``x``'s elements only)."""
+    w = args[0] if args else None
+    if func not in _STORAGE_STRIDED or type(w) is not TracingTensor or w._tt_view is None:
+        return
+    root, step = w._tt_view
+    if step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad:
+        raise TracingError(
+            f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
+            "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
+            + describe_location(user_frame(3))
+        )
+
+
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
     """Gives the storage ``root`` of aliased arguments ``members`` their elements as its value, so that the
     gradient path of each element is its argument's (the last one covering it, the arguments that require
