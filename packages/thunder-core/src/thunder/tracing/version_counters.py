@@ -102,9 +102,8 @@ def versions_after(before: tuple, result, tensors: tuple, bumps: tuple):
         for t, b, n in zip(tensors, before, bumps)
         # (a tensor requiring grad that an update autograd records reached: the program gave it, and the views of it
         # the program returns, their history at the version it has now, at least one bump as in eager; another
-        # version would make autograd rebuild or refuse that history. One the program did not write, where eager
-        # only changed its layout, x.t_(); x.t_(), gets eager's count, which no history of the program's records)
-        if b is not None and not t.is_inference() and (not (n and t.requires_grad) or t._version == b)
+        # version would make autograd rebuild or refuse that history)
+        if b is not None and not t.is_inference() and not (n and t.requires_grad)
     ]
     if keep:
         torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in keep), tuple(v for _, v in keep))
