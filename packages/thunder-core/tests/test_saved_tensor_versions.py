@@ -116,3 +116,25 @@ def test_forward_alone_still_runs():
     """Eager raises at backward only: a call whose backward is never run returns eager's values."""
     x = torch.randn(3, requires_grad=True)
     torch.testing.assert_close(thunder.jit(_result_updated_with_grad)(x), _result_updated_with_grad(x))
+
+
+def test_backward_through_the_other_outputs_alone_runs():
+    """Eager's backward through an output that does not reach the call never unpacks its saved tensor (grown
+    fuzzer seed 29): only the gradient of ``x * 3`` is asked for, and the program's backward runs as eager's."""
+
+    def f(x):
+        y = x.exp()
+        y.mul_(2)
+        return y, x * 3
+
+    xe = torch.randn(3, requires_grad=True)
+    xt = xe.detach().clone().requires_grad_()
+    jf = thunder.jit(f)
+    expected, actual = f(xe), jf(xt)
+    expected[1].sum().backward()
+    actual[1].sum().backward()
+    torch.testing.assert_close(xt.grad, xe.grad)
+    with pytest.raises(RuntimeError, match=_MODIFIED):
+        f(xe)[0].sum().backward()
+    with pytest.raises(RuntimeError, match=_MODIFIED):
+        jf(xt)[0].sum().backward()

@@ -54,8 +54,9 @@ class ForwardBackward:
     dirty: tuple[tuple[int, int], ...] = ()
     # names of the outputs no gradient can reach (no input that requires grad flows into them)
     non_differentiable: frozenset = frozenset()
-    # eager's error at backward: a tensor a call saved for its gradient was updated in place after (None: none)
-    backward_error: str | None = None
+    # eager's error at backward, (message, indices of the outputs whose gradient reaches the call): a tensor a call
+    # saved for its gradient was updated in place after it (None: none)
+    backward_error: tuple[str, tuple[int, ...]] | None = None
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
@@ -238,7 +239,7 @@ def split_forward_backward(
         seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
         # (a call whose saved tensor was updated in place after it: eager's backward raises when it reaches it)
-        backward_error = next((m for name, m in trace.tags.get("stale_saves", ()) if name in acc), None)
+        backward_error = _stale_save_error(trace, outputs, acc)
         bw.names |= work.names
         grads = [
             acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
@@ -475,7 +476,7 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
     if fb.backward_error is not None:
-        backward_fn = _raising(fb.backward_error)
+        backward_fn = _raising(backward_fn, *fb.backward_error)
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
         forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
@@ -520,13 +521,33 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     return computation
 
 
-def _raising(message: str):
-    """A backward that raises eager's error ``message`` (see ``ForwardBackward.backward_error``)."""
+def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
+    """``backward_fn``, raising eager's error ``message`` instead when a gradient comes through one of the outputs
+    ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
+    the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
 
     def backward(saved, cotangents):
-        raise RuntimeError(message)
+        for i in reaching:
+            g = cotangents[i] if i < len(cotangents) else None
+            if isinstance(g, torch.Tensor) and g.numel() and bool(g.ne(0).any()):
+                raise RuntimeError(message)
+        return backward_fn(saved, cotangents)
 
     return backward
+
+
+def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...]] | None:
+    """(eager's error, the outputs whose gradient reaches the call) for the first call the backward reaches whose
+    saved tensor was updated in place after it (``stale_saves``, found while tracing: saved_versions.py)."""
+    for name, message in trace.tags.get("stale_saves", ()):
+        if name not in acc:
+            continue
+        reached = {name}
+        for b in trace.bound_symbols:
+            if any(getattr(a, "name", None) in reached for a in b.flat_args):
+                reached.update(o.name for o in b.flat_outs if hasattr(o, "name"))
+        return message, tuple(i for i, o in enumerate(outputs) if o.name in reached)
+    return None
 
 
 def _with_grad_source(forward_fn, backward_fn):
