@@ -92,7 +92,8 @@ def input_expr(r, i):
         arg = r.choice(views).format(b=base_name)
     # an inference tensor (made under inference_mode: no version counter, no autograd, updated in place only
     # there), drawn from a generator of its own so the programs of a seed stay those drawn before it existed
-    inference = random.Random(hash((*r.getstate()[1][:8], i)))
+    state = r.getstate()[1]  # (its last number is the position in the Mersenne state: it moves at every draw)
+    inference = random.Random(hash((*state[:4], state[-1], i)))
     if inference.random() < 0.08:
         view = inference.choice(["", ".unsqueeze(0)", ".reshape(-1)[::2]"])  # (the clone, or a view of it)
         lines.append(f"with torch.inference_mode(): a{i} = {arg}.clone(){view}")
