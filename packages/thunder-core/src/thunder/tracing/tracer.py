@@ -110,6 +110,7 @@ from thunder.tracing.views import (
     checked_written_region,
     layout_query,
     may_alias,
+    refuse_restride_past_elements,
     refuse_strided_on_shared_storage,
     run_on_shadows,
     set_input_layout,
@@ -844,6 +845,7 @@ class Tracer:
         with torch._C.DisableTorchFunction():
             old_nbytes = old_meta.untyped_storage().nbytes()
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
+        refuse_restride_past_elements(func, wrapper, old_meta, new_meta)
         if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
         with torch._C.DisableTorchFunction():
@@ -865,6 +867,8 @@ class Tracer:
                 root._tt_nondiff = wrapper._tt_nondiff
                 wrapper._tt_original = root
             wrapper._tt_view = (wrapper._tt_view[0], None)
+            if getattr(func, "__name__", None) == "as_strided_":
+                wrapper._tt_seen = -1  # (its elements may reach past the former ones: taken from the root's)
         if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
             wrapper._tt_original = wrapper._tt_former
         src = args[1] if getattr(func, "__name__", None) == "set_" and len(args) > 1 else None

@@ -285,6 +285,29 @@ def refuse_strided_on_shared_storage(func, args) -> None:
         )
 
 
+def _positions(m: torch.Tensor) -> set[int]:
+    n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
+    return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
+
+
+def refuse_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None) -> None:
+    """Raises for ``x.as_strided_(...)`` reaching storage elements ``x`` did not hold while ``x`` requires grad:
+    eager's gradient then follows ``x``'s former geometry (the new elements get none), which thunder does not
+    model. Without grad, the values come from the storage, as in eager."""
+    if getattr(func, "__name__", None) != "as_strided_" or new is None or not torch.is_grad_enabled():
+        return
+    if not w._tt_value.requires_grad:
+        return
+    with torch._C.DisableTorchFunction():
+        if _positions(new) <= _positions(old):
+            return
+    raise TracingError(
+        "thunder.jit cannot run as_strided_ reaching past a tensor's elements while it requires grad (eager's "
+        "gradient follows its former elements): use torch.as_strided on its base, or run it under no_grad\n  "
+        + describe_location(user_frame(4))
+    )
+
+
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
     """Gives the storage ``root`` of aliased arguments ``members`` their elements as its value, so that the
     gradient path of each element is its argument's (the last one covering it, the arguments that require
