@@ -72,3 +72,47 @@ def test_as_strided_of_arguments_sharing_a_storage_and_requiring_grad_is_refused
     fn(*_views_of_one_storage(True))  # (eager runs it)
     with pytest.raises(TracingError, match=r"(?s)thunder\.jit cannot run .*test_campaign_s14_repros\.py"):
         thunder.jit(fn)(*_views_of_one_storage(True))
+
+
+def _update_of_an_unbind_output(a):
+    y = a * 1
+    v = y.unbind(0)[0]
+    v.add_(1)
+    return y
+
+
+def _update_of_a_split_output(a):
+    y = a * 1
+    v = y.split(1)[0]
+    torch.nn.functional.relu(v, inplace=True)
+    return y
+
+
+def _update_of_a_view_made_under_no_grad(a):
+    y = a * 1
+    with torch.no_grad():
+        v = y.chunk(2)[0]
+    v.mul_(2)
+    return y
+
+
+_REFUSED_UPDATES = [_update_of_an_unbind_output, _update_of_a_split_output, _update_of_a_view_made_under_no_grad]
+
+
+@pytest.mark.parametrize("fn", _REFUSED_UPDATES, ids=[f.__name__ for f in _REFUSED_UPDATES])
+@pytest.mark.parametrize("grad", [False, True])
+def test_updates_of_views_eager_refuses_with_grad(fn, grad):
+    # campaign seed 14006: an in-place update of an output of a view op returning several views (unbind, split,
+    # chunk), or of a view made under no_grad, with grad: eager raises, thunder computed a result
+    def run(f):
+        try:
+            return f(torch.arange(6.0).reshape(2, 3).requires_grad_(grad))
+        except RuntimeError as e:
+            return str(e).splitlines()[0]
+
+    expected, actual = run(fn), run(thunder.jit(fn))
+    assert isinstance(expected, str) == grad
+    if grad:
+        assert isinstance(actual, str) and actual.startswith(expected[:40])
+    else:
+        torch.testing.assert_close(actual, expected)

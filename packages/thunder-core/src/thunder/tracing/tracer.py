@@ -109,6 +109,7 @@ from thunder.tracing.views import (
     adopt_shadows,
     checked_written_region,
     layout_query,
+    mark_multi_views,
     may_alias,
     refuse_restride_past_elements,
     refuse_strided_on_shared_storage,
@@ -309,6 +310,8 @@ class Tracer:
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
+            if type(out) is tuple:
+                mark_multi_views(func, out)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)

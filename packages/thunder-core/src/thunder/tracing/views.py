@@ -155,6 +155,29 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_base_requires_grad = (t._base if t._base is not None else t).requires_grad
 
 
+_NO_GRAD_VIEW_UPDATE = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that this use "
+    "case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both the view and the "
+    "inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both outside (if "
+    "you want the inplace to be tracked) (as in eager)"
+)
+# view ops returning several views: eager refuses in-place updates of those views with grad
+MULTI_VIEW_OPS = frozenset(
+    "unbind split chunk split_with_sizes tensor_split hsplit vsplit dsplit unflatten_dense_tensors".split()
+)
+
+
+def mark_multi_views(func, out) -> None:
+    """Marks the outputs of ``func`` (``x.unbind(0)``, ``x.split(2)`` ...) as views eager refuses to update in
+    place with grad (``_refuse_update_of_grad_leaf``)."""
+    name = getattr(func, "__name__", None)
+    if name not in MULTI_VIEW_OPS or type(out) is not tuple:
+        return
+    for i, o in enumerate(out):
+        if type(o) is TracingTensor and (o._tt_view is not None or o._tt_pending is not None):
+            o._tt_multi_view = (name[0].upper() + name[1:], i)
+
+
 def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
     """With grad enabled, eager refuses to update a leaf tensor that requires grad (a parameter, an input
     made with ``requires_grad=True``) or a view of one in place; so does thunder, naming the user's line."""
@@ -163,6 +186,16 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
     view = view_of(wrapper)
     if wrapper._tt_nondiff:
         return
+    if view is not None and wrapper._thunder_proxy.requires_grad:
+        if wrapper._tt_leaf_view:
+            raise RuntimeError(_NO_GRAD_VIEW_UPDATE + "\n  " + describe_location(user_frame(3)))
+        if wrapper._tt_multi_view is not None:
+            raise RuntimeError(
+                f"Output {wrapper._tt_multi_view[1]} of {wrapper._tt_multi_view[0]} is a view and is being modified "
+                "inplace. This view is the output of a function that returns multiple views. Such functions do not "
+                "allow the output views to be modified inplace. You should replace the inplace operation by an "
+                f"out-of-place one (as in eager)\n  {describe_location(user_frame(3))}"
+            )
     root = wrapper if view is None else view[0]
     if root._tt_grad_leaf:
         through_view = view is not None or getattr(func, "__name__", None) == "__setitem__"
