@@ -330,6 +330,15 @@ def trace_program(
         for ti, n in zip(tensor_inputs, version_counters.counts_of(ti.wrapper for ti in tensor_inputs))
         if n is not None
     ]
+    # (an argument requiring grad that eager's in-place ops reached but the program neither writes back nor
+    # restrides, x.squeeze_() without a size-1 dim: its version is set before the call, at which the program's
+    # autograd node saves it)
+    unwritten = {
+        ti.expr
+        for ti in tensor_inputs
+        if ti.proxy.requires_grad and ti.proxy.name not in written and not layout_steps[ti.expr]
+    }
+    version_bumps = [(expr, n, expr in unwritten and n > 0) for expr, n in version_bumps]
     return TracedProgram(
         trace,
         prologue,
