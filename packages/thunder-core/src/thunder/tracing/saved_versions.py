@@ -3,10 +3,10 @@ under ``no_grad``, its values or its layout: ``y = x.exp(); y.mul_(2)``) makes e
 variables needed for gradient computation has been modified by an inplace operation".
 
 A compiled program keeps the values it needs for its own backward, so it would compute a gradient there. The tracer
-asks eager which tensors each differentiable call saves (the call run once on meta tensors, its autograd nodes'
-``_saved_*`` attributes read; the answer cached per op and argument signature), notes each saved stand-in with its
-version counter's count (``version_counters``), and at the program's end lists the calls whose saved tensors were
-updated since. The forward-backward split keeps those whose node the backward reaches, and the program's backward
+notes each differentiable call with the version counts (``version_counters``) of its tensors; at the program's end,
+for the calls one of whose tensors was updated since, it asks eager which tensors the call saves (the call run once
+on meta tensors, its autograd nodes' ``_saved_*`` attributes read; the answer cached per op and argument signature)
+and lists those whose saved tensors were updated. The forward-backward split keeps those whose node the backward reaches, and the program's backward
 then raises eager's error, naming the user's lines, where eager's would.
 """
 
@@ -34,26 +34,41 @@ class StaleSaves:
         self.entries: list[tuple] = []
 
     def stale(self) -> list[tuple[str, str]]:
-        """(name of the node's output, eager's error message) for each call whose saved tensor was updated since."""
+        """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
+        Which tensors a call saves is asked of eager only for the calls one of whose tensors was updated."""
         from thunder.tracing.errors import describe_location
 
         out = []
         seen = set()
-        for w, count, node, what, func_name, where in self.entries:
+        for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
             node = node.name  # (read now: the user's variable name may have renamed it since)
-            if node in seen or _bumps(w) == count:
+            tensors = flat + outs
+            if node in seen or all(_count(w) == c for w, c in zip(tensors, counts)):
+                continue
+            answer = _probe(func, args, kwargs, flat, spec)
+            if not answer:
+                continue
+            saved = [(flat[i], counts[i], f"argument {i}") for i in answer[0]]
+            saved += [(outs[i], counts[len(flat) + i], "result") for i in answer[1] if i < len(outs)]
+            stale = next((what for w, c, what in saved if _count(w) != c), None)
+            if stale is None:
                 continue
             seen.add(node)
             frame, lineno = where
+            func_name = getattr(func, "__name__", str(func))
             out.append(
                 (
                     node,
                     "one of the variables needed for gradient computation has been modified by an inplace operation: "
-                    f"the {what} that {func_name} saved for its gradient was updated in place after the call (eager's "
+                    f"the {stale} that {func_name} saved for its gradient was updated in place after the call (eager's "
                     f"backward raises this too)\n  {describe_location(frame, lineno)}",
                 )
             )
         return out
+
+
+def _count(w) -> int:
+    return _bumps(w) if type(w) is TracingTensor else 0
 
 
 def _bumps(w: TracingTensor) -> int:
@@ -78,10 +93,15 @@ def _flat_tensors(args) -> list[TracingTensor]:
     return flat
 
 
-def _meta_like(w: TracingTensor) -> torch.Tensor:
+def _spec(w: TracingTensor) -> tuple:
+    """What the probe's meta stand-in of ``w`` is made from (read when the call is traced)."""
     p = w._thunder_proxy
-    t = torch.empty(tuple(p.shape), dtype=p.dtype.torch_dtype, device="meta")
-    return t.requires_grad_(bool(p.requires_grad) and p.dtype.kind in ("float", "complex"))
+    return tuple(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
+
+
+def _meta_like(spec: tuple) -> torch.Tensor:
+    shape, dtype, requires_grad = spec
+    return torch.empty(shape, dtype=dtype, device="meta").requires_grad_(requires_grad)
 
 
 def _replace(x, metas: dict):
@@ -94,8 +114,7 @@ def _replace(x, metas: dict):
 
 def _key(x):
     if type(x) is TracingTensor:
-        p = x._thunder_proxy
-        return ("T", tuple(p.shape), p.dtype, bool(p.requires_grad))
+        return "T"  # (its sizes, dtype and flag are in the spec)
     if isinstance(x, (list, tuple)):
         return (type(x).__name__, *(_key(y) for y in x))
     if isinstance(x, dict):
@@ -106,17 +125,17 @@ def _key(x):
     return x
 
 
-def _probe(func, args, kwargs, flat: list[TracingTensor]):
+def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     """(saved flat argument indices, saved output indices) of ``func`` in eager, or None if unknown."""
     try:
-        key = (func, _key(args), _key(kwargs))
+        key = (func, tuple(spec), _key(args), _key(kwargs))
     except TypeError:
         key = None
     if key is not None and key in _probe_cache:
         return _probe_cache[key]
     answer = None
     try:
-        metas = {id(w): _meta_like(w) for w in flat}
+        metas = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
         margs = tuple(_replace(a, metas) for a in args)
         mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
         with torch._C.DisableTorchFunction(), torch.enable_grad():
@@ -163,7 +182,8 @@ def _saved_by(mout, meta_args: list[torch.Tensor]):
 
 
 def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
-    """Notes the stand-ins eager's autograd saves for ``func(*args, **kwargs)`` (which gave ``out``)."""
+    """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
+    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later."""
     flat = _flat_tensors(args) + _flat_tensors(kwargs.values())
     if not any(w._thunder_proxy.requires_grad for w in flat):
         return
@@ -173,17 +193,11 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
     node_out = next((o for o in outs if type(o) is TracingTensor), None)
     if node_out is None or any(has_symbolic(w._thunder_proxy.shape) for w in flat):
         return
-    answer = _probe(func, args, kwargs, flat)
-    if not answer or not (answer[0] or answer[1]):
-        return
     from thunder.tracing.errors import user_frame
 
     frame = user_frame(3)
     where = (frame, frame.f_lineno if frame is not None else None)
-    node = node_out._thunder_proxy
-    func_name = getattr(func, "__name__", str(func))
-    for i in answer[0]:
-        saves.entries.append((flat[i], _bumps(flat[i]), node, f"argument {i}", func_name, where))
-    for i in answer[1]:
-        if i < len(outs) and type(outs[i]) is TracingTensor:
-            saves.entries.append((outs[i], _bumps(outs[i]), node, "result", func_name, where))
+    outs = list(outs)
+    counts = [_count(w) for w in flat + outs]
+    spec = [_spec(w) for w in flat]
+    saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))
