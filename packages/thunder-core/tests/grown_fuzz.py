@@ -6,8 +6,8 @@ Programs are *grown*: each candidate statement (from a wide vocabulary of functi
 forms, shape ops, Python reads of tensor facts, grad-mode blocks) is kept only if the whole program still
 runs eagerly without an error or a warning, so no op needs a hand-written precondition. Inputs are drawn
 as leaves, non-leaf tensors and views of a non-leaf base (slices, steps, flips, transposes, expands,
-diagonals), in float64/32/16, bfloat16, int64/32 and bool, with special values (NaN, ±inf, ±0, ties),
-0-d and empty shapes.
+diagonals) and inference tensors (made under ``torch.inference_mode``), in float64/32/16, bfloat16,
+int64/32 and bool, with special values (NaN, ±inf, ±0, ties), 0-d and empty shapes.
 
 Each program is compared with eager twice (the second call hits thunder's cache): outputs (values,
 dtype, shape, requires_grad, whether each is a view, which arguments it shares storage with), the
@@ -90,7 +90,15 @@ def input_expr(r, i):
         base_name = f"b{i}"
         lines.append(f"{base_name} = {leaf} * 1" if floaty else f"{base_name} = {leaf}.clone()")
         arg = r.choice(views).format(b=base_name)
-    lines.append(f"a{i} = {arg}")
+    # an inference tensor (made under inference_mode: no version counter, no autograd, updated in place only
+    # there), drawn from a generator of its own so the programs of a seed stay those drawn before it existed
+    state = r.getstate()[1]  # (its last number is the position in the Mersenne state: it moves at every draw)
+    inference = random.Random(hash((*state[:4], state[-1], i)))
+    if inference.random() < 0.08:
+        view = inference.choice(["", ".unsqueeze(0)", ".reshape(-1)[::2]"])  # (the clone, or a view of it)
+        lines.append(f"with torch.inference_mode(): a{i} = {arg}.clone(){view}")
+    else:
+        lines.append(f"a{i} = {arg}")
     return lines, floaty
 
 
@@ -557,6 +565,10 @@ def check(src, view_ness=True):
             compare(a, e, f"out{i} call{call}", view_ness)
         for i, (a, e) in enumerate(zip(at, ae)):
             compare(a, e, f"arg{i} call{call}")
+            if e.is_inference() != a.is_inference():
+                raise Fail(f"is_inference arg{i}: {a.is_inference()} vs {e.is_inference()}")
+            if e.is_inference():
+                continue  # (no version counter)
             if a._version != e._version and (a._version == 0) != (e._version == 0):
                 raise Fail(f"version arg{i}: {a._version} vs {e._version}")
         for i, (a, e) in enumerate(zip(lt, le)):

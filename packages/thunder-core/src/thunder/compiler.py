@@ -207,9 +207,10 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         # step after the call views them or changes their layouts (version_counters.py)
         constants = program.prologue.trace.constants
         constants["_versions_before"], constants["_versions_after"] = versions_before, versions_after
-        updated = "".join(f"{expr}, " for expr, _ in program.version_bumps)
-        bumps = "".join(f"{n}, " for _, n in program.version_bumps)
-        call = f"_versions_after(_versions_before(({updated})), {call}, ({updated}), ({bumps}))"
+        updated = "".join(f"{expr}, " for expr, _, _ in program.version_bumps)
+        bumps = "".join(f"{n}, " for _, n, _ in program.version_bumps)
+        early = "".join(f"{early}, " for _, _, early in program.version_bumps)
+        call = f"_versions_after(_versions_before(({updated}), ({bumps}), ({early})), {call}, ({updated}), ({bumps}))"
     if program.rebuild_output is not None:
         # the output's structure is rebuilt (and object arguments updated) from the computation's flat output
         program.prologue.trace.constants["_finish"] = program.rebuild_output

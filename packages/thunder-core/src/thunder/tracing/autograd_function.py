@@ -310,7 +310,7 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
 keep_grad_of = value_update_symbol("keep_grad_of", gradient_to_old=True)
 
 
-def reading_update_symbol(name: str, *, zero_gradient_to_read: bool) -> Symbol:
+def reading_update_symbol(name: str, *, zero_gradient_to_read: bool, tags: tuple = ()) -> Symbol:
     """``name(new, *read)``: ``new``'s values as a tensor that requires grad, whose history ends there; the tensors
     it ``read`` get a zero gradient (``zero_gradient_to_read``) or none at all. Its output shares ``new``'s memory,
     never that of the tensors it reads for their gradient."""
@@ -331,7 +331,7 @@ def reading_update_symbol(name: str, *, zero_gradient_to_read: bool) -> Symbol:
         id=name,
         is_prim=True,
         call_ctx={name: lambda new, *read: new.detach()},
-        tags=("view",),
+        tags=("view", *tags),
     )
     sym.grad_rule = rule
     return sym
@@ -343,6 +343,12 @@ zero_gradient_update = reading_update_symbol("zero_gradient_update", zero_gradie
 # eager's view made under no_grad of a tensor that requires grad: a leaf of its own that requires grad; what is
 # computed from it requires grad, but the tensors it viewed keep ``.grad`` None when this is their only use
 leaf_requiring_grad = reading_update_symbol("leaf_requiring_grad", zero_gradient_to_read=False)
+# ``y.requires_grad_()`` of a tensor computed inside the function that did not require grad: eager makes it a leaf
+# requiring grad, so what is computed from it afterwards requires grad (its own gradient is not kept)
+# ("grad_source": autodiff starts a gradient path there though it reads nothing that requires grad)
+made_leaf_requiring_grad = reading_update_symbol(
+    "made_leaf_requiring_grad", zero_gradient_to_read=False, tags=("grad_source",)
+)
 
 
 def record_on_torch_executor(sym: Symbol, trace, args: tuple) -> TensorProxy:

@@ -34,6 +34,7 @@ __all__ = [
     "answer",
     "detach_in_place",
     "refuse_unsupported_update",
+    "requires_grad_in_place",
 ]
 
 # (a getter is a new method-wrapper object at each attribute read: compared by ==, not identity)
@@ -93,7 +94,7 @@ def _requires_grad(w: TracingTensor) -> bool:
 def _is_leaf(tracer, w: TracingTensor) -> bool:
     example, expr = _input_of(tracer, w)
     if example is None:  # (a view made without grad of a tensor requiring grad: a leaf requiring grad, as in eager)
-        return not _requires_grad(w) or w._tt_leaf_view
+        return not _requires_grad(w) or w._tt_leaf_view or w._tt_made_leaf is not None
     if _requires_grad(w) and not example.requires_grad:
         return False  # an in-place update with a value that requires grad gave it a grad_fn
     if example.requires_grad:  # (a tensor that does not require grad is a leaf: the tensor check covers it)
@@ -184,3 +185,68 @@ def detach_in_place(tracer, w: TracingTensor) -> TracingTensor:
     with torch._C.DisableTorchFunction():
         w.requires_grad_(False)
     return w
+
+
+_NOT_A_LEAF = (
+    "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a "
+    "subgraph that doesn't require differentiation use var_no_grad = var.detach() (as in eager)"
+)
+
+
+def requires_grad_in_place(tracer, w, flag) -> object:
+    """``w.requires_grad_(flag)`` of a tensor computed inside the function (an argument's flag cannot change: see
+    :func:`refuse_unsupported_update`), as eager: a tensor that did not require grad becomes a leaf requiring grad
+    (what is computed from it afterwards requires grad); a leaf requiring grad stops requiring it; a non-leaf
+    requiring grad raises. The gradient eager accumulates into such a leaf is not computed: returning it, or
+    making a view of an argument a leaf, is refused naming the user's line (see :func:`refuse_returned_made_leaf`).
+    """
+    if not isinstance(w, TracingTensor) or _input_of(tracer, w)[0] is not None:
+        return w
+    flag = bool(flag)
+    if flag == _requires_grad(w):
+        return w
+    if flag:
+        if w._thunder_proxy.dtype.kind not in ("float", "complex"):
+            raise RuntimeError(
+                "only Tensors of floating point and complex dtype can require gradients (as in eager)\n  "
+                + describe_location(user_frame(3))
+            )
+        if view_of(w) is not None:
+            raise TracingError(
+                "thunder.jit cannot make a view require grad inside the jitted function (v.requires_grad_() of a "
+                "view that does not require grad: eager makes it a leaf of its own, which thunder does not "
+                "model): call .clone() first, or make the tensor it views require grad\n  "
+                + describe_location(user_frame(3))
+            )
+        from thunder.core.trace import get_tracectx
+        from thunder.tracing.autograd_function import made_leaf_requiring_grad
+        from thunder.tracing.inplace_grad import record_on_torch_executor
+
+        w._thunder_proxy = record_on_torch_executor(made_leaf_requiring_grad, get_tracectx(), (w._thunder_proxy,))
+        w._tt_made_leaf = describe_location(user_frame(3))
+        w._tt_grad_leaf = True  # (eager refuses to update it in place with grad enabled)
+    else:
+        if w._tt_made_leaf is None:
+            raise RuntimeError(_NOT_A_LEAF + "\n  " + describe_location(user_frame(3)))
+        from thunder.tracing.inplace_grad import _detached
+
+        w._thunder_proxy = _detached(w._thunder_proxy)
+        w._tt_made_leaf = None
+        w._tt_grad_leaf = False
+    with torch._C.DisableTorchFunction():
+        w.requires_grad_(flag)
+    return w
+
+
+def refuse_returned_made_leaf(leaf) -> None:
+    """Raises for an output that ``requires_grad_()`` made a leaf inside the function: eager's output is that
+    leaf, into which the gradients of the other outputs flow (``torch.autograd.grad(out, leaf)``, ``leaf.grad``);
+    thunder does not compute them, and refuses rather than return a leaf no gradient reaches."""
+    where = getattr(leaf, "_tt_made_leaf", None)
+    if where is None or not leaf._thunder_proxy.requires_grad:
+        return
+    raise TracingError(
+        "thunder.jit cannot return a tensor made a leaf requiring grad inside the jitted function (eager gives "
+        "it the gradient of what was computed from it, which thunder does not compute): call requires_grad_() "
+        "on it outside the function, or return a computed copy (.clone())\n  " + where
+    )

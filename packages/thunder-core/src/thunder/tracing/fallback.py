@@ -269,6 +269,8 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
         print_name, imports = f"functional_{base}", ()
 
         def run(a, *args, **kwargs):
+            if raw_name == "as_strided_":  # (of the tensor's storage, which a clone of its elements lacks)
+                return torch.as_strided(a, *args, **kwargs).clone()
             a = a.clone()
             func(a, *args, **kwargs)
             return a
@@ -339,7 +341,12 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
             return out
         try:
             with torch.no_grad():
-                if inplace:
+                if inplace and raw_name == "as_strided_":
+                    # (it may reach past the tensor's elements into its storage, which the meta copy lacks: the
+                    # shape is as_strided's, which does not check the bounds on meta; the values come from the
+                    # storage's stand-in, see Tracer._rebind_metadata)
+                    result = torch.as_strided(*margs, **mkwargs)
+                elif inplace:
                     target = margs[0].clone()
                     func(target, *margs[1:], **mkwargs)
                     result = target

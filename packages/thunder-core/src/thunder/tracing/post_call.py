@@ -29,6 +29,7 @@ from thunder.core import pytree
 from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import has_symbolic
+from thunder.tracing.autograd_queries import refuse_returned_made_leaf
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 
 __all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
@@ -149,6 +150,7 @@ class PostCall:
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
                 continue
+            refuse_returned_made_leaf(leaf)
             if first.setdefault(id(leaf), i) != i:
                 self.repeats.append((i, first[id(leaf)]))
                 continue

@@ -289,6 +289,7 @@ def trace_program(
             prologue.check_layout = True
         structure, rebuild, finish_args = post_call.wrap_output(structure, rebuild, finish_args)
         trace.bound_symbols.append(prims.python_return.bind(structure, output=None))
+        trace.tags["stale_saves"] = tracer.saves.stale()  # (the backward raises eager's error: split.py)
         trace.tags["aliasing"] = build_aliasing_record(
             trace,
             {ti.proxy.name: post_call.exprs.get(id(ti.wrapper)) or ti.expr or ti.key for ti in inputs.tensors},
@@ -320,7 +321,10 @@ def trace_program(
     _emit_state_reads(prologue, inputs, {ti.proxy.name for ti in tensor_inputs})
     trace.scopes = [trace.bound_symbols]
     trace.user_call_hook = None
-    requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs)
+    # (or a tensor computed inside was made a leaf requiring grad: x.requires_grad_())
+    requires_grad = any(ti.proxy.requires_grad for ti in tensor_inputs) or any(
+        "grad_source" in b.sym.tags for b in trace.bound_symbols
+    )
     # (the step after the call bumps an argument once more per layout step it takes: t_, set_ ...)
     layout_steps = collections.Counter(step[0] for step in post_call.steps)
     version_bumps = [
@@ -328,6 +332,15 @@ def trace_program(
         for ti, n in zip(tensor_inputs, version_counters.counts_of(ti.wrapper for ti in tensor_inputs))
         if n is not None
     ]
+    # (an argument requiring grad that eager's in-place ops reached but the program neither writes back nor
+    # restrides, x.squeeze_() without a size-1 dim: its version is set before the call, at which the program's
+    # autograd node saves it)
+    unwritten = {
+        ti.expr
+        for ti in tensor_inputs
+        if ti.proxy.requires_grad and ti.proxy.name not in written and not layout_steps[ti.expr]
+    }
+    version_bumps = [(expr, n, expr in unwritten and n > 0) for expr, n in version_bumps]
     return TracedProgram(
         trace,
         prologue,

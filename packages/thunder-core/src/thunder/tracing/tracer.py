@@ -66,6 +66,7 @@ from thunder.tracing.known_values import (
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.result_layouts import defer_result_layout
+from thunder.tracing.saved_versions import StaleSaves, note_saved
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -108,7 +109,10 @@ from thunder.tracing.views import (
     adopt_shadows,
     checked_written_region,
     layout_query,
+    mark_multi_views,
     may_alias,
+    refuse_restride_past_elements,
+    refuse_strided_on_shared_storage,
     run_on_shadows,
     set_input_layout,
     shadow,
@@ -135,6 +139,8 @@ T = torch.Tensor
 
 # in-place matrix products that resize their ``self`` to the product's shape in eager (x.addbmm_(a, b) of a [1] x)
 _RESIZING_BLAS_UPDATES = frozenset(("addbmm_", "addmm_", "addmv_", "addr_", "baddbmm_"))
+# in-place ops that only re-describe a tensor's elements (its sizes and strides), never write them
+_LAYOUT_ONLY_UPDATES = frozenset("unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_".split())
 
 
 def _view_made_without_grad(trace, out, args) -> None:
@@ -190,6 +196,7 @@ class Tracer:
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
         # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
         self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
+        self.saves = StaleSaves()  # the tensors eager's autograd saved for backward, with their versions
         trace.user_call_hook = self.symbol_called
 
     # ---------------------------------------------------------------- entry points
@@ -235,7 +242,8 @@ class Tracer:
         if func in AUTOGRAD_UPDATES:
             autograd_queries.refuse_unsupported_update(self, func, args, kwargs)
             if func is T.requires_grad_:
-                return args[0]
+                flag = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+                return autograd_queries.requires_grad_in_place(self, args[0], flag)
             if func is T.detach_ and isinstance(args[0], TracingTensor):
                 return autograd_queries.detach_in_place(self, args[0])
         if func is T.type and len(args) == 1 and kwargs.get("dtype") is None and isinstance(args[0], TracingTensor):
@@ -248,6 +256,7 @@ class Tracer:
             return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
+        refuse_strided_on_shared_storage(func, args)
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:
@@ -304,8 +313,13 @@ class Tracer:
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
-            if not torch.is_grad_enabled() and func not in _DETACHING:
-                _view_made_without_grad(self.trace, out, args)
+            if type(out) is tuple:
+                mark_multi_views(func, out)
+            if not torch.is_grad_enabled():
+                if func not in _DETACHING:
+                    _view_made_without_grad(self.trace, out, args)
+            elif self.autodiff and not isinstance(func, Symbol):
+                note_saved(self.saves, func, args, kwargs, out)  # (eager's saved tensors: saved_versions.py)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):
@@ -644,6 +658,8 @@ class Tracer:
             return
         if getattr(func, "__name__", None) == "set_" and len(args) > 1 and args[1] is wrapper:
             return  # (x.set_(x): its own storage in its own layout, no element written, also of an expanded x)
+        if getattr(func, "__name__", None) in _LAYOUT_ONLY_UPDATES:
+            return  # (x.squeeze_() with no dim of size 1: the layout as it was, no element written, as in eager)
         if len(args) > 1 and args[0] is wrapper and self._overlapping_update(func, wrapper, args, kwargs or {}):
             return
         if (
@@ -837,6 +853,7 @@ class Tracer:
         with torch._C.DisableTorchFunction():
             old_nbytes = old_meta.untyped_storage().nbytes()
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
+        refuse_restride_past_elements(func, wrapper, old_meta, new_meta)
         if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
         with torch._C.DisableTorchFunction():
@@ -858,6 +875,8 @@ class Tracer:
                 root._tt_nondiff = wrapper._tt_nondiff
                 wrapper._tt_original = root
             wrapper._tt_view = (wrapper._tt_view[0], None)
+            if getattr(func, "__name__", None) == "as_strided_":
+                wrapper._tt_seen = -1  # (its elements may reach past the former ones: taken from the root's)
         if getattr(wrapper, "_tt_input", False) and getattr(wrapper, "_tt_original", None) is None:
             wrapper._tt_original = wrapper._tt_former
         src = args[1] if getattr(func, "__name__", None) == "set_" and len(args) > 1 else None

@@ -83,14 +83,19 @@ def counts_of(wrappers) -> list[int | None]:
     return [None if w._tt_counter is None else w._tt_counter[0] for w in wrappers]
 
 
-def versions_before(tensors: tuple) -> tuple:
-    """The callers' tensors' versions before the call (None for an inference tensor, which has no counter)."""
+def versions_before(tensors: tuple, bumps: tuple = (), early: tuple = ()) -> tuple:
+    """The callers' tensors' versions before the call (None for an inference tensor, which has no counter). Those
+    marked ``early`` (requiring grad, reached by eager's in-place ops but neither written back nor restrided by the
+    program) get their ``bumps`` now: the program's autograd node then saves them at eager's version."""
     out = []
     for t in tensors:
         try:
             out.append(t._version)
         except RuntimeError:
             out.append(None)
+    now = [(t, b + n) for t, b, n, e in zip(tensors, out, bumps, early) if e and b is not None and n]
+    if now:
+        torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in now), tuple(v for _, v in now))
     return tuple(out)
 
 

@@ -155,6 +155,29 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_base_requires_grad = (t._base if t._base is not None else t).requires_grad
 
 
+_NO_GRAD_VIEW_UPDATE = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that this use "
+    "case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both the view and the "
+    "inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both outside (if "
+    "you want the inplace to be tracked) (as in eager)"
+)
+# view ops returning several views: eager refuses in-place updates of those views with grad
+MULTI_VIEW_OPS = frozenset(
+    "unbind split chunk split_with_sizes tensor_split hsplit vsplit dsplit unflatten_dense_tensors".split()
+)
+
+
+def mark_multi_views(func, out) -> None:
+    """Marks the outputs of ``func`` (``x.unbind(0)``, ``x.split(2)`` ...) as views eager refuses to update in
+    place with grad (``_refuse_update_of_grad_leaf``)."""
+    name = getattr(func, "__name__", None)
+    if name not in MULTI_VIEW_OPS or type(out) is not tuple:
+        return
+    for i, o in enumerate(out):
+        if type(o) is TracingTensor and (o._tt_view is not None or o._tt_pending is not None):
+            o._tt_multi_view = (name[0].upper() + name[1:], i)
+
+
 def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
     """With grad enabled, eager refuses to update a leaf tensor that requires grad (a parameter, an input
     made with ``requires_grad=True``) or a view of one in place; so does thunder, naming the user's line."""
@@ -163,6 +186,16 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
     view = view_of(wrapper)
     if wrapper._tt_nondiff:
         return
+    if view is not None and wrapper._thunder_proxy.requires_grad:
+        if wrapper._tt_leaf_view:
+            raise RuntimeError(_NO_GRAD_VIEW_UPDATE + "\n  " + describe_location(user_frame(3)))
+        if wrapper._tt_multi_view is not None:
+            raise RuntimeError(
+                f"Output {wrapper._tt_multi_view[1]} of {wrapper._tt_multi_view[0]} is a view and is being modified "
+                "inplace. This view is the output of a function that returns multiple views. Such functions do not "
+                "allow the output views to be modified inplace. You should replace the inplace operation by an "
+                f"out-of-place one (as in eager)\n  {describe_location(user_frame(3))}"
+            )
     root = wrapper if view is None else view[0]
     if root._tt_grad_leaf:
         through_view = view is not None or getattr(func, "__name__", None) == "__setitem__"
@@ -263,6 +296,49 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
         w._tt_meta = shadow(root).as_strided(t.shape, t.stride(), t.storage_offset())
     w._tt_view = (root, None)
     w._tt_seen = root._tt_version
+
+
+_STORAGE_STRIDED = frozenset((torch.as_strided, T.as_strided, torch.as_strided_copy))
+
+
+def refuse_strided_on_shared_storage(func, args) -> None:
+    """Raises for ``torch.as_strided(x, ...)`` of an argument ``x`` sharing its storage with other arguments where
+    one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
+    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address (eager's
+    values come from the storage, its gradient reaches ``x``'s elements only)."""
+    w = args[0] if args else None
+    if func not in _STORAGE_STRIDED or type(w) is not TracingTensor or w._tt_view is None:
+        return
+    root, step = w._tt_view
+    if step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad:
+        raise TracingError(
+            f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
+            "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
+            + describe_location(user_frame(3))
+        )
+
+
+def _positions(m: torch.Tensor) -> set[int]:
+    n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
+    return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
+
+
+def refuse_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None) -> None:
+    """Raises for ``x.as_strided_(...)`` reaching storage elements ``x`` did not hold while ``x`` requires grad:
+    eager's gradient then follows ``x``'s former geometry (the new elements get none), which thunder does not
+    model. Without grad, the values come from the storage, as in eager."""
+    if getattr(func, "__name__", None) != "as_strided_" or new is None or not torch.is_grad_enabled():
+        return
+    if not w._tt_value.requires_grad:
+        return
+    with torch._C.DisableTorchFunction():
+        if _positions(new) <= _positions(old):
+            return
+    raise TracingError(
+        "thunder.jit cannot run as_strided_ reaching past a tensor's elements while it requires grad (eager's "
+        "gradient follows its former elements): use torch.as_strided on its base, or run it under no_grad\n  "
+        + describe_location(user_frame(4))
+    )
 
 
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:

@@ -171,6 +171,10 @@ class _Differentiator:
 
     def process(self, bsym: BoundSymbol, forward: list, groups: list) -> None:
         rg = self.requires_grad
+        if "grad_source" in bsym.sym.tags:  # a tensor made a leaf requiring grad (x.requires_grad_() inside)
+            forward.append(bsym)
+            rg.update(o.name for o in bsym.flat_outs if _is_differentiable(o))
+            return
         if (
             bsym.sym.python_printer is not None
             or "in_place" in bsym.sym.tags  # writes of new values into inputs (buffer updates) carry no gradient

@@ -54,6 +54,9 @@ class ForwardBackward:
     dirty: tuple[tuple[int, int], ...] = ()
     # names of the outputs no gradient can reach (no input that requires grad flows into them)
     non_differentiable: frozenset = frozenset()
+    # eager's error at backward, (message, indices of the outputs whose gradient reaches the call): a tensor a call
+    # saved for its gradient was updated in place after it (None: none)
+    backward_error: tuple[str, tuple[int, ...]] | None = None
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
@@ -240,6 +243,8 @@ def split_forward_backward(
         reached = joint.requires_grad
         seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
+        # (a call whose saved tensor was updated in place after it: eager's backward raises when it reaches it)
+        backward_error = _stale_save_error(trace, outputs, acc)
         bw.names |= work.names
         grads = [
             acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
@@ -288,7 +293,13 @@ def split_forward_backward(
         t.stamp(bw)
         non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
         return ForwardBackward(
-            fw, bw, outputs + sizes, structure, non_differentiable=non_differentiable, dirty=tuple(dirty)
+            fw,
+            bw,
+            outputs + sizes,
+            structure,
+            non_differentiable=non_differentiable,
+            dirty=tuple(dirty),
+            backward_error=backward_error,
         )
 
 
@@ -469,6 +480,10 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
         for i, p in enumerate(fb.output_proxies)
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
+    if fb.backward_error is not None:
+        backward_fn = _raising(backward_fn, *fb.backward_error)
+    if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
+        forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
     dirty = fb.dirty
@@ -501,7 +516,59 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
                 _record_view_updates(dirty, inputs, outs)
             return _rebuild(structure, outs, index)
 
+    source = getattr(forward_fn, "grad_source", None)
+    if source is not None:
+        computation_of_inputs = computation
+
+        def computation(*inputs):
+            return computation_of_inputs(*inputs, source)
+
     return computation
+
+
+def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
+    """``backward_fn``, raising eager's error ``message`` instead when a gradient comes through one of the outputs
+    ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
+    the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
+
+    def backward(saved, cotangents):
+        for i in reaching:
+            g = cotangents[i] if i < len(cotangents) else None
+            if isinstance(g, torch.Tensor) and g.numel() and bool(g.ne(0).any()):
+                raise RuntimeError(message)
+        return backward_fn(saved, cotangents)
+
+    return backward
+
+
+def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...]] | None:
+    """(eager's error, the outputs whose gradient reaches the call) for the first call the backward reaches whose
+    saved tensor was updated in place after it (``stale_saves``, found while tracing: saved_versions.py)."""
+    for name, message in trace.tags.get("stale_saves", ()):
+        if name not in acc:
+            continue
+        reached = {name}
+        for b in trace.bound_symbols:
+            if any(getattr(a, "name", None) in reached for a in b.flat_args):
+                reached.update(o.name for o in b.flat_outs if hasattr(o, "name"))
+        return message, tuple(i for i, o in enumerate(outputs) if o.name in reached)
+    return None
+
+
+def _with_grad_source(forward_fn, backward_fn):
+    """``forward_fn`` and ``backward_fn`` for a program where a tensor computed inside was made a leaf requiring
+    grad (``x.requires_grad_()``): autograd gives a Function's outputs a history only when an input requires grad,
+    so the program gets one more input, a leaf that requires grad (and receives no gradient), after the others."""
+    source = torch.empty(0, requires_grad=True)
+
+    def forward(*inputs):
+        return forward_fn(*inputs[:-1])
+
+    def backward(saved, cotangents):
+        return (*backward_fn(saved, cotangents), None)
+
+    forward.grad_source = source
+    return forward, backward
 
 
 def _record_view_updates(dirty, inputs, outs) -> None:
@@ -523,6 +590,8 @@ def _record_view_updates(dirty, inputs, outs) -> None:
             continue
         if id(t._base) in whole and not _views_whole_storage(t):
             continue
+        if t.numel() == 0:
+            continue  # (no element to copy: the copy would only bump the version the program's saved inputs hold)
         new = outs[out_index]
         # an expanded view: each memory location once (its elements along a 0-stride dim hold one value)
         for d in range(t.dim()):

@@ -1,0 +1,203 @@
+"""Eager's check of the tensors autograd saved for backward: one updated in place after it was saved (with grad or
+under ``no_grad``, its values or its layout: ``y = x.exp(); y.mul_(2)``) makes eager's backward raise "one of the
+variables needed for gradient computation has been modified by an inplace operation".
+
+A compiled program keeps the values it needs for its own backward, so it would compute a gradient there. The tracer
+notes each differentiable call with the version counts (``version_counters``) of its tensors; at the program's end,
+for the calls one of whose tensors was updated since, it asks eager which tensors the call saves (the call run once
+on meta tensors, its autograd nodes' ``_saved_*`` attributes read; the answer cached per op and argument signature)
+and lists those whose saved tensors were updated. The forward-backward split keeps those whose node the backward reaches, and the program's backward
+then raises eager's error, naming the user's lines, where eager's would.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from thunder.core.symbolic import has_symbolic
+from thunder.tracing.tracing_tensor import TracingTensor
+
+__all__ = ["StaleSaves", "note_saved"]
+
+_RESULT = re.compile(r"_saved_result(\d*)$")
+_MAX_NODES = 64
+# (func, argument signature) -> (indices of the flat tensor arguments saved, indices of the outputs saved)
+_probe_cache: dict = {}
+
+
+class StaleSaves:
+    """The saved stand-ins of the calls traced so far: (stand-in, its count when saved, node, what, where)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple] = []
+
+    def stale(self) -> list[tuple[str, str]]:
+        """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
+        Which tensors a call saves is asked of eager only for the calls one of whose tensors was updated."""
+        from thunder.tracing.errors import describe_location
+
+        out = []
+        seen = set()
+        for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
+            node = node.name  # (read now: the user's variable name may have renamed it since)
+            tensors = flat + outs
+            if node in seen or all(_count(w) == c for w, c in zip(tensors, counts)):
+                continue
+            answer = _probe(func, args, kwargs, flat, spec)
+            if not answer:
+                continue
+            saved = [(flat[i], counts[i], f"argument {i}") for i in answer[0]]
+            saved += [(outs[i], counts[len(flat) + i], "result") for i in answer[1] if i < len(outs)]
+            stale = next((what for w, c, what in saved if _count(w) != c), None)
+            if stale is None:
+                continue
+            seen.add(node)
+            frame, lineno = where
+            func_name = getattr(func, "__name__", str(func))
+            out.append(
+                (
+                    node,
+                    "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                    f"the {stale} that {func_name} saved for its gradient was updated in place after the call (eager's "
+                    f"backward raises this too)\n  {describe_location(frame, lineno)}",
+                )
+            )
+        return out
+
+
+def _count(w) -> int:
+    return _bumps(w) if type(w) is TracingTensor else 0
+
+
+def _bumps(w: TracingTensor) -> int:
+    """Eager's bumps of ``w``'s version counter while tracing (its own, or the one of the tensor it views)."""
+    c = w._tt_counter
+    if c is not None:
+        return c[0]
+    view = w._tt_view
+    root = view[0] if view is not None else (w._tt_counter_of or (None,))[0]  # (a view whose shadow is pending)
+    if root is not None and root._tt_counter is not None:
+        return root._tt_counter[0]
+    return 0
+
+
+def _flat_tensors(args) -> list[TracingTensor]:
+    flat = []
+    for a in args:
+        if type(a) is TracingTensor:
+            flat.append(a)
+        elif isinstance(a, (list, tuple)):
+            flat.extend(x for x in a if type(x) is TracingTensor)
+    return flat
+
+
+def _spec(w: TracingTensor) -> tuple:
+    """What the probe's meta stand-in of ``w`` is made from (read when the call is traced)."""
+    p = w._thunder_proxy
+    return tuple(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
+
+
+def _meta_like(spec: tuple) -> torch.Tensor:
+    shape, dtype, requires_grad = spec
+    return torch.empty(shape, dtype=dtype, device="meta").requires_grad_(requires_grad)
+
+
+def _replace(x, metas: dict):
+    if type(x) is TracingTensor:
+        return metas[id(x)]
+    if isinstance(x, (list, tuple)) and any(type(y) is TracingTensor for y in x):
+        return type(x)(metas[id(y)] if type(y) is TracingTensor else y for y in x)
+    return x
+
+
+def _key(x):
+    if type(x) is TracingTensor:
+        return "T"  # (its sizes, dtype and flag are in the spec)
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, *(_key(y) for y in x))
+    if isinstance(x, dict):
+        return ("d", *((k, _key(v)) for k, v in x.items()))
+    if isinstance(x, torch.Tensor):
+        raise TypeError  # (a constant tensor: not cached)
+    hash(x)
+    return x
+
+
+def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
+    """(saved flat argument indices, saved output indices) of ``func`` in eager, or None if unknown."""
+    try:
+        key = (func, tuple(spec), _key(args), _key(kwargs))
+    except TypeError:
+        key = None
+    if key is not None and key in _probe_cache:
+        return _probe_cache[key]
+    answer = None
+    try:
+        metas = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
+        margs = tuple(_replace(a, metas) for a in args)
+        mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            mout = func(*margs, **mkwargs)
+        answer = _saved_by(mout, [metas[id(w)] for w in flat])
+    except Exception:
+        answer = None
+    if key is not None:
+        _probe_cache[key] = answer
+    return answer
+
+
+def _saved_by(mout, meta_args: list[torch.Tensor]):
+    outs = mout if isinstance(mout, (tuple, list)) else (mout,)
+    top = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+    if top is None:
+        return None
+    saved_args, saved_outs = set(), set()
+    seen, todo = set(), [top]
+    while todo and len(seen) < _MAX_NODES:
+        node = todo.pop()
+        if node is None or id(node) in seen or type(node).__name__ == "AccumulateGrad":
+            continue
+        seen.add(id(node))
+        for name in dir(node):
+            if not name.startswith("_saved_") or name.startswith("_saved_sym"):
+                continue
+            m = _RESULT.match(name)
+            if m is not None and node is top:
+                saved_outs.add(int(m.group(1) or 0))
+                continue
+            try:
+                value = getattr(node, name)
+            except Exception:
+                continue
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                if not isinstance(v, torch.Tensor):
+                    continue
+                for i, a in enumerate(meta_args):
+                    if v is a or v._base is a:
+                        saved_args.add(i)
+        todo.extend(f for f, _ in node.next_functions)
+    return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
+
+
+def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
+    """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
+    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later."""
+    flat = _flat_tensors(args) + _flat_tensors(kwargs.values())
+    if not any(w._thunder_proxy.requires_grad for w in flat):
+        return
+    outs = out if type(out) is tuple else (out,)
+    if any(any(o is w for w in flat) for o in outs):
+        return  # (an in-place op, or one returning its argument)
+    node_out = next((o for o in outs if type(o) is TracingTensor), None)
+    if node_out is None or any(has_symbolic(w._thunder_proxy.shape) for w in flat):
+        return
+    from thunder.tracing.errors import user_frame
+
+    frame = user_frame(3)
+    where = (frame, frame.f_lineno if frame is not None else None)
+    outs = list(outs)
+    counts = [_count(w) for w in flat + outs]
+    spec = [_spec(w) for w in flat]
+    saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))
