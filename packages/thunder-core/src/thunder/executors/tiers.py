@@ -79,10 +79,12 @@ class CompileLock:
         self._nobody_waiting = threading.Condition()
 
     def _acquire(self) -> None:
-        if self._owner != threading.get_ident():
-            self._lock.acquire()
-            self._owner = threading.get_ident()
-        self._depth += 1
+        """Takes the lock, or holds it once more if this thread holds it already."""
+        if self._owner == threading.get_ident():
+            self._depth += 1
+            return
+        self._lock.acquire()
+        self._owner, self._depth = threading.get_ident(), 1
 
     def _release(self) -> None:
         self._depth -= 1
@@ -92,7 +94,7 @@ class CompileLock:
 
     def __enter__(self) -> CompileLock:
         if self._owner == threading.get_ident():
-            self._depth += 1
+            self._acquire()
             return self
         with self._nobody_waiting:
             self._waiting += 1
@@ -112,15 +114,16 @@ class CompileLock:
     def background(self):
         """Holds the lock once no thread is waiting to trace (the worker's way in; a thread that holds the lock
         already, as a ``fusion="wait"`` compile does, just holds it once more)."""
-        while self._owner != threading.get_ident():
-            with self._nobody_waiting:
-                self._nobody_waiting.wait_for(lambda: not self._waiting)
+        if self._owner == threading.get_ident():
             self._acquire()
-            if not self._waiting:
-                break
-            self._release()  # a tracer came in between: it goes first
         else:
-            self._acquire()
+            while True:
+                with self._nobody_waiting:
+                    self._nobody_waiting.wait_for(lambda: not self._waiting)
+                self._acquire()
+                if not self._waiting:
+                    break
+                self._release()  # a tracer came in between: it goes first
         try:
             yield
         finally:

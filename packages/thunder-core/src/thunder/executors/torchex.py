@@ -344,8 +344,11 @@ def copy_(src, dst):
     # (an inference tensor takes in-place updates under inference_mode only, where the traced code made them;
     # a program's forward and backward run without grad mode already: no context to enter, a CNN's
     # training forward writes back a hundred BatchNorm statistics)
-    if dst.is_inference() or torch.is_grad_enabled():
-        with torch.inference_mode() if dst.is_inference() else torch.no_grad():
+    if dst.is_inference():
+        with torch.inference_mode():
+            return _copy_into(src, dst)
+    if torch.is_grad_enabled():
+        with torch.no_grad():
             return _copy_into(src, dst)
     return _copy_into(src, dst)
 
