@@ -200,6 +200,12 @@ class Variant:
             result["fused_after_steps"] = fused_after
             result["fusion_states"] = self.thunder.fusion_states(self.runner)
         self.step()
+        if discover:
+            # the fused regions' first calls queue graphs for the input layouts they meet (torch_compile's regions)
+            t0 = time.perf_counter()
+            self.thunder.wait_for_fusion(self.runner)
+            result["layout_wait_s"] = time.perf_counter() - t0
+            self.step()
         if discover:  # (the traces of the last call: the fused program's, once it is swapped in)
             thunder = self.thunder
             fwd, bwd = thunder.last_traces(self.runner)[-1], thunder.last_backward_traces(self.runner)[-1]

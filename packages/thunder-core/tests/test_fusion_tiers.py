@@ -517,3 +517,28 @@ def test_a_fusion_wait_compile_with_a_thread_waiting_to_trace_does_not_deadlock(
         torch.testing.assert_close(x, y)
     assert thunder.fusion_states(jf) == ["fused"]
     assert other_done.wait(60)
+
+
+def test_the_users_random_draws_during_a_background_compile_are_not_replayed():
+    # Inductor saves the process's RNG state before it compiles a graph and restores it after: on the background
+    # worker that rolled back every draw the user's thread made meanwhile, which then drew the same numbers again
+    # (dropout masks, data) where eager draws new ones
+    def f(a):
+        return torch.tanh(a * 2.375 + 1) * a.exp()
+
+    jf = thunder.jit(f, executors=["torch_compile", *thunder.get_default_executors()])
+    a = torch.randn(512, 256)
+    torch.manual_seed(1234)
+    jf(a)
+    draws = []
+    deadline = time.monotonic() + 120
+    while "unfused" in thunder.fusion_states(jf) and time.monotonic() < deadline:
+        draws.append(torch.rand(3))
+        time.sleep(0.0005)
+    assert thunder.wait_for_fusion(jf, timeout=120)
+    draws.append(torch.rand(3))
+    torch.manual_seed(1234)
+    expected = [torch.rand(3) for _ in draws]
+    assert len(draws) > 10
+    for got, want in zip(draws, expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -228,13 +228,55 @@ def test_a_static_region_compiles_once_and_then_calls_its_graph_directly():
                     torch.testing.assert_close(got, want)
     (region,) = _compiled_regions(jf)
     assert region.static and region._graph is not None
-    # one compile per program (the prologue may tell the layouts apart), none per call
-    assert graphs_compiled() == before + thunder.compile_stats(jf).cache_misses
+    # one compile per program (the prologue may tell the layouts apart) and per input layout a region learned
+    # (the next test), none per call
+    assert thunder.wait_for_fusion(jf, timeout=120)
+    regions = [
+        b.sym.call_ctx[b.sym.name]
+        for entry in thunder.compile_data(jf).cache
+        for b in entry.computation_traces[-1].bound_symbols
+        if b.sym.name.startswith("torchCompile")
+    ]
+    learned = sum(len(r._layouts) for r in regions)
+    assert graphs_compiled() == before + thunder.compile_stats(jf).cache_misses + learned
     # training: the backward's regions too
     x, xe = a.clone().requires_grad_(), a.clone().requires_grad_()
     sum(o.sum() for o in jf(x, b)).backward()
     sum(o.sum() for o in f(xe, b)).backward()
     torch.testing.assert_close(x.grad, xe.grad)
+
+
+def test_a_static_region_learns_the_layouts_of_its_inputs_and_calls_a_graph_compiled_for_them():
+    # a region's inputs arriving permuted in a fixed way (channels-last maps, attention gradients) were copied to
+    # contiguous on every call; the region now compiles a graph for the strides it meets, in the background
+    def f(a, b):
+        return torch.tanh(a * 2 + b)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait")
+    a, b = torch.randn(5, 3, 4, 6).permute(0, 2, 3, 1), torch.randn(5, 3, 4, 6).permute(0, 2, 3, 1)
+    with torch.no_grad():
+        jf(a.contiguous(), b.contiguous())  # the program and its contiguous graph
+        (region,) = _compiled_regions(jf)
+        before = graphs_compiled()
+        for _ in range(2):  # the first call copies and queues the compile; after the wait, the learned graph runs
+            got, want = jf(a, b), f(a, b)
+            torch.testing.assert_close(got, want)
+            assert thunder.wait_for_fusion(jf, timeout=120)
+        assert graphs_compiled() == before + 1
+        assert list(region._layouts) == [tuple(x.stride() for x in (a, b))]
+        # eager's layout for the result, which the copies lost
+        got = jf(a, b)
+        assert got.stride() == want.stride() and got.stride() != want.contiguous().stride()
+        torch.testing.assert_close(got, want)
+        # another layout: its own graph; an expanded input: copied, never compiled for
+        c = torch.randn(5, 6, 4, 3).permute(0, 2, 1, 3)
+        torch.testing.assert_close(jf(c, b.contiguous()), f(c, b.contiguous()))
+        e = torch.randn(1, 4, 6, 3).expand(5, 4, 6, 3)
+        torch.testing.assert_close(jf(e, b), f(e, b))
+        assert thunder.wait_for_fusion(jf, timeout=120)
+        assert len(region._layouts) == 2 and graphs_compiled() == before + 2
+        for x, y in ((c, b.contiguous()), (e, b), (a, b)):
+            torch.testing.assert_close(jf(x, y), f(x, y))
 
 
 def test_a_region_with_symbolic_sizes_is_not_static():

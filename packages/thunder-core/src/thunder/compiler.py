@@ -401,7 +401,8 @@ def wait_for_fusion(cd: CompileData, timeout: float | None = None) -> bool:
         if not job.done.wait(remaining):
             return False
     cd.fusion_jobs[:] = [job for job in cd.fusion_jobs if not job.done.is_set()]
-    return True
+    # (and the compiles fused regions queued for the input layouts they met: torch_compile's _InductorRegion)
+    return tiers.wait_for_compiles(deadline)
 
 
 def _dynamic_policy(cd: CompileData):
@@ -488,7 +489,7 @@ def _short(qualname: str) -> str:
 
 # Tracing uses process-wide state (the current trace, torch's "compiling" flag): one compile at a time; a
 # tracing thread goes before the background fusion worker (tiers.CompileLock).
-_compile_lock = tiers.CompileLock()
+_compile_lock = tiers.compile_lock
 
 _DEFAULT_CACHE_SIZE_LIMIT = 64
 _DEFAULT_RECOMPILE_LIMIT = 8

@@ -55,7 +55,19 @@ from thunder.core import devices, dtypes
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.symbolic import SizeProxy, hints
 
-__all__ = ["CompileLock", "FusionJob", "FUSION_MODES", "submit", "region_calls", "example_inputs"]
+__all__ = [
+    "CompileLock",
+    "FusionJob",
+    "FUSION_MODES",
+    "compile_lock",
+    "submit",
+    "submit_compile",
+    "wait_for_compiles",
+    "in_background",
+    "when_idle",
+    "region_calls",
+    "example_inputs",
+]
 
 FUSION_MODES = ("background", "wait", "off")
 
@@ -130,6 +142,10 @@ class CompileLock:
             self._release()
 
 
+# the process's compile lock: tracing holds it, and the worker holds it while it builds and compiles
+compile_lock = CompileLock()
+
+
 class FusionJob:
     """Builds a program's fused tier, compiles its slow regions and installs it.
 
@@ -156,6 +172,7 @@ class FusionJob:
         self._deadline: float | None = None  # (time.monotonic()) when a job not released yet starts anyway
         self.seconds: float | None = None
         self.uncompiled_regions = 0  # regions whose example call raised: they compile when they first run
+        self.done_callbacks: list[Callable[[], None]] = []
 
     def release(self) -> None:
         """Lets the worker start this job now."""
@@ -181,7 +198,15 @@ class FusionJob:
             _lower_switch_interval()
             with self._lock.background():
                 program = self._build()
-            for fn, args in self._regions(program):
+            calls = self._regions(program)
+            for fn, args in calls if in_background() else ():
+                # a region that can have its compile done out of process first (``prepare_compile``) does it now, the
+                # compile lock not held: this thread only waits, tracers go on, and the compile below is quick (under
+                # fusion="wait" the caller waits anyway: it compiles at once)
+                prepare = getattr(fn, "prepare_compile", None)
+                if prepare is not None and not _shutting_down:
+                    prepare(*args)
+            for fn, args in calls:
                 if _shutting_down:
                     return
                 with self._lock.background(), torch.no_grad():
@@ -198,6 +223,8 @@ class FusionJob:
         finally:
             self.seconds = time.perf_counter() - start
             self.done.set()
+            for callback in self.done_callbacks:
+                callback()
 
 
 # the thread switch interval while the worker compiles (see the module docstring); Python's default is 5 ms
@@ -211,6 +238,8 @@ _worker: threading.Thread | None = None
 _shutting_down = False
 _switch_intervals: tuple[float, float] | None = None  # (the user's, the worker's) while the worker runs
 _current: list[FusionJob | None] = [None]  # the job the worker is running or waiting to be released
+_compiles: set[FusionJob] = set()  # submit_compile's jobs not done yet
+_idle_callbacks: list[Callable[[], None]] = []
 
 
 def submit(job: FusionJob) -> None:
@@ -222,6 +251,64 @@ def submit(job: FusionJob) -> None:
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_work, name="thunder-background-fusion", daemon=True)
             _worker.start()
+
+
+class _OneCompile:
+    def __init__(self, compile_one: Callable[[], Any], prepare: Callable[[], Any] | None):
+        self._compile_one = compile_one
+        if prepare is not None:
+            self.prepare_compile = prepare
+
+    def __call__(self) -> None:
+        self._compile_one()
+
+
+def submit_compile(compile_one: Callable[[], Any], prepare: Callable[[], Any] | None = None) -> FusionJob:
+    """Queues one more compile for the worker, released at once: ``prepare()`` runs first without the compile lock
+    (see ``FusionJob.run``), then ``compile_one()`` holding it (a fused region learning a new input layout compiles
+    its graph for it this way). Their exceptions are dropped: the caller keeps what it ran before."""
+    one = _OneCompile(compile_one, prepare)
+    job = FusionJob(lambda: None, lambda _: [(one, [])], lambda _: None, lambda _: None, compile_lock)
+    with _queue_lock:
+        _compiles.add(job)
+    job.done_callbacks.append(lambda: _compiles.discard(job))
+    job.release()
+    submit(job)
+    return job
+
+
+def wait_for_compiles(deadline: float | None = None) -> bool:
+    """Waits for the compiles queued with :func:`submit_compile` (``deadline``: ``time.monotonic()``, None: no
+    limit); False if the deadline passed first."""
+    while True:
+        with _queue_lock:
+            pending = next(iter(_compiles), None)
+        if pending is None:
+            return True
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not pending.done.wait(remaining):
+            return False
+        with _queue_lock:
+            _compiles.discard(pending)
+
+
+def in_background() -> bool:
+    """Whether the calling thread is the background worker."""
+    return threading.current_thread() is _worker
+
+
+def when_idle(callback: Callable[[], None]) -> None:
+    """Calls ``callback()`` each time the worker ends because its queue is empty, and at exit (a fusion
+    executor's compile subprocess ends then)."""
+    _idle_callbacks.append(callback)
+
+
+def _run_idle_callbacks() -> None:
+    for callback in list(_idle_callbacks):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001, S110 - cleanup: nothing the caller could do
+            pass
 
 
 def _lower_switch_interval() -> None:
@@ -248,11 +335,12 @@ def _work() -> None:
                     if sys.getswitchinterval() == ours:  # (unless someone else has set it meanwhile)
                         sys.setswitchinterval(user)
                     _switch_intervals = None
-                return
+                break
             job = _queue.popleft()
             _current[0] = job
         job.run()
         _current[0] = None
+    _run_idle_callbacks()
 
 
 # at exit, how long to let the worker reach a point where it stops (between the steps of a job): a thread
@@ -269,6 +357,7 @@ def _shut_down() -> None:
     worker = _worker
     if worker is not None and worker is not threading.current_thread():
         worker.join(_EXIT_GRACE_S)
+    _run_idle_callbacks()
 
 
 atexit.register(_shut_down)

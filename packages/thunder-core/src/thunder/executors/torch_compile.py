@@ -33,6 +33,7 @@ Importing this module compiles nothing and does not import Inductor.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -47,7 +48,7 @@ from thunder.core.prims import OpTags
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.symbolic import hints
-from thunder.executors import pythonex, torchex
+from thunder.executors import inductor_subprocess, pythonex, tiers, torchex
 from thunder.executors.base import FusionExecutor
 from thunder.executors.fusion import Region, region_trace
 
@@ -162,7 +163,10 @@ class TorchCompileExecutor(FusionExecutor):
             run_region.__wrapped__ = compiled
         else:
             static = all(isinstance(p, TensorProxy) and all(isinstance(n, int) for n in p.shape) for p in region.inputs)
-            run_region = _InductorRegion(fn, static=static)
+            source = trace.python(include_decomposition=False)
+            run_region = _InductorRegion(
+                fn, static=static, portable=inductor_subprocess.PortableFunction.of(fn, source)
+            )
         run_region.__thunder_trace__ = trace
         return run_region
 
@@ -180,31 +184,107 @@ class _InductorRegion:
     dynamic sizes.
 
     A *static* region (only tensor inputs, of sizes the trace fixed: its program's prologue checks every
-    input's shape, dtype and device) has one signature: after its compile a call only makes non-contiguous
-    inputs contiguous and calls the graph (a few microseconds). A CNN's training step at batch 2 calls about a
-    hundred regions.
+    input's shape, dtype and device) has one signature: after its compile a call with contiguous inputs only
+    calls the graph (a few microseconds). A CNN's training step at batch 2 calls about a hundred regions.
+
+    A static region also learns the layouts its inputs come in. The trace does not know strides, so the first
+    graph is compiled for contiguous inputs; but a region's inputs are often permuted in a fixed way (a channels-last
+    feature map, attention gradients in ``[b, s, h, d]`` order), and copying them to contiguous each call can cost
+    more than the fusion saves. When a call meets non-contiguous inputs whose strides it has no graph for, it
+    copies them as before and queues a compile for exactly those strides on the background worker
+    (``tiers.submit_compile``, waited for by ``thunder.wait_for_fusion``); later calls with the same strides call that
+    graph. A graph is only ever called with the exact strides it was compiled for (Inductor's code assumes them),
+    and only for inputs that are dense permutations of their elements (no overlapping or expanded dims), at most
+    ``MAX_LAYOUTS`` of them.
     """
 
     MAX_SIGNATURES = 8
+    MAX_LAYOUTS = 4
 
-    def __init__(self, fn: Callable, static: bool = False):
+    def __init__(
+        self, fn: Callable, static: bool = False, portable: inductor_subprocess.PortableFunction | None = None
+    ):
         self.fn = fn
         self.static = static
+        self.portable = portable  # (fn as the compile subprocess rebuilds it; None: it cannot)
         self.compiled: dict[tuple, Callable] = {}
         self.dynamic: Callable | None = None
         self._lock = threading.Lock()
         self._graph: Callable | None = None  # a static region's compiled graph, once compiled
+        # a static region's graphs for the input strides it met (None: a compile is queued or failed)
+        self._layouts: dict[tuple, Callable | None] = {}
 
     def __call__(self, *args):
         graph = self._graph
         if graph is not None and not torch.is_grad_enabled():
-            return graph([a if a.is_contiguous() else a.contiguous() for a in args])
+            for a in args:
+                if not a.is_contiguous():
+                    return self._call_strided(graph, args)
+            return graph(list(args))
         plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in plain)
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self._compile(key, plain)
         return compiled(*plain)
+
+    def prepare_compile(self, *args) -> None:
+        """Has the compile for ``args`` (as ``__call__`` would compile it: contiguous inputs) done in the compile
+        subprocess, which fills Inductor's cache for the compile in this process (``inductor_subprocess``); called by
+        the background worker before it compiles."""
+        if all(isinstance(a, torch.Tensor) for a in args):
+            plain = [_plain(a) for a in args]
+            self._warm([(a.shape, a.stride(), a.dtype, a.device) for a in plain])
+
+    def _warm(self, examples: list) -> None:
+        if self.portable is not None and all(device.type == "cpu" for *_, device in examples):
+            inductor_subprocess.warm_cache(
+                self.portable, [(tuple(sh), tuple(st), dt, dev.type) for sh, st, dt, dev in examples]
+            )
+
+    def _call_strided(self, graph: Callable, args: tuple):
+        """A static region's call with non-contiguous inputs: the graph compiled for their strides if there is one;
+        else the contiguous graph on copies, and a compile for these strides queued (see the class docstring)."""
+        strides = tuple(a.stride() for a in args)
+        strided = self._layouts.get(strides, False)
+        if strided:
+            return strided(list(args))
+        if strided is False and len(self._layouts) < self.MAX_LAYOUTS and all(map(_dense, args)):
+            self._layouts[strides] = None
+            examples = [(a.shape, a.stride(), a.dtype, a.device) for a in args]  # (no reference to the values)
+            tiers.submit_compile(lambda: self._compile_layout(strides, examples), lambda: self._warm(examples))
+        return graph([a if a.is_contiguous() else a.contiguous() for a in args])
+
+    def _compile_layout(self, strides: tuple, examples: list) -> None:
+        inputs = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+            for shape, stride, dtype, device in examples
+        ]
+        graph = self._inductor_graph(inputs)
+        self._layouts[strides] = graph
+        global _graphs_compiled
+        _graphs_compiled += 1
+
+    def _inductor_graph(self, inputs: list) -> Callable:
+        """``self.fn`` traced to an aten graph for ``inputs`` (their sizes, strides, dtypes) and compiled by
+        Inductor: a callable taking the inputs as one list."""
+        import torch._guards
+        from torch._inductor import config as inductor_config
+        from torch._inductor.compile_fx import compile_fx_inner
+        from torch._inductor.decomposition import select_decomp_table
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        # (no size asserts in the compiled code: this wrapper and the program's prologue check what they would,
+        # and they cost ~0.7 µs per input and call)
+        _keep_rng_state_on_the_worker()
+        with torch.no_grad(), inductor_config.patch(size_asserts=False):
+            graph = make_fx(self.fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
+            # Inductor's FX graph cache needs a tracing context with a shape environment
+            fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+            with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+                return compile_fx_inner(graph, inputs)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
         with self._lock:
@@ -215,16 +295,7 @@ class _InductorRegion:
                 if self.dynamic is None:
                     self.dynamic = torch.compile(self.fn, dynamic=True)
                 return self.dynamic
-            from torch._inductor import config as inductor_config
-            from torch._inductor.compile_fx import compile_fx_inner
-            from torch._inductor.decomposition import select_decomp_table
-            from torch.fx.experimental.proxy_tensor import make_fx
-
-            # (no size asserts in the compiled code: this wrapper and the program's prologue check what they would,
-            # and they cost ~0.7 µs per input and call)
-            with torch.no_grad(), inductor_config.patch(size_asserts=False):
-                graph = make_fx(self.fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*plain)
-                graph_call = compile_fx_inner(graph, plain)
+            graph_call = self._inductor_graph(plain)
 
             def compiled(*args):
                 return graph_call(list(args))
@@ -238,6 +309,34 @@ class _InductorRegion:
 
 
 _graphs_compiled = 0
+
+
+def _keep_rng_state_on_the_worker() -> None:
+    """Makes Inductor leave the process's random number generators alone when it compiles on the background worker.
+
+    Inductor saves the generators' states before it compiles a graph and restores them after
+    (``torch._dynamo.utils.preserve_rng_state``), against compile steps that draw. A compile takes seconds; on the
+    background worker, the restore rolled back every draw the user's threads made meanwhile, which then drew the
+    same numbers again (dropout masks, data) where eager draws new ones. A region never draws (random operations
+    stay out of regions, ``_EXCLUDED_TAGS``), so on the worker the save and restore are skipped; elsewhere they
+    run as before.
+    """
+    from torch._dynamo import utils as dynamo_utils
+
+    preserve = dynamo_utils.preserve_rng_state
+    if getattr(preserve, "__thunder_worker_guard__", False):
+        return
+
+    @contextlib.contextmanager
+    def preserve_rng_state_off_the_worker():
+        if tiers.in_background():
+            yield
+        else:
+            with preserve():
+                yield
+
+    preserve_rng_state_off_the_worker.__thunder_worker_guard__ = True
+    dynamo_utils.preserve_rng_state = preserve_rng_state_off_the_worker
 
 
 def graphs_compiled() -> int:
@@ -267,6 +366,18 @@ def _largest_numel(bound_symbols) -> int:
     return largest
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill its memory in some order of its dims (contiguous, channels-last, transposed):
+    no expanded (stride 0) or overlapping dims, no gaps."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _plain(t: torch.Tensor) -> torch.Tensor:
     t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
@@ -278,3 +389,4 @@ def _has_tag(bsym: BoundSymbol, tags: tuple) -> bool:
 
 
 torch_compile_ex = TorchCompileExecutor()
+tiers.when_idle(inductor_subprocess.close)
