@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import thunder
-from thunder.executors import inductor_subprocess, tiers
+from thunder.executors import inductor_subprocess, tiers, torch_compile
 from thunder.executors.torch_compile import TorchCompileExecutor
 
 any_size = TorchCompileExecutor("torch_compile_any_size", min_region_numel=0)
@@ -54,6 +54,7 @@ def server(monkeypatch):
         monkeypatch.setattr(inductor_subprocess, "_server", s)
         return s
 
+    monkeypatch.setattr(torch_compile, "SUBPROCESS_LINGER_S", 0.5)
     yield use
     inductor_subprocess._server.close()
 
@@ -69,9 +70,15 @@ def test_a_background_compile_runs_in_the_subprocess_and_the_worker_reads_induct
     assert s.warmed >= 1
     # the worker's own compiles read what the subprocess wrote
     assert counters["inductor"]["fxgraph_cache_hit"] - hits == s.warmed
-    # the subprocess ends with the worker's work: no process outlives it
+    # the subprocess ends shortly after the worker's work: no process outlives it
     _wait_for_the_worker_to_end()
+    proc = s._proc
+    deadline = time.monotonic() + torch_compile.SUBPROCESS_LINGER_S + 30
+    while s._proc is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert s._proc is None
+    if proc is not None:
+        proc.wait(timeout=30)
 
 
 def test_a_subprocess_that_fails_leaves_the_compile_to_the_worker(server):

@@ -15,8 +15,9 @@ done. The subprocess is only an accelerator: whatever fails there (it cannot sta
 its compile raises, it dies), the worker compiles in process as before, and after a crash the subprocess is not
 used again.
 
-The subprocess runs while the worker has work: :func:`close` ends it when the worker's queue is empty, and at
-exit. It imports PyTorch and thunder (this file runs as a script in it).
+The subprocess starts when a background job is queued (its imports, seconds, then overlap the first call) and
+ends a few seconds (``torch_compile.SUBPROCESS_LINGER_S``) after the worker's queue is empty (a fused program's first calls queue compiles for the input
+layouts its regions meet), and at exit. It imports PyTorch and thunder (this file runs as a script in it).
 
 It only uses the CPU time the user's program leaves (see ``_lowest_priority``): a program that keeps every core
 busy (PyTorch's intra-op threads spin while they wait) runs at nearly its unfused speed while its fusion compiles,
@@ -29,6 +30,7 @@ Set ``THUNDER_INDUCTOR_SUBPROCESS=0`` to compile in process.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import struct
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["PortableFunction", "warm_cache", "close", "compiles_warmed"]
+__all__ = ["PortableFunction", "warm_cache", "start", "close", "close_after", "compiles_warmed"]
 
 _HEADER = struct.Struct("<Q")
 
@@ -139,6 +141,7 @@ class _Server:
     def __init__(self, command: list[str] | None = None, lowest_priority: bool = True):
         self.command = command or [sys.executable, "-u", os.path.abspath(__file__)]
         self.lowest_priority = lowest_priority
+        self._closer: threading.Timer | None = None  # (close_after's timer)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self.broken = os.environ.get("THUNDER_INDUCTOR_SUBPROCESS", "1") == "0"
@@ -160,6 +163,7 @@ class _Server:
     def warm_cache(self, region: PortableFunction, inputs_meta: list) -> bool:
         import torch
 
+        self._cancel_close()
         with self._lock:
             if self.broken:
                 return False
@@ -206,11 +210,43 @@ class _Server:
             proc.stdout.close()
 
     def close(self) -> None:
+        self._cancel_close()
         with self._lock:
             self._stop()
 
+    def start(self) -> None:
+        """Starts the subprocess now if it is not running (its imports take seconds: at the idle priority, they
+        cost the caller nothing), and keeps it."""
+        self._cancel_close()
+        if self.broken or not self._lock.acquire(blocking=False):
+            return  # (a request in flight: it runs)
+        try:
+            self._start()
+        except Exception:  # noqa: BLE001 - cannot start: compile in process
+            self.broken = True
+        finally:
+            self._lock.release()
+
+    def close_after(self, seconds: float) -> None:
+        """Ends the subprocess after ``seconds`` unless it is used again before."""
+        self._cancel_close()
+        timer = threading.Timer(seconds, self._close_if_unused)
+        timer.daemon = True
+        self._closer = timer
+        timer.start()
+
+    def _close_if_unused(self) -> None:
+        if self._closer is threading.current_thread():
+            self.close()
+
+    def _cancel_close(self) -> None:
+        timer, self._closer = self._closer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+
 
 _server = _Server()
+atexit.register(_server.close)
 
 
 def warm_cache(region: PortableFunction, inputs_meta: list) -> bool:
@@ -223,6 +259,17 @@ def warm_cache(region: PortableFunction, inputs_meta: list) -> bool:
 def close() -> None:
     """Ends the compile subprocess if it runs (the next :func:`warm_cache` starts a new one)."""
     _server.close()
+
+
+def start() -> None:
+    """Starts the compile subprocess ahead of the compiles (a background job about to start)."""
+    _server.start()
+
+
+def close_after(seconds: float) -> None:
+    """Ends the compile subprocess after ``seconds`` unless a compile uses it before (the worker ran out of work,
+    and the first calls of the program it fused may queue more)."""
+    _server.close_after(seconds)
 
 
 def compiles_warmed() -> int:

@@ -65,6 +65,7 @@ __all__ = [
     "wait_for_compiles",
     "in_background",
     "when_idle",
+    "when_submitted",
     "region_calls",
     "example_inputs",
 ]
@@ -240,12 +241,14 @@ _switch_intervals: tuple[float, float] | None = None  # (the user's, the worker'
 _current: list[FusionJob | None] = [None]  # the job the worker is running or waiting to be released
 _compiles: set[FusionJob] = set()  # submit_compile's jobs not done yet
 _idle_callbacks: list[Callable[[], None]] = []
+_submit_callbacks: list[Callable[[], None]] = []
 
 
 def submit(job: FusionJob) -> None:
     """Queues ``job`` for the background worker (started if it is not running). The worker starts it once it is
     released (``FusionJob.release``, ``FusionJob.hold_until``)."""
     global _worker
+    _run_idle_callbacks(_submit_callbacks)
     with _queue_lock:
         _queue.append(job)
         if _worker is None or not _worker.is_alive():
@@ -297,14 +300,19 @@ def in_background() -> bool:
     return threading.current_thread() is _worker
 
 
+def when_submitted(callback: Callable[[], None]) -> None:
+    """Calls ``callback()`` each time a job is queued (a fusion executor's compile subprocess starts then)."""
+    _submit_callbacks.append(callback)
+
+
 def when_idle(callback: Callable[[], None]) -> None:
     """Calls ``callback()`` each time the worker ends because its queue is empty, and at exit (a fusion
     executor's compile subprocess ends then)."""
     _idle_callbacks.append(callback)
 
 
-def _run_idle_callbacks() -> None:
-    for callback in list(_idle_callbacks):
+def _run_idle_callbacks(callbacks=None) -> None:
+    for callback in list(_idle_callbacks if callbacks is None else callbacks):
         try:
             callback()
         except Exception:  # noqa: BLE001, S110 - cleanup: nothing the caller could do

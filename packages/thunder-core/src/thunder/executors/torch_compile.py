@@ -61,6 +61,9 @@ _EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "op
 # the backwards of matrix products and convolutions: PyTorch's kernels, as the products themselves (rule 1)
 _PRODUCT_BACKWARDS = frozenset({"convolution_backward"})
 
+# how long the compile subprocess waits for more work once the background worker has none
+SUBPROCESS_LINGER_S = 10.0
+
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
 MIN_REGION_NUMEL = 65536  # 2**16: 256 KiB of float32
 
@@ -389,4 +392,7 @@ def _has_tag(bsym: BoundSymbol, tags: tuple) -> bool:
 
 
 torch_compile_ex = TorchCompileExecutor()
-tiers.when_idle(inductor_subprocess.close)
+# the compile subprocess starts with a background job, and outlives the worker's work briefly: the fused program's
+# first calls queue graphs for the layouts of its regions' inputs
+tiers.when_submitted(inductor_subprocess.start)
+tiers.when_idle(lambda: inductor_subprocess.close_after(SUBPROCESS_LINGER_S))
