@@ -123,6 +123,11 @@ def test_the_subprocess_runs_in_the_idle_scheduling_class():
         proc = s._start()
         assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
         assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 19
+        s.prioritize(True)  # (thunder.wait_for_fusion: normal priority where the system allows it)
+        if os.geteuid() == 0:
+            assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
+        s.prioritize(False)
+        assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
     finally:
         s.close()
     assert s._proc is None and proc.poll() is not None

@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_leaves
 
 from thunder.core.trace import TraceCtx, TraceProvenance
 from thunder.entry_point import make_entry_point
-from thunder.executors import tiers
+from thunder.executors import inductor_subprocess, tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.buffer_reuse import reuse_dead_buffers
 from thunder.executors.passes import claim_executors, dce, del_last_used
@@ -394,6 +394,11 @@ def _release_after_first_call(entry: CacheEntry, result, call_seconds: float) ->
 
 def wait_for_fusion(cd: CompileData, timeout: float | None = None) -> bool:
     """Waits until the background fusion of ``cd``'s programs has finished; ``False`` if ``timeout`` ran out."""
+    with inductor_subprocess.prioritized():  # (the caller waits: the compile subprocess may take the cores)
+        return _wait_for_fusion(cd, timeout)
+
+
+def _wait_for_fusion(cd: CompileData, timeout: float | None) -> bool:
     deadline = None if timeout is None else time.monotonic() + timeout
     for job in list(cd.fusion_jobs):
         job.release()

@@ -19,9 +19,10 @@ The subprocess starts when a background job is queued (its imports, seconds, the
 ends a few seconds (``torch_compile.SUBPROCESS_LINGER_S``) after the worker's queue is empty (a fused program's first calls queue compiles for the input
 layouts its regions meet), and at exit. It imports PyTorch and thunder (this file runs as a script in it).
 
-It only uses the CPU time the user's program leaves (see ``_lowest_priority``): a program that keeps every core
+It only uses the CPU time the user's program leaves (see ``_set_priority``): a program that keeps every core
 busy (PyTorch's intra-op threads spin while they wait) runs at nearly its unfused speed while its fusion compiles,
-and the fused program arrives when the program pauses, or at once when it calls ``thunder.wait_for_fusion``.
+and the fused program arrives when the program pauses, or at once when it calls ``thunder.wait_for_fusion``
+(which lets the subprocess run at normal priority while it waits, where the system allows it).
 On the 4-layer LitGPT training step (2 cores, 2 threads, a fresh Inductor cache), 100 steps took 11.9 s against
 9.8 s for plain ``thunder.jit``; compiling in process, 24.5 s against eager's 9.2 s.
 
@@ -31,6 +32,7 @@ Set ``THUNDER_INDUCTOR_SUBPROCESS=0`` to compile in process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import struct
@@ -38,7 +40,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["PortableFunction", "warm_cache", "start", "close", "close_after", "compiles_warmed"]
+__all__ = ["PortableFunction", "warm_cache", "start", "close", "close_after", "prioritized", "compiles_warmed"]
 
 _HEADER = struct.Struct("<Q")
 
@@ -123,16 +125,20 @@ def _resolve(module: str, qualname: str):
     return obj
 
 
-def _lowest_priority() -> None:  # pragma: no cover - runs in the child before it executes
-    """The compiler takes only the cores the user's threads leave: the idle scheduling class where Linux has it
-    (it runs only when nothing else would), else the lowest ``nice`` (it still took slices from the user's OpenMP
-    threads, and a parallel kernel waits for its slowest thread)."""
-    os.nice(19)
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except OSError:
-            pass
+def _set_priority(pid: int, lowest: bool) -> None:
+    """The compiler takes only the cores the user's threads leave (``lowest``): the idle scheduling class where
+    Linux has it (it runs only when nothing else would), and the lowest ``nice`` (which alone still took slices
+    from the user's OpenMP threads, and a parallel kernel waits for its slowest thread). Or back to normal, where
+    the system lets it (while the user waits for the compiles). Set from this process, after the start: in the
+    child before its ``exec``, the idle class kept ``Popen`` waiting for seconds on a busy machine."""
+    try:
+        if hasattr(os, "SCHED_IDLE"):
+            policy = os.SCHED_IDLE if lowest else os.SCHED_OTHER
+            os.sched_setscheduler(pid, policy, os.sched_param(0))
+        if hasattr(os, "setpriority"):
+            os.setpriority(os.PRIO_PROCESS, pid, 19 if lowest else 0)
+    except OSError:  # (not allowed: raising a process's priority may need privileges)
+        pass
 
 
 class _Server:
@@ -149,16 +155,19 @@ class _Server:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            preexec = _lowest_priority if self.lowest_priority and hasattr(os, "nice") else None
             self._proc = subprocess.Popen(
-                self.command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=preexec,
-                close_fds=True,
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True
             )
+            if self.lowest_priority:
+                _set_priority(self._proc.pid, lowest=True)
         return self._proc
+
+    def prioritize(self, waiting: bool) -> None:
+        """While the user waits for the compiles (``waiting``), the subprocess runs at normal priority if the system
+        lets it; after, at the lowest again."""
+        proc = self._proc
+        if proc is not None and self.lowest_priority and proc.poll() is None:
+            _set_priority(proc.pid, lowest=not waiting)
 
     def warm_cache(self, region: PortableFunction, inputs_meta: list) -> bool:
         import torch
@@ -264,6 +273,16 @@ def close() -> None:
 def start() -> None:
     """Starts the compile subprocess ahead of the compiles (a background job about to start)."""
     _server.start()
+
+
+@contextlib.contextmanager
+def prioritized():
+    """Within: the compile subprocess runs at normal priority (``thunder.wait_for_fusion``: the user waits)."""
+    _server.prioritize(True)
+    try:
+        yield
+    finally:
+        _server.prioritize(False)
 
 
 def close_after(seconds: float) -> None:
