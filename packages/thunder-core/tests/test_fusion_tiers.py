@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 import thunder
 from thunder.executors import pythonex, tiers, torchex
 from thunder.executors.fusion import region_trace
-from thunder.executors.torch_compile import graphs_compiled, torch_compile_ex
+from thunder.executors.torch_compile import TorchCompileExecutor, graphs_compiled, torch_compile_ex
 from thunder.extend import FusionExecutor
 
 
@@ -542,3 +542,29 @@ def test_the_users_random_draws_during_a_background_compile_are_not_replayed():
     assert len(draws) > 10
     for got, want in zip(draws, expected):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+_any_size_inductor = TorchCompileExecutor("torch_compile_any_size_tiers", min_region_numel=0)
+
+
+@settings(max_examples=12, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(frozenset({"elementwise", "broadcast", "view", "view_inputs", "reduction", "softmax", "detach"})))
+def test_inductor_regions_and_the_layouts_they_learn_give_eager_answers_on_random_programs(program):
+    # real Inductor regions on every region (min_region_numel=0); strided arguments make a region learn their
+    # layout on the first fused call and call the graph compiled for it from the next
+    fn = program.make_function()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = _outputs_and_grads(fn, program.make_inputs())
+        except Exception:  # eager rejects the program: nothing to compare
+            return
+        jf = thunder.jit(fn, executors=[_any_size_inductor, *thunder.get_default_executors()], fusion="wait")
+        for _ in range(3):
+            actual = _outputs_and_grads(jf, program.make_inputs())
+            assert thunder.wait_for_fusion(jf, timeout=300)
+            for got, want in zip(actual, expected):
+                assert len(got) == len(want), program.repro()
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype, program.repro()
+                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")

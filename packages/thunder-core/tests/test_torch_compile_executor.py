@@ -268,15 +268,23 @@ def test_a_static_region_learns_the_layouts_of_its_inputs_and_calls_a_graph_comp
         got = jf(a, b)
         assert got.stride() == want.stride() and got.stride() != want.contiguous().stride()
         torch.testing.assert_close(got, want)
-        # another layout: its own graph; an expanded input: copied, never compiled for
+        # other layouts, each its own graph: a permutation, an expanded input (read in place, not materialised)
         c = torch.randn(5, 6, 4, 3).permute(0, 2, 1, 3)
         torch.testing.assert_close(jf(c, b.contiguous()), f(c, b.contiguous()))
         e = torch.randn(1, 4, 6, 3).expand(5, 4, 6, 3)
         torch.testing.assert_close(jf(e, b), f(e, b))
         assert thunder.wait_for_fusion(jf, timeout=120)
-        assert len(region._layouts) == 2 and graphs_compiled() == before + 2
+        assert len(region._layouts) == 3 and graphs_compiled() == before + 3
         for x, y in ((c, b.contiguous()), (e, b), (a, b)):
             torch.testing.assert_close(jf(x, y), f(x, y))
+        # no more than MAX_LAYOUTS: then copies, as before
+        s = torch.randn(5, 8, 6, 3)[:, ::2]
+        torch.testing.assert_close(jf(s, b), f(s, b))
+        assert thunder.wait_for_fusion(jf, timeout=120)
+        assert len(region._layouts) == region.MAX_LAYOUTS == 4
+        t = torch.randn(5, 4, 6, 6)[..., ::2]
+        torch.testing.assert_close(jf(t, b), f(t, b))
+        assert len(region._layouts) == 4 and graphs_compiled() == before + 4
 
 
 def test_a_region_with_symbolic_sizes_is_not_static():

@@ -196,9 +196,9 @@ class _InductorRegion:
     more than the fusion saves. When a call meets non-contiguous inputs whose strides it has no graph for, it
     copies them as before and queues a compile for exactly those strides on the background worker
     (``tiers.submit_compile``, waited for by ``thunder.wait_for_fusion``); later calls with the same strides call that
-    graph. A graph is only ever called with the exact strides it was compiled for (Inductor's code assumes them),
-    and only for inputs that are dense permutations of their elements (no overlapping or expanded dims), at most
-    ``MAX_LAYOUTS`` of them.
+    graph. A graph is only ever called with the exact strides it was compiled for (Inductor's code assumes them);
+    a region learns at most ``MAX_LAYOUTS`` of them. Expanded inputs (a sum's cotangent) count: a region only
+    reads its inputs, and reading an expanded one in place spares materialising it.
     """
 
     MAX_SIGNATURES = 8
@@ -252,7 +252,7 @@ class _InductorRegion:
         strided = self._layouts.get(strides, False)
         if strided:
             return strided(list(args))
-        if strided is False and len(self._layouts) < self.MAX_LAYOUTS and all(map(_dense, args)):
+        if strided is False and len(self._layouts) < self.MAX_LAYOUTS:
             self._layouts[strides] = None
             examples = [(a.shape, a.stride(), a.dtype, a.device) for a in args]  # (no reference to the values)
             tiers.submit_compile(lambda: self._compile_layout(strides, examples), lambda: self._warm(examples))
@@ -367,18 +367,6 @@ def _largest_numel(bound_symbols) -> int:
             if isinstance(p, TensorProxy):
                 largest = max(largest, math.prod(hints(p.shape)))
     return largest
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s elements fill its memory in some order of its dims (contiguous, channels-last, transposed):
-    no expanded (stride 0) or overlapping dims, no gaps."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
