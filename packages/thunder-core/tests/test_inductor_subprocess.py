@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -131,3 +132,40 @@ def test_the_subprocess_runs_in_the_idle_scheduling_class():
     finally:
         s.close()
     assert s._proc is None and proc.poll() is not None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from Linux's /proc")
+def test_a_process_exiting_while_the_subprocess_compiles_exits_promptly(tmp_path):
+    # the worker waits for the subprocess's reply; at exit the subprocess is killed rather than waited for
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import time, torch, thunder\n"
+        "from thunder.executors import inductor_subprocess\n"
+        "def f(a):\n"
+        "    return torch.tanh(a * 1.8125 + 1) * a.exp()\n"
+        "jf = thunder.jit(f, executors=['torch_compile', *thunder.get_default_executors()])\n"
+        "jf(torch.randn(512, 256))\n"
+        "deadline = time.monotonic() + 60\n"
+        "while inductor_subprocess._server._proc is None and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print('pid', inductor_subprocess._server._proc.pid, flush=True)\n"
+    )
+    start = time.monotonic()
+    env = {**os.environ, "THUNDER_INDUCTOR_SUBPROCESS": "1"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    assert time.monotonic() - start < 60
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # (a zombie has exited)
+        return stat.read().split()[2] != "Z"

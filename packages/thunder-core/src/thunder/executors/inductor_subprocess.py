@@ -255,7 +255,15 @@ class _Server:
 
 
 _server = _Server()
-atexit.register(_server.close)
+
+
+@atexit.register
+def _kill_at_exit() -> None:
+    # (without the lock: the worker may be waiting for a reply, and an exiting process does not wait for compiles)
+    _server._cancel_close()
+    proc = _server._proc
+    if proc is not None and proc.poll() is None:
+        proc.kill()
 
 
 def warm_cache(region: PortableFunction, inputs_meta: list) -> bool:
