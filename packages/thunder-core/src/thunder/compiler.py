@@ -39,6 +39,7 @@ from thunder.module import check_jittable_module
 from thunder.tracing.program import trace_program
 from thunder.tracing.prologue import MISS, size_local
 from thunder.tracing.version_counters import versions_after, versions_before
+from thunder.transforms.conv_layout import channels_last_convolutions
 from thunder.transforms.split import make_autograd_callable, split_forward_backward
 
 __all__ = ["CacheOption", "CompileData", "CompileStats", "CacheEntry", "make_compiled"]
@@ -185,6 +186,10 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
             trace = rewritten
             _stamp(trace, f"Rewritten by the {ex.name} executor", t0)
             traces.append(trace)
+    laid_out = channels_last_convolutions(trace, _conv_layout(cd))
+    if laid_out is not trace:
+        trace = laid_out
+        traces.append(trace)
     for transform in cd.transforms:
         t0 = time.perf_counter_ns()
         trace = transform(trace)
@@ -287,6 +292,16 @@ def _executable_program(
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
     return _Executable(computation, traces, backward_traces, claim_ns, t0)
+
+
+def _conv_layout(cd: CompileData) -> str:
+    return cd.get_compile_option(
+        "conv_layout",
+        "the memory format of convolution chains: 'auto' (the default: channels-last on the CPU for networks with "
+        "grouped convolutions, whose kernels are faster in it; thunder/transforms/conv_layout.py), 'channels_last' "
+        "(any network with 2-D convolutions) or 'as_given' (the inputs' own)",
+        "auto",
+    )  # (channels_last_convolutions checks the value, naming conv_layout=)
 
 
 def _recompute_mode(cd: CompileData) -> str:

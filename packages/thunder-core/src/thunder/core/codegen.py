@@ -141,6 +141,8 @@ def _source_comment(source) -> str | None:
 
 
 def _emit_bsym(bsym: BoundSymbol, lines: list, indent: int, printer: _Printer, include_decomposition: bool):
+    if bsym.header:  # (why a pass put this call here)
+        lines.append(f"{_INDENT * indent}# {bsym.header}")
     lines.extend(bsym_lines(bsym, indent, printer))
     if include_decomposition and bsym.sym.python_printer is None:
         _emit_subsymbols(bsym, lines, indent + 1, printer)

@@ -238,7 +238,16 @@ def pad(a, padding_value, padding_config):
 
 
 def stride_order(a, order):
-    return a.contiguous()
+    if order == (3, 0, 2, 1):
+        return a.contiguous(memory_format=torch.channels_last)
+    if order == (4, 0, 3, 2, 1):
+        return a.contiguous(memory_format=torch.channels_last_3d)
+    if list(order) == sorted(order, reverse=True):
+        return a.contiguous()
+    # (dims from the largest stride to the smallest): a copy laid out in that order, seen in a's dim order
+    outer_to_inner = sorted(range(a.ndim), key=lambda d: -order[d])
+    laid_out = a.permute(outer_to_inner).contiguous()
+    return laid_out.permute([outer_to_inner.index(d) for d in range(a.ndim)])
 
 
 def take(a, index, dim):

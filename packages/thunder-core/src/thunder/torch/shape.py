@@ -97,11 +97,22 @@ register_torch_alias(T.mT.__get__, _matrix_transpose)
 register_torch_alias(T.mH.__get__, _adjoint)
 
 
+# the stride order (each dim's rank among the strides, the largest stride ranking highest) of a memory format
+_CHANNELS_LAST_ORDER = {4: (3, 0, 2, 1), 5: (4, 0, 3, 2, 1)}
+
+
 @torchsymbol(T.contiguous, method_name="contiguous", tags=("alias",))
 def contiguous(a, *, memory_format=torch.contiguous_format):
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        rank = 4 if memory_format is torch.channels_last else 5
+        check(
+            a.ndim == rank,
+            lambda: f"required rank {rank} tensor to use {memory_format} format, got a tensor of rank {a.ndim}",
+        )
+        return prims.stride_order(a, _CHANNELS_LAST_ORDER[rank])
     check(
         memory_format in (torch.contiguous_format, torch.preserve_format),
-        "only torch.contiguous_format is supported",
+        lambda: f"contiguous(memory_format={memory_format}) is not supported",
         NotImplementedError,
     )
     return prims.stride_order(a, tuple(reversed(range(a.ndim))))

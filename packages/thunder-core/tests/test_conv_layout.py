@@ -1,0 +1,159 @@
+"""Channels-last convolution chains (thunder.transforms.conv_layout): which programs get them, and that they
+change nothing but speed: outputs, their strides, gradients and BatchNorm statistics as eager's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+from thunder.transforms.conv_layout import CONVOLUTIONS_PER_CONVERSION
+
+
+def _converts(jm) -> bool:
+    return any("memory_format=torch.channels_last" in str(t) for t in thunder.last_traces(jm))
+
+
+class _Grouped(torch.nn.Module):
+    """A MobileNet-like stack: a stem, then depthwise (or grouped) and pointwise convolutions with BatchNorm."""
+
+    def __init__(self, groups="depthwise", blocks=3, c=8, feature_map=False, view_after=False):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, padding=1, bias=False)
+        g = c if groups == "depthwise" else groups
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Conv2d(c, c, 3, padding=1, groups=g, bias=False),
+                torch.nn.BatchNorm2d(c),
+                torch.nn.ReLU6(inplace=True),
+                torch.nn.Conv2d(c, c, 1, bias=False),
+                torch.nn.BatchNorm2d(c),
+            )
+            for _ in range(blocks)
+        )
+        self.fc = torch.nn.Linear(c, 5)
+        self.feature_map, self.view_after = feature_map, view_after
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = x + block(x)
+        if self.view_after:  # a consumer that needs eager's layout: a view of the spatial map
+            x = x.view(x.shape[0], x.shape[1], -1).mean(-1)
+            return self.fc(x)
+        if self.feature_map:
+            return x, self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _step(model, x):
+    out = model(x)
+    outs = out if isinstance(out, tuple) else (out,)
+    sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape)).sum() for o in outs).backward()
+    return outs
+
+
+def _matches_eager(model, x, **jit_options):
+    """Two training steps of ``model`` under thunder.jit and of its copy in eager, in float64: outputs and their
+    strides, gradients, BatchNorm statistics. Returns the jitted model."""
+    model = model.double()
+    eager, mine = model, copy.deepcopy(model)
+    jm = thunder.jit(mine, **jit_options)
+    for _ in range(2):
+        want, got = _step(eager, x.double()), _step(jm, x.double())
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride()
+        for (name, pe), pm in zip(eager.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(pm.grad, pe.grad, msg=lambda m, name=name: f"grad of {name}: {m}")
+            pe.grad = pm.grad = None
+        for be, bm in zip(eager.buffers(), mine.buffers()):
+            torch.testing.assert_close(bm, be)
+    return jm
+
+
+@pytest.mark.parametrize("groups", ["depthwise", 2], ids=["depthwise", "grouped"])
+def test_a_grouped_convolution_network_runs_channels_last_with_eagers_answers(groups):
+    jm = _matches_eager(_Grouped(groups), torch.randn(2, 3, 10, 10))
+    assert _converts(jm)
+    # one conversion in, none of a feature map back (the pooled [N, C, 1, 1] map goes back before flatten)
+    code = [line for line in str(thunder.last_traces(jm)[-1]).splitlines() if not line.strip().startswith("#")]
+    assert sum("memory_format=torch.channels_last)" in line for line in code) == 1
+
+
+def test_a_dense_convolution_network_is_left_as_given():
+    class Dense(_Grouped):
+        def __init__(self):
+            super().__init__(groups=1)
+
+    jm = _matches_eager(Dense(), torch.randn(2, 3, 10, 10))
+    assert not _converts(jm)
+    # unless asked
+    jm = _matches_eager(Dense(), torch.randn(2, 3, 10, 10), conv_layout="channels_last")
+    assert _converts(jm)
+
+
+def test_as_given_never_converts_and_a_bad_value_names_the_option():
+    jm = _matches_eager(_Grouped(), torch.randn(2, 3, 10, 10), conv_layout="as_given")
+    assert not _converts(jm)
+    with pytest.raises(ValueError, match="conv_layout='nchw'"):
+        thunder.jit(_Grouped(), conv_layout="nchw")(torch.randn(2, 3, 10, 10))
+
+
+def test_a_returned_feature_map_has_eagers_layout():
+    # (a conversion back of a feature map: enough convolutions to pay for it, CONVOLUTIONS_PER_CONVERSION)
+    jm = _matches_eager(_Grouped(blocks=4, feature_map=True), torch.randn(2, 3, 10, 10))  # (checks the strides)
+    assert _converts(jm)
+
+
+def test_a_channels_last_input_is_used_as_it_is():
+    x = torch.randn(2, 3, 10, 10).contiguous(memory_format=torch.channels_last)
+    _matches_eager(_Grouped(), x)
+
+
+def test_a_view_of_a_spatial_map_gets_it_back_in_eagers_layout():
+    # x.view(N, C, -1) of a channels-last map would raise: the map goes back to contiguous first
+    jm = _matches_eager(_Grouped(blocks=4, view_after=True), torch.randn(2, 3, 10, 10))
+    assert _converts(jm)
+
+
+def test_a_network_leaving_the_chain_after_each_convolution_is_left_as_given():
+    # ConvNeXt's blocks permute the map after their depthwise convolution (LayerNorm, MLP): a conversion back
+    # per block would cost what the format saves
+    class Permuting(torch.nn.Module):
+        def __init__(self, c=8, blocks=3):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, c, 2, stride=2)
+            self.dw = torch.nn.ModuleList(torch.nn.Conv2d(c, c, 7, padding=3, groups=c) for _ in range(blocks))
+            self.norm = torch.nn.LayerNorm(c)
+
+        def forward(self, x):
+            x = self.stem(x)
+            for dw in self.dw:
+                x = x + self.norm(dw(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return x.mean((2, 3))
+
+    assert CONVOLUTIONS_PER_CONVERSION > 1
+    jm = _matches_eager(Permuting(), torch.randn(2, 3, 16, 16))
+    assert not _converts(jm)
+
+
+def test_contiguous_with_a_memory_format_matches_eager():
+    def f(x):
+        y = x.contiguous(memory_format=torch.channels_last)
+        return y * 2, y.contiguous(), y
+
+    x = torch.randn(2, 3, 4, 5, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    got, want = thunder.jit(f)(x), f(xe)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
+    sum(o.sum() for o in got).backward()
+    sum(o.sum() for o in want).backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    with pytest.raises(RuntimeError, match="rank 4"):
+        thunder.jit(f)(torch.randn(3, 4, 5))
