@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 
 import thunder
+from thunder.extend import FusionExecutor
 from thunder.transforms.conv_layout import CONVOLUTIONS_PER_CONVERSION
+
+# a fusion executor in the list is what makes "auto" apply (the user chose a compiler's numbers); this one fuses
+# nothing, so the tests see the layout pass alone
+_FUSING = [FusionExecutor("test_fuses_nothing"), *thunder.get_default_executors()]
 
 
 def _converts(jm) -> bool:
@@ -57,11 +62,12 @@ def _step(model, x):
 
 
 def _matches_eager(model, x, **jit_options):
-    """Two training steps of ``model`` under thunder.jit and of its copy in eager, in float64: outputs and their
-    strides, gradients, BatchNorm statistics. Returns the jitted model."""
+    """Two training steps of ``model`` under thunder.jit (with a fusion executor unless ``executors=`` says
+    otherwise) and of its copy in eager, in float64: outputs and their strides, gradients, BatchNorm statistics.
+    Returns the jitted model."""
     model = model.double()
     eager, mine = model, copy.deepcopy(model)
-    jm = thunder.jit(mine, **jit_options)
+    jm = thunder.jit(mine, **{"executors": _FUSING, **jit_options})
     for _ in range(2):
         want, got = _step(eager, x.double()), _step(jm, x.double())
         for g, w in zip(got, want):
@@ -84,6 +90,15 @@ def test_a_grouped_convolution_network_runs_channels_last_with_eagers_answers(gr
     assert sum("memory_format=torch.channels_last)" in line for line in code) == 1
 
 
+def test_the_default_executors_keep_eagers_layout_and_numbers():
+    # channels-last float32 gradients sum in another order (single-threaded, far less accurately where they cancel):
+    # without a fusion executor, thunder keeps eager's layout
+    jm = _matches_eager(_Grouped(), torch.randn(2, 3, 10, 10), executors=thunder.get_default_executors())
+    assert not _converts(jm)
+    jm = _matches_eager(_Grouped(), torch.randn(2, 3, 10, 10), executors=None, conv_layout="channels_last")
+    assert _converts(jm)
+
+
 def test_a_dense_convolution_network_is_left_as_given():
     class Dense(_Grouped):
         def __init__(self):
@@ -100,7 +115,7 @@ def test_as_given_never_converts_and_a_bad_value_names_the_option():
     jm = _matches_eager(_Grouped(), torch.randn(2, 3, 10, 10), conv_layout="as_given")
     assert not _converts(jm)
     with pytest.raises(ValueError, match="conv_layout='nchw'"):
-        thunder.jit(_Grouped(), conv_layout="nchw")(torch.randn(2, 3, 10, 10))
+        thunder.jit(_Grouped(), executors=_FUSING, conv_layout="nchw")(torch.randn(2, 3, 10, 10))
 
 
 def test_a_returned_feature_map_has_eagers_layout():

@@ -83,7 +83,10 @@ def jit(
             ``dynamic=False`` keeps sizes numbers (one program per size), ``dynamic=True`` makes them symbolic
             from the first call; ``recompute="reshapes"`` keeps every elementwise value the backward reads
             from the forward, as eager autograd does (the default ``"elementwise"`` recomputes them from saved
-            values: less memory, more kernels where nothing fuses them).
+            values: less memory, more kernels where nothing fuses them); ``conv_layout="as_given"`` keeps
+            convolution chains in their inputs' memory format (the default ``"auto"``, with a fusion executor,
+            runs networks with grouped convolutions in channels-last on the CPU; ``"channels_last"`` any network
+            with 2-D convolutions: ``thunder.transforms.conv_layout``).
 
     Returns:
         A callable with the signature of ``fn``.

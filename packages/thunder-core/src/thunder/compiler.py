@@ -186,7 +186,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
             trace = rewritten
             _stamp(trace, f"Rewritten by the {ex.name} executor", t0)
             traces.append(trace)
-    laid_out = channels_last_convolutions(trace, _conv_layout(cd))
+    fusing = any(isinstance(ex, FusionExecutor) for ex in cd.executors)
+    laid_out = channels_last_convolutions(trace, _conv_layout(cd), fusing)
     if laid_out is not trace:
         trace = laid_out
         traces.append(trace)
@@ -297,9 +298,9 @@ def _executable_program(
 def _conv_layout(cd: CompileData) -> str:
     return cd.get_compile_option(
         "conv_layout",
-        "the memory format of convolution chains: 'auto' (the default: channels-last on the CPU for networks with "
-        "grouped convolutions, whose kernels are faster in it; thunder/transforms/conv_layout.py), 'channels_last' "
-        "(any network with 2-D convolutions) or 'as_given' (the inputs' own)",
+        "the memory format of convolution chains: 'auto' (the default: with a fusion executor, channels-last on the "
+        "CPU for networks with grouped convolutions, whose kernels are faster in it; thunder/transforms/"
+        "conv_layout.py), 'channels_last' (any network with 2-D convolutions) or 'as_given' (the inputs' own)",
         "auto",
     )  # (channels_last_convolutions checks the value, naming conv_layout=)
 

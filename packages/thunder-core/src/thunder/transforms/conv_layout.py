@@ -9,8 +9,14 @@ torchvision's RegNetY-400MF 0.64 against 0.96, ResNet-18 2.22 against 1.00 (``be
 batch 2, process CPU time). Inductor runs every CPU convolution graph in channels-last, which is why
 ``torch.compile`` wins on the grouped networks (MobileNetV2 0.74) and loses on ResNet-18 (1.86).
 
-So with ``thunder.jit(..., conv_layout="auto")`` (the default), a program with a grouped 2-D convolution
-(``groups > 1``) on the CPU gets, before each such convolution's and each dense convolution's input that is not
+But their float32 sums run in another order, and single-threaded, PyTorch's channels-last weight and BatchNorm
+gradients are far less accurate where a gradient cancels to a small result: MobileNetV2's stem weight gradient
+(largest entry 1027) is 20 away from the float64 one in channels-last, 0.12 contiguous (one thread; 0.18 and 0.10
+with two). ``torch.compile`` accepts that; the default executors keep eager's layout and so eager's numbers.
+
+So with ``thunder.jit(..., conv_layout="auto")`` (the default), when a fusion executor is in the executor list
+(the user chose a compiler's numbers, as with ``torch.compile``: ``thunder.discover()`` on the CPU), a program
+with a grouped 2-D convolution (``groups > 1``) on the CPU gets, before each such convolution's and each dense convolution's input that is not
 channels-last already, a conversion to channels-last. PyTorch's kernels then give the results of convolutions,
 batch norms, elementwise operations and pooling the same layout, so the layout flows through the network; before
 any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
@@ -110,23 +116,24 @@ def _feature_map(p) -> bool:
     return isinstance(p, TensorProxy) and p.ndim == 4 and int(p.shape[2]) * int(p.shape[3]) > 1
 
 
-def _applies(trace: TraceCtx, mode: str) -> bool:
+def _applies(trace: TraceCtx, mode: str, fusing: bool) -> bool:
     convs = [b for b in trace.bound_symbols if _is_conv2d(b)]
     if not convs or mode == "as_given":
         return False
     if mode == "channels_last":
         return True
-    if any(b.args[0].device.devicetype.name != "CPU" for b in convs):
+    if not fusing or any(b.args[0].device.devicetype.name != "CPU" for b in convs):
         return False
     return any(_groups(b) > 1 for b in convs)
 
 
-def channels_last_convolutions(trace: TraceCtx, mode: str = "auto") -> TraceCtx:
-    """``trace`` with its convolution chains in channels-last where ``mode`` says so (see the module docstring)."""
+def channels_last_convolutions(trace: TraceCtx, mode: str = "auto", fusing: bool = False) -> TraceCtx:
+    """``trace`` with its convolution chains in channels-last where ``mode`` says so (see the module docstring);
+    ``fusing``: a fusion executor is in the executor list ("auto" applies only then)."""
     if mode not in CONV_LAYOUTS:
         choices = ", ".join(map(repr, CONV_LAYOUTS))
         raise ValueError(f"thunder.jit(conv_layout={mode!r}): unknown convolution layout; choose one of {choices}")
-    if not _applies(trace, mode):
+    if not _applies(trace, mode, fusing):
         return trace
     with timed_pass("Channels-last convolutions") as t:
         new, convolutions, conversions = _rewrite(trace)
