@@ -210,7 +210,7 @@ class FusionJob:
             for fn, args in calls:
                 if _shutting_down:
                     return
-                with self._lock.background(), torch.no_grad():
+                with _dynamo_compile_lock(), self._lock.background(), torch.no_grad():
                     try:
                         fn(*args)
                     except Exception:  # noqa: BLE001 - see below
@@ -242,6 +242,15 @@ _current: list[FusionJob | None] = [None]  # the job the worker is running or wa
 _compiles: set[FusionJob] = set()  # submit_compile's jobs not done yet
 _idle_callbacks: list[Callable[[], None]] = []
 _submit_callbacks: list[Callable[[], None]] = []
+
+
+def _dynamo_compile_lock():
+    """Dynamo's compile lock when Dynamo is loaded (else nothing to hold): a region compile shares process-wide
+    state with a ``torch.compile`` compiling in another thread (which failed in Dynamo's guard building when they
+    ran together). Taken before thunder's lock, the order a Dynamo compile calling thunder (ThunderFX) takes them."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    lock = getattr(convert_frame, "compile_lock", None)
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 def submit(job: FusionJob) -> None:

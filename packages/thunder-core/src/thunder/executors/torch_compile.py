@@ -272,6 +272,7 @@ class _InductorRegion:
         """``self.fn`` traced to an aten graph for ``inputs`` (their sizes, strides, dtypes) and compiled by
         Inductor: a callable taking the inputs as one list."""
         import torch._guards
+        from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx_inner
         from torch._inductor.decomposition import select_decomp_table
@@ -279,10 +280,11 @@ class _InductorRegion:
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        # (no size asserts in the compiled code: this wrapper and the program's prologue check what they would,
-        # and they cost ~0.7 µs per input and call)
         _keep_rng_state_on_the_worker()
-        with torch.no_grad(), inductor_config.patch(size_asserts=False):
+        # (no size asserts in the compiled code: this wrapper and the program's prologue check what they would,
+        # and they cost ~0.7 µs per input and call; Dynamo's compile lock: a torch.compile in another thread shares
+        # process-wide state, see tiers)
+        with dynamo_compile_lock, torch.no_grad(), inductor_config.patch(size_asserts=False):
             graph = make_fx(self.fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
             # Inductor's FX graph cache needs a tracing context with a shape environment
             fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
