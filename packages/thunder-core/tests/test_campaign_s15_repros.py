@@ -1,0 +1,77 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14001..14008, session 15) found, each against eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+NAN = float("nan")
+
+
+def _fmod_of_an_input_without_grad(take, sort):
+    v = torch.sin(take)
+    sort.fmod_(take)
+    return v
+
+
+def _unused_output_with_a_nan_derivative(take, sort):
+    return torch.sin(take), torch.fmod(sort, take)
+
+
+def _two_outputs_one_used(take, sort):
+    return torch.sin(take), sort * take
+
+
+def _inputs():
+    take = torch.tensor([[1.5, -0.25], [0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+    sort = torch.tensor([[NAN, -0.25], [0.5, torch.inf]], dtype=torch.float64)
+    return take, sort
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize(
+    "fn", [_fmod_of_an_input_without_grad, _unused_output_with_a_nan_derivative, _two_outputs_one_used]
+)
+def test_a_branch_receiving_no_gradient_adds_nothing_to_the_others(fn):
+    # campaign seed 14002: `sort.fmod_(take)` with a NaN in `sort` (which requires no grad): the single backward
+    # multiplied the zero cotangent of the updated `sort` by fmod's NaN derivative, giving NaN in take.grad; eager
+    # never differentiates a branch whose outputs receive no gradient
+    (te, se), (ta, sa) = _inputs(), _inputs()
+    expected, actual = fn(te, se), thunder.jit(fn)(ta, sa)
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+    torch.testing.assert_close(sa, se, equal_nan=True)
+    _first(expected).sum().backward()
+    _first(actual).sum().backward()
+    torch.testing.assert_close(ta.grad, te.grad, equal_nan=True)
+
+
+def test_each_set_of_outputs_receiving_gradients_gets_its_backward():
+    # the same compiled program, differentiated through each output in turn, then through both
+    jf = thunder.jit(_unused_output_with_a_nan_derivative)
+    for pick in ((0,), (1,), (0, 1)):
+        (te, se), (ta, sa) = _inputs(), _inputs()
+        expected, actual = _unused_output_with_a_nan_derivative(te, se), jf(ta, sa)
+        sum(expected[i].nan_to_num().sum() for i in pick).backward()
+        sum(actual[i].nan_to_num().sum() for i in pick).backward()
+        torch.testing.assert_close(ta.grad, te.grad, equal_nan=True)
+
+
+def test_an_updated_input_used_after_the_call_still_gets_its_gradient():
+    def fn(take, sort):
+        v = torch.sin(take)
+        sort.mul_(take)
+        return v
+
+    def run(f):
+        take = torch.tensor([1.5, -0.25], dtype=torch.float64, requires_grad=True)
+        sort = torch.tensor([2.0, 3.0], dtype=torch.float64)
+        v = f(take, sort)
+        (v.sum() + sort.sum()).backward()
+        return take.grad
+
+    torch.testing.assert_close(run(thunder.jit(fn)), run(fn))
