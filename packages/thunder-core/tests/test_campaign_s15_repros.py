@@ -75,3 +75,85 @@ def test_an_updated_input_used_after_the_call_still_gets_its_gradient():
         return take.grad
 
     torch.testing.assert_close(run(thunder.jit(fn)), run(fn))
+
+
+def _nonzero_into_empty_out(a):
+    out = torch.empty((0, 0), dtype=torch.int64)
+    torch.nonzero(a + 1, as_tuple=False, out=out)
+    return out, out * 2
+
+
+def _nonzero_into_empty_out_unused(var):
+    out = torch.empty((0,), dtype=torch.int64)
+    torch.nonzero(var, as_tuple=False, out=out)
+    return var / (var.abs() + 1)
+
+
+def _masked_plus_one_element(a):
+    return a[a > 0] + torch.ones(1)
+
+
+def _one_element_times_masked(a):
+    return torch.ones(1) * a[a > 0]
+
+
+def _nonzero_plus_a_row(a):
+    return torch.nonzero(a > 0).to(a.dtype) + torch.ones(1, 1)
+
+
+def _two_masks(a):
+    return a[a > 0] * a[a < 0]
+
+
+def _masked_column_against_a_row(a):
+    return a[a > 0].unsqueeze(1) + torch.ones(3)
+
+
+def _masked_reshaped(a):
+    return a[a > 0].unsqueeze(1).expand(-1, 3).reshape(-1) * 2
+
+
+_DATA_DEPENDENT = [
+    _nonzero_into_empty_out,
+    _nonzero_into_empty_out_unused,
+    _masked_plus_one_element,
+    _one_element_times_masked,
+    _nonzero_plus_a_row,
+    _two_masks,
+    _masked_column_against_a_row,
+    _masked_reshaped,
+]
+
+
+@pytest.mark.parametrize("fn", _DATA_DEPENDENT)
+def test_sizes_known_only_at_run_time_trace_where_the_result_does_not_depend_on_them(fn):
+    # campaign seeds 14002/14004/14005/14008: nonzero(out=) of an empty tensor, then broadcasts and reshapes of a
+    # nonzero's or a boolean mask's size asked Eq(u0, 0) / Eq(u0, 1) / Eq(3*u0, u0) while tracing and were refused
+    jf = thunder.jit(fn)
+    for a in (
+        torch.tensor(-0.0),
+        torch.tensor(0.5, dtype=torch.float64),
+        torch.tensor([1.0, -2.0]),
+        torch.tensor([1.0, -2.0, -3.0]),
+        torch.tensor([1.0, 2.0, -3.0, 4.0]),
+    ):
+        if a.dim() == 0 and fn not in (_nonzero_into_empty_out, _nonzero_into_empty_out_unused):
+            continue  # (a 0-d boolean index is refused, naming the line: another limitation)
+        try:
+            expected = fn(a)
+        except RuntimeError:
+            continue  # (eager refuses the broadcast: thunder raises too, at run time)
+        torch.testing.assert_close(jf(a), expected)
+
+
+def test_a_masked_broadcast_differentiates_as_eager():
+    def fn(a, w):
+        return (a[a > 0] * w).sum()
+
+    def run(f):
+        a = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        w = torch.tensor([2.0], requires_grad=True)
+        f(a, w).backward()
+        return a.grad, w.grad
+
+    torch.testing.assert_close(run(thunder.jit(fn)), run(fn))

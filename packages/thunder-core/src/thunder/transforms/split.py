@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from thunder.core import dtypes, prims
-from thunder.core.devices import to_torch_device
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code, has_side_effects
+from thunder.core.devices import to_torch_device
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
