@@ -157,3 +157,40 @@ def test_a_masked_broadcast_differentiates_as_eager():
         return a.grad, w.grad
 
     torch.testing.assert_close(run(thunder.jit(fn)), run(fn))
+
+
+def _no_grad_tanh_detached_sliced(a0, a1):
+    with torch.no_grad():
+        v0 = torch.tanh(a1)
+    return v0.detach()[:, :1]
+
+
+def _detached_reshaped(a0, a1):
+    return a0.tanh().detach().view(a0.shape)
+
+
+def _detached_sliced_twice(a0, a1):
+    d = (a0 * 2).detach()
+    return d[:, :1], d[:1]
+
+
+@pytest.mark.parametrize("fn", [_no_grad_tanh_detached_sliced, _detached_reshaped, _detached_sliced_twice])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_view_of_a_detached_result_is_a_view_as_in_eager(fn, rows):
+    # campaign seed 14002: a view through detach() of a tensor the program computes came back as the program's
+    # own tensor (no ``_base``) where its view op was the identity (a slice of a whole size-1 dimension)
+    def make():
+        a0 = (torch.tensor([[-0.0], [-0.5]], dtype=torch.bfloat16, requires_grad=True) * 1)[:rows]
+        return a0, a0
+
+    expected, actual = fn(*make()), thunder.jit(fn)(*make())
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    torch.testing.assert_close(actual, expected)
+    for e, t in zip(expected, actual):
+        assert (t._base is None, t.requires_grad) == (e._base is None, e.requires_grad)
+    if len(expected) == 2:
+        assert (actual[0]._base is actual[1]._base) == (expected[0]._base is expected[1]._base)
+        expected[0].fill_(3)
+        actual[0].fill_(3)
+        torch.testing.assert_close(actual, expected)  # (they share the storage, as eager's)

@@ -62,6 +62,7 @@ class ViewOfResult(NamedTuple):
     # index in ``PostCall.extra`` of the value the program's output views when it runs, where the program returns a
     # copy of it as the tensor eager's output views (``layout`` None only); None: that tensor itself
     layout_of: int | None = None
+    detached: bool = False  # viewed through detach() (``y.detach()[1:]``): a view of eager's alias without grad
 
 
 class PostCall:
@@ -282,7 +283,11 @@ class PostCall:
         if leaf._tt_pending is None and leaf._tt_view is None:
             return  # (the common case: a tensor of its own)
         view = view_of(leaf)
-        if view is None or leaf._tt_nondiff:
+        if view is None:
+            return
+        # (detach()'s output itself shares the storage with no ``_base``: a view only of what detach() gives)
+        detached = bool(leaf._tt_nondiff)
+        if detached and getattr(leaf, "_tt_family", None) is leaf:
             return
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
@@ -334,6 +339,7 @@ class PostCall:
                 restrided,
                 leaf._tt_leaf_view,
                 layout_of,
+                detached,
             )
         )
         self.extra.append(value)
@@ -579,7 +585,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of, detached in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
@@ -610,6 +616,11 @@ def _return_internal_views(result, internal_views, extra, spec):
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not base.is_leaf):
                     leaves[i] = base.as_strided_(size, stride, offset)
             continue
+        if detached:  # (one alias without grad per tensor: the views of one detach() share it in eager)
+            key = (id(root), "detached")
+            if key not in bases:
+                bases[key] = base.detach()
+            base = bases[key]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
             view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
