@@ -194,3 +194,42 @@ def test_a_view_of_a_detached_result_is_a_view_as_in_eager(fn, rows):
         expected[0].fill_(3)
         actual[0].fill_(3)
         torch.testing.assert_close(actual, expected)  # (they share the storage, as eager's)
+
+
+def _view_of_static_size_updated(a0):
+    v0 = a0 * 2
+    v2 = v0[..., :3]
+    v2.mul_(2)
+    return v2
+
+
+def _view_sized_from_the_shape_updated(a0):
+    v0 = torch.nn.functional.log_softmax(a0, dim=0)
+    v2 = v0[..., : int(torch.div(v0.shape[-1], 2, rounding_mode="trunc")) + 1]
+    v2.mul_(2)
+    return v2
+
+
+@pytest.mark.parametrize("fn", [_view_of_static_size_updated, _view_sized_from_the_shape_updated])
+@pytest.mark.parametrize("grad", [False, True])
+def test_with_symbolic_sizes_a_view_updated_in_place_is_returned_as_a_view(fn, grad):
+    # campaign seeds 14005/14006 (symbolic sizes): a view of static sizes of a tensor of symbolic ones, updated in
+    # place through the view, came back as a tensor of its own
+    def make():
+        return torch.linspace(-1, 1, 20, dtype=torch.float64).requires_grad_(grad)
+
+    expected = fn(make())
+    jf = thunder.jit(fn, cache="symbolic values")
+    for n in (20, 20):
+        actual = jf(make())
+        torch.testing.assert_close(actual, expected)
+        assert (actual._base is None, actual.requires_grad) == (expected._base is None, expected.requires_grad)
+    if grad:
+        # (only where eager's backward runs: the other overwrites log_softmax's saved output, which eager's
+        # backward refuses; with symbolic sizes thunder's does not yet, see the session's report)
+        if fn is not _view_of_static_size_updated:
+            return
+        a, b = make(), make()
+        fn(a).sum().backward()
+        jf(b).sum().backward()
+        torch.testing.assert_close(b.grad, a.grad)
