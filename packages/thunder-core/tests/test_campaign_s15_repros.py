@@ -233,3 +233,35 @@ def test_with_symbolic_sizes_a_view_updated_in_place_is_returned_as_a_view(fn, g
         fn(a).sum().backward()
         jf(b).sum().backward()
         torch.testing.assert_close(b.grad, a.grad)
+
+
+def _input_detached_sliced(take, var):
+    return take.detach()[:, :1]
+
+
+def _input_detached_viewed(take, var):
+    return take.detach().view(take.shape)
+
+
+def _input_detached(take, var):
+    return take.detach()
+
+
+@pytest.mark.parametrize("fn", [_input_detached_sliced, _input_detached_viewed, _input_detached])
+@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize("same", [True, False])
+def test_an_identity_view_of_a_detached_input_is_a_view_of_it_as_in_eager(fn, step, same):
+    # campaign seed 14002 (session 15's run): `take.detach()[:, :1]` of a column came back as detach()'s alias (no
+    # ``_base``) where eager's is a view of it
+    def make():
+        a0 = (torch.tensor([[-0.0], [-0.5]], dtype=torch.bfloat16, requires_grad=True) * 1)[::step]
+        return a0, (a0 if same else a0 * 1)
+
+    e_in, t_in = make(), make()
+    expected, actual = fn(*e_in), thunder.jit(fn)(*t_in)
+    torch.testing.assert_close(actual, expected)
+    assert (actual._base is None, actual.requires_grad) == (expected._base is None, expected.requires_grad)
+    assert actual.untyped_storage().data_ptr() == t_in[0].untyped_storage().data_ptr()
+    expected.fill_(2)
+    actual.fill_(2)
+    torch.testing.assert_close(t_in[0], e_in[0])  # (the caller's tensor sees the write, as eager's)

@@ -171,7 +171,7 @@ class PostCall:
                 continue
             if input_names is None:
                 input_names = {p.name for p in self.proxies.values()}
-            if leaf._thunder_proxy.name in input_names and self._plan_input_view(i, leaf):
+            if (leaf._thunder_proxy.name in input_names or leaf._tt_nondiff) and self._plan_input_view(i, leaf):
                 continue
             # (a view the program derives from its root's elements through the shadows' strides, as after an in-place
             # layout change, ``v = x[0]; v.unsqueeze_(0)``: a tensor of its own when run, where eager's views the
@@ -237,14 +237,42 @@ class PostCall:
         input itself, where eager returns a new view of it (``out._base is x``) in the input's own layout (its
         layout is None here: read from the caller's tensor at each call, symbolic sizes included)."""
         view = view_of(leaf) if leaf._tt_view is not None or leaf._tt_pending is not None else None
-        if view is None or leaf._tt_nondiff or leaf._tt_leaf_view:
+        if view is None or leaf._tt_leaf_view:
             return False  # (a view made under no_grad stays the program's: no gradient reaches the input through it)
+        # a view through detach() (``x.detach()[:, :1]`` of a column) is one of the caller's tensor detached; detach()'s
+        # output itself is no view (it shares the storage, with no ``_base``): the step's other business
+        detached = bool(leaf._tt_nondiff)
+        if detached and getattr(leaf, "_tt_family", None) is leaf:
+            return False
         root = view[0]
         proxy = self.proxies.get(id(root))
-        if proxy is None or leaf._thunder_proxy.name != proxy.name:
+        if proxy is None:
             return False
-        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        if leaf._thunder_proxy.name != proxy.name and not (detached and self._whole_detached(leaf, root)):
+            return False
+        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False))
         return True
+
+    def _whole_detached(self, leaf: TracingTensor, root: TracingTensor) -> bool:
+        """Whether ``leaf`` is detach()'s output of the input ``root`` (or a view of it the identity made) in the
+        input's own layout: the program returns detach()'s value, a tensor of its own."""
+        family = getattr(leaf, "_tt_family", None)
+        if family is None or family._thunder_proxy.name != leaf._thunder_proxy.name:
+            return False
+        try:
+            m, rm = shadow(leaf), input_shadow(root)
+        except Exception:
+            return False
+        if rm is None:
+            return False
+        with torch._C.DisableTorchFunction():
+            return (
+                _storage_id(m) == _storage_id(rm)
+                and m.dtype == rm.dtype
+                and (tuple(m.shape), m.storage_offset()) == (tuple(rm.shape), rm.storage_offset())
+                # (the stride of a dimension of size 1 addresses nothing)
+                and all(n == 1 or a == b for n, a, b in zip(m.shape, m.stride(), rm.stride()))
+            )
 
     def _plan_view_without_grad(self, i: int, leaf: TracingTensor) -> bool:
         """Records output leaf ``i``, a view of an input made under ``no_grad`` or ``inference_mode``, as that view
