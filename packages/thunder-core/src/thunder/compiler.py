@@ -281,7 +281,15 @@ def _executable_program(
         backward_traces = [fb.backward, *_executable_traces(fb.backward, executors)]
         claim_ns = time.perf_counter_ns() - t0
         t0 = time.perf_counter_ns()
-        computation = make_autograd_callable(traces[-1].python_callable(), backward_traces[-1].python_callable(), fb)
+
+        def build_backward(absent):
+            with _compile_lock:
+                pruned = fb.prune(absent)
+                return None if pruned is None else _executable_traces(pruned, executors)[-1].python_callable()
+
+        computation = make_autograd_callable(
+            traces[-1].python_callable(), backward_traces[-1].python_callable(), fb, build_backward
+        )
     else:
         traces.extend(_executable_traces(trace, executors))
         if cd.disable_torch_autograd:

@@ -17,7 +17,7 @@ import torch
 from thunder.core import devices, dtypes, prims
 from thunder.core.checks import canonicalize_dim, canonicalize_dims, check, check_valid_shape
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbolic import known
+from thunder.core.symbolic import is_data_dependent, known, may_broadcast, same_shape
 
 # ---------------------------------------------------------------- type promotion
 
@@ -142,8 +142,15 @@ def compute_broadcast_shape(*shapes) -> tuple[int, ...]:
             if type(n) is not int or type(out[j]) is not int:  # symbolic sizes (see thunder.core.symbolic.known)
                 if known(n == out[j]) or known(n == 1):
                     continue
+                if known(out[j] == 1):
+                    out[j] = n
+                    continue
+                # two sizes, one known only when the program runs, neither known to be 1 or equal to the other: they
+                # are taken to be equal (as PyTorch's compilers do); where one is 1 at run time, the expand of the
+                # other to this size raises there (never a silently wrong shape)
                 check(
-                    known(out[j] == 1), lambda: f"The size of tensor a ({out[j]}) must match the size of tensor b ({n})"
+                    is_data_dependent(n) or is_data_dependent(out[j]),
+                    lambda: f"The size of tensor a ({out[j]}) must match the size of tensor b ({n})",
                 )
                 out[j] = n
                 continue
@@ -162,7 +169,7 @@ def compute_broadcast_shape(*shapes) -> tuple[int, ...]:
 
 def expand(a: TensorProxy, shape: Sequence[int]) -> TensorProxy:
     shape = tuple(shape)
-    if a.shape == shape:
+    if same_shape(a.shape, shape):
         return a
     check(
         len(shape) >= a.ndim,
@@ -179,8 +186,20 @@ def expand(a: TensorProxy, shape: Sequence[int]) -> TensorProxy:
             final.append(s)
             continue
         cur = a.shape[i - offset]
-        if s == -1:
+        if type(s) is int and s == -1:
             s = cur
+        if type(cur) is not int or type(s) is not int:
+            # (the result has size s whether cur is s or 1: a size known only when the program runs is not asked;
+            # the expand raises at run time where it is neither, as eager's)
+            check(
+                may_broadcast(cur, s),
+                lambda: (
+                    f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at non-singleton "
+                    f"dimension {i}.  Target sizes: {list(shape)}.  Tensor sizes: {list(a.shape)}"
+                ),
+            )
+            final.append(s)
+            continue
         check(
             cur == s or cur == 1,
             lambda: (
@@ -285,7 +304,8 @@ def infer_reshape_shape(shape: Sequence[int], numel: int) -> tuple[int, ...]:
 
 def reshape(a: TensorProxy, shape: Sequence[int]) -> TensorProxy:
     shape = infer_reshape_shape(shape, a.numel())
-    if shape == a.shape:
+    # (a size known only when the program runs, nonzero's, is not asked: a reshape to the same shape is the tensor)
+    if same_shape(shape, a.shape):
         return a
     return prims.reshape(a, shape)
 

@@ -14,6 +14,7 @@ from thunder.core import devices, dtypes
 from thunder.core.checks import canonicalize_dim, canonicalize_dims, check, check_valid_shape
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
+from thunder.core.symbolic import may_broadcast
 
 __all__ = ["make_prim", "OpTags", "all_prims"]
 
@@ -147,7 +148,7 @@ def _broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     )
     for i, d in enumerate(broadcast_dimensions):
         check(
-            a.shape[i] == shape[d] or a.shape[i] == 1,
+            may_broadcast(a.shape[i], shape[d]),
             lambda: f"broadcast_in_dim: cannot broadcast dim {i} of size {a.shape[i]} to size {shape[d]}",
         )
     return TensorProxy(like=a, shape=shape)

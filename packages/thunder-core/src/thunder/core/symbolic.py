@@ -25,6 +25,9 @@ __all__ = [
     "SizeProxy",
     "SizeEnv",
     "is_symbolic",
+    "is_data_dependent",
+    "may_broadcast",
+    "same_shape",
     "has_symbolic",
     "hint",
     "hints",
@@ -222,6 +225,29 @@ def known(condition) -> bool:
     from torch.fx.experimental.symbolic_shapes import guard_or_false
 
     return guard_or_false(condition)
+
+
+def is_data_dependent(x) -> bool:
+    """Whether the size ``x`` is known only when the program runs (nonzero's, a boolean mask's: no value while
+    tracing)."""
+    return type(x) is SymInt and x.node.hint is None
+
+
+def same_shape(a, b) -> bool:
+    """Whether the shapes ``a`` and ``b`` are equal as the trace relies on it (see :func:`known`: a size known only
+    when the program runs is equal to another only where that holds for every value)."""
+    if type(a) is tuple and type(b) is tuple and plain_sizes(a) and plain_sizes(b):
+        return a == b
+    return len(a) == len(b) and all(known(x == y) for x, y in zip(a, b))
+
+
+def may_broadcast(size, target) -> bool:
+    """Whether a dimension of ``size`` may be broadcast to ``target`` (equal, or 1), as the trace relies on it: a
+    size known only when the program runs is not asked (the result has size ``target`` either way; the run
+    raises where it is neither, as eager)."""
+    if type(size) is int and type(target) is int:
+        return size == target or size == 1
+    return known(size == target) or known(size == 1) or is_data_dependent(size) or is_data_dependent(target)
 
 
 def is_symbolic(x) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
+from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
 from thunder.executors.torchex import torch_op
 
@@ -136,7 +137,7 @@ def _writable_operand(bsym: BoundSymbol, fresh: set[str], uses: dict[str, int]) 
             and a.name in fresh
             and uses.get(a.name) == 1
             and a.dtype == out.dtype
-            and tuple(a.shape) == tuple(out.shape)
+            and same_shape(a.shape, out.shape)
             and a.device == out.device
         ):
             return pos

@@ -32,6 +32,7 @@ from thunder.core.dce import has_side_effects
 from thunder.core.prims import OpTags
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
 from thunder.executors.torchex import torch_op
 
@@ -75,7 +76,7 @@ def _same_layout(new, dst) -> bool:
         isinstance(new, TensorProxy)
         and isinstance(dst, TensorProxy)
         and new.dtype == dst.dtype
-        and tuple(new.shape) == tuple(dst.shape)
+        and same_shape(new.shape, dst.shape)
         and new.device == dst.device
         and not dst.requires_grad
     )

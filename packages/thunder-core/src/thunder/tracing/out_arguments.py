@@ -13,6 +13,7 @@ import torch
 
 from thunder.core.dtypes import torch_message_name
 from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.symbolic import known, same_shape
 from thunder.tracing.errors import describe_location, user_frame
 from thunder.tracing.tracing_tensor import TracingTensor
 
@@ -52,6 +53,34 @@ def _autograd_refusal(func, args, kwargs) -> None:
         return
 
 
+def _rebindable(o) -> bool:
+    """Whether ``o`` is an empty tensor the program made (not an input, a global, a view or viewed through a
+    layout change): eager's resize of it to the result's shape gives it new elements only, which nothing else
+    sees (its views, if any, are empty and stay so)."""
+    return (
+        isinstance(o, TracingTensor)
+        and o._tt_owner is not None
+        and not getattr(o, "_tt_input", False)
+        and not getattr(o, "_tt_constant", False)
+        and o._tt_view is None
+        and o._tt_former is None
+        and any(known(s == 0) for s in o.shape)
+    )
+
+
+def _take_value(o: TracingTensor, new: TracingTensor) -> None:
+    """Makes ``o`` stand for ``new``'s value and layout (a resize of the empty ``o`` to a result, then the write
+    of the result: ``torch.nonzero(x, out=torch.empty(0, 2))``, whose size is known only when the program runs)."""
+    for k, v in vars(new).items():
+        if k.startswith("_tt_") and k not in ("_tt_owner", "_tt_version", "_tt_counter", "_tt_class"):
+            setattr(o, k, v)
+    value = new._thunder_proxy
+    o._tt_value = value
+    # (outside inference_mode: there, assigning .data reaches the dispatcher's shallow-copy check with the stand-ins)
+    with torch._C.DisableTorchFunction(), torch.inference_mode(False):
+        o.data = TracingTensor(value)
+
+
 def call_with_out(handle, func, args, kwargs):
     """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
     out = kwargs["out"]
@@ -71,7 +100,10 @@ def call_with_out(handle, func, args, kwargs):
                 f"result type {torch_message_name(r.dtype) or r.dtype} can't be cast to the desired output type "
                 f"{torch_message_name(o.dtype) or o.dtype}"
             )
-        if tuple(o.shape) != tuple(r.shape):
+        if not same_shape(o.shape, r.shape):
+            if _rebindable(o):
+                _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+                continue
             raise NotImplementedError(
                 f"thunder.jit does not resize an out= tensor: {_name(func)}() gives shape {tuple(r.shape)}, out= has "
                 f"shape {tuple(o.shape)} (eager resizes it in place, which changes the shape of a tensor in place); "

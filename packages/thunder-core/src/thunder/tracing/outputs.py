@@ -105,15 +105,16 @@ def copy_fresh_outputs_run_as_views(result, tensors) -> None:
 def rederive_symbolic_views(result, tensors) -> None:
     """An output that is a view of a tensor the program computes, updated in place through that view
     (``v = y[1:]; v.clamp_(0, 1); return v``), holds the update's result, a tensor of its own; with symbolic sizes
-    the step after the call reads the view's layout from the program's output when it runs, so the output is made
-    again as that view of the tensor's new value."""
+    the step after the call reads the view's layout from the program's output when it runs (the tensor's sizes or
+    the view's are symbolic), so the output is made again as that view of the tensor's new value."""
     inputs = None
     for leaf in pytree.tree_leaves(result):
         if type(leaf) is not TracingTensor or leaf._tt_view is None or leaf._tt_view[1] is None:
             continue
         root = leaf._tt_view[0]
         value = leaf._thunder_proxy
-        if root._tt_view is not None or not has_symbolic(value.shape):
+        # (a view of static sizes of a tensor of symbolic ones, ``y[:3]``, is laid over that tensor when it runs too)
+        if root._tt_view is not None or not (has_symbolic(value.shape) or has_symbolic(root._thunder_proxy.shape)):
             continue
         if inputs is None:
             inputs = {id(ti.wrapper) for ti in tensors}

@@ -62,6 +62,7 @@ class ViewOfResult(NamedTuple):
     # index in ``PostCall.extra`` of the value the program's output views when it runs, where the program returns a
     # copy of it as the tensor eager's output views (``layout`` None only); None: that tensor itself
     layout_of: int | None = None
+    detached: bool = False  # viewed through detach() (``y.detach()[1:]``): a view of eager's alias without grad
 
 
 class PostCall:
@@ -170,7 +171,7 @@ class PostCall:
                 continue
             if input_names is None:
                 input_names = {p.name for p in self.proxies.values()}
-            if leaf._thunder_proxy.name in input_names and self._plan_input_view(i, leaf):
+            if (leaf._thunder_proxy.name in input_names or leaf._tt_nondiff) and self._plan_input_view(i, leaf):
                 continue
             # (a view the program derives from its root's elements through the shadows' strides, as after an in-place
             # layout change, ``v = x[0]; v.unsqueeze_(0)``: a tensor of its own when run, where eager's views the
@@ -236,14 +237,42 @@ class PostCall:
         input itself, where eager returns a new view of it (``out._base is x``) in the input's own layout (its
         layout is None here: read from the caller's tensor at each call, symbolic sizes included)."""
         view = view_of(leaf) if leaf._tt_view is not None or leaf._tt_pending is not None else None
-        if view is None or leaf._tt_nondiff or leaf._tt_leaf_view:
+        if view is None or leaf._tt_leaf_view:
             return False  # (a view made under no_grad stays the program's: no gradient reaches the input through it)
+        # a view through detach() (``x.detach()[:, :1]`` of a column) is one of the caller's tensor detached; detach()'s
+        # output itself is no view (it shares the storage, with no ``_base``): the step's other business
+        detached = bool(leaf._tt_nondiff)
+        if detached and getattr(leaf, "_tt_family", None) is leaf:
+            return False
         root = view[0]
         proxy = self.proxies.get(id(root))
-        if proxy is None or leaf._thunder_proxy.name != proxy.name:
+        if proxy is None:
             return False
-        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, False, False))
+        if leaf._thunder_proxy.name != proxy.name and not (detached and self._whole_detached(leaf, root)):
+            return False
+        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False))
         return True
+
+    def _whole_detached(self, leaf: TracingTensor, root: TracingTensor) -> bool:
+        """Whether ``leaf`` is detach()'s output of the input ``root`` (or a view of it the identity made) in the
+        input's own layout: the program returns detach()'s value, a tensor of its own."""
+        family = getattr(leaf, "_tt_family", None)
+        if family is None or family._thunder_proxy.name != leaf._thunder_proxy.name:
+            return False
+        try:
+            m, rm = shadow(leaf), input_shadow(root)
+        except Exception:
+            return False
+        if rm is None:
+            return False
+        with torch._C.DisableTorchFunction():
+            return (
+                _storage_id(m) == _storage_id(rm)
+                and m.dtype == rm.dtype
+                and (tuple(m.shape), m.storage_offset()) == (tuple(rm.shape), rm.storage_offset())
+                # (the stride of a dimension of size 1 addresses nothing)
+                and all(n == 1 or a == b for n, a, b in zip(m.shape, m.stride(), rm.stride()))
+            )
 
     def _plan_view_without_grad(self, i: int, leaf: TracingTensor) -> bool:
         """Records output leaf ``i``, a view of an input made under ``no_grad`` or ``inference_mode``, as that view
@@ -282,7 +311,11 @@ class PostCall:
         if leaf._tt_pending is None and leaf._tt_view is None:
             return  # (the common case: a tensor of its own)
         view = view_of(leaf)
-        if view is None or leaf._tt_nondiff:
+        if view is None:
+            return
+        # (detach()'s output itself shares the storage with no ``_base``: a view only of what detach() gives)
+        detached = bool(leaf._tt_nondiff)
+        if detached and getattr(leaf, "_tt_family", None) is leaf:
             return
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
@@ -334,6 +367,7 @@ class PostCall:
                 restrided,
                 leaf._tt_leaf_view,
                 layout_of,
+                detached,
             )
         )
         self.extra.append(value)
@@ -579,7 +613,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of, detached in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
@@ -610,6 +644,11 @@ def _return_internal_views(result, internal_views, extra, spec):
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not base.is_leaf):
                     leaves[i] = base.as_strided_(size, stride, offset)
             continue
+        if detached:  # (one alias without grad per tensor: the views of one detach() share it in eager)
+            key = (id(root), "detached")
+            if key not in bases:
+                bases[key] = base.detach()
+            base = bases[key]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
             view = base.as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:

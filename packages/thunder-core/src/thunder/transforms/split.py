@@ -14,6 +14,7 @@ import torch
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
 from thunder.core.dce import eliminate_dead_code, has_side_effects
+from thunder.core.devices import to_torch_device
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
@@ -57,6 +58,11 @@ class ForwardBackward:
     # eager's error at backward, (message, indices of the outputs whose gradient reaches the call): a tensor a call
     # saved for its gradient was updated in place after it (None: none)
     backward_error: tuple[str, tuple[int, ...]] | None = None
+    # the positions of the outputs whose cotangent the backward reads, and, given the positions among them that
+    # receive no gradient (None), the backward trace leaving those branches out, or None where it cannot (see
+    # ``_pruned_backward``)
+    seeded: tuple[int, ...] = ()
+    prune: object = None
 
 
 def _inplace_updates(trace: TraceCtx, requires_grad: set[str]) -> list[tuple[TensorProxy, int]]:
@@ -292,7 +298,7 @@ def split_forward_backward(
         t.stamp(fw)
         t.stamp(bw)
         non_differentiable = frozenset(o.name for o in outputs if o.name not in reached)
-        return ForwardBackward(
+        fb = ForwardBackward(
             fw,
             bw,
             outputs + sizes,
@@ -300,7 +306,54 @@ def split_forward_backward(
             non_differentiable=non_differentiable,
             dirty=tuple(dirty),
             backward_error=backward_error,
+            seeded=tuple(i for i, o in enumerate(outputs) if o.name in seeds),
         )
+
+        def prune(absent: frozenset[int]) -> TraceCtx | None:
+            return _pruned_backward(
+                fb, work, joint, trace, requires_grad, outputs, cotangents, absent, recompute, unseen
+            )
+
+        fb.prune = prune
+        return fb
+
+
+def _pruned_backward(
+    fb: ForwardBackward, work, joint, trace, requires_grad, outputs, cotangents, absent, recompute, unseen
+) -> TraceCtx | None:
+    """The backward trace of ``fb`` for a call whose outputs at the positions ``absent`` receive no gradient.
+
+    Eager autograd never runs the backward of a branch whose outputs receive no gradient; a single backward
+    for every output, given zeros for those, would multiply them by the branch's derivatives: ``0 * nan`` where
+    the derivative is not finite (``sort.fmod_(take)`` with a NaN in ``sort`` gave NaN in ``take.grad``). This
+    backward seeds only the outputs that receive a gradient. It reads the saved values of the forward that runs:
+    None where it would need one that forward does not save (the caller then gives the full backward zeros)."""
+    head = fb.backward.bound_symbols[:2]
+    if len(head) < 2 or any(b.sym.id != unpack_sequence.id for b in head):
+        return None
+    final_saved = head[0].output
+    available = {p.name for p in final_saved}
+    seeds = {o.name: c for i, (o, c) in enumerate(zip(outputs, cotangents)) if i in fb.seeded and i not in absent}
+    work.names |= fb.backward.names
+    backward, acc = emit_backward(work, joint, seeds)
+    grads = [acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args]
+    backward.append(prims.python_return.bind(grads, output=None))
+    backward = eliminate_dead_code(backward)
+    defined = {c.name for c in cotangents}
+    saved: list[TensorProxy] = []
+    for b in backward:
+        for a in b.flat_args:
+            if a.name not in defined and a.name not in {p.name for p in saved}:
+                saved.append(a)
+        defined.update(o.name for o in b.flat_outs)
+    saved, backward = rematerialize(saved, backward, joint.forward, elementwise=recompute == "elementwise", keep=unseen)
+    if any(p.name not in available for p in saved):
+        return None
+    bw = from_trace(fb.backward)
+    bw.names |= work.names
+    bw.bound_symbols = [*head, *backward]
+    bw.scopes = [bw.bound_symbols]
+    return bw
 
 
 # operations that only re-describe memory (no arithmetic, no new buffer of values): recomputing one in
@@ -413,6 +466,9 @@ class ThunderFunction(torch.autograd.Function):
     def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
         ctx.backward_fn = backward_fn
+        if backward_fn.__class__ is _PrunedBackwards:
+            # outputs that receive no gradient get None (not zeros): the backward leaves their branches out, as eager
+            ctx.set_materialize_grads(False)
         # symbolic sizes the backward reads are saved as numbers beside the tensors
         numbers = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
         ctx.saved_numbers = numbers
@@ -473,8 +529,12 @@ def _direct_apply():
     return c_apply, unwrap
 
 
-def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
-    """The computation callable for training: outputs carry ``ThunderFunctionBackward``."""
+def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_backward=None):
+    """The computation callable for training: outputs carry ``ThunderFunctionBackward``.
+
+    ``build_backward(absent)`` makes the runnable backward for calls whose outputs at the positions ``absent`` receive
+    no gradient (``ForwardBackward.prune`` compiled as ``backward_fn`` was), or None; with it, such a call runs a
+    backward leaving their branches out (``_PrunedBackwards``)."""
     non_diff = tuple(
         i
         for i, p in enumerate(fb.output_proxies)
@@ -482,6 +542,11 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
     )
     if fb.backward_error is not None:
         backward_fn = _raising(backward_fn, *fb.backward_error)
+    if build_backward is not None and fb.seeded and all(_static(fb.output_proxies[i]) for i in fb.seeded):
+        error = fb.backward_error
+        backward_fn = _PrunedBackwards(
+            backward_fn, fb, build_backward, (lambda f: _raising(f, *error)) if error is not None else (lambda f: f)
+        )
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
         forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
@@ -524,6 +589,47 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward):
             return computation_of_inputs(*inputs, source)
 
     return computation
+
+
+class _PrunedBackwards:
+    """The backward of one program for every set of outputs that receive no gradient (autograd gives them None).
+
+    All outputs receiving one: the full backward. Otherwise the backward seeding only the others, made and compiled
+    the first time that set comes (``build``); where none can be made, the full backward with zeros for the missing
+    cotangents (what autograd would have materialised)."""
+
+    def __init__(self, full, fb: ForwardBackward, build, wrap):
+        self.full = full
+        self.wrap = wrap  # (eager's error at backward, as the full backward raises it)
+        self.seeded = fb.seeded
+        self.outputs = fb.output_proxies
+        self.build = build
+        self.variants: dict[frozenset, object] = {}
+
+    def __call__(self, saved, cotangents):
+        for i in self.seeded:
+            if cotangents[i] is None:
+                break
+        else:
+            return self.full(saved, cotangents)
+        absent = frozenset(i for i in self.seeded if cotangents[i] is None)
+        fn = self.variants.get(absent)
+        if fn is None:
+            built = self.build(absent)
+            fn = self.variants[absent] = self._with_zeros if built is None else self.wrap(built)
+        return fn(saved, cotangents)
+
+    def _with_zeros(self, saved, cotangents):
+        cotangents = list(cotangents)
+        for i in self.seeded:
+            if cotangents[i] is None:
+                p = self.outputs[i]
+                cotangents[i] = torch.zeros(tuple(p.shape), dtype=p.dtype.torch_dtype, device=to_torch_device(p.device))
+        return self.full(saved, cotangents)
+
+
+def _static(p) -> bool:
+    return isinstance(p, TensorProxy) and all(type(s) is int for s in p.shape)
 
 
 def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
