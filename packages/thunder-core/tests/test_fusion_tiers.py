@@ -406,6 +406,14 @@ class FuseWhatInductorWould(SlowFusion):
         return torch_compile_ex.can_fuse(bsym)
 
 
+def _assert_as_eager(actual, expected, program) -> None:
+    for got, want in zip(actual, expected):
+        assert len(got) == len(want), program.repro()
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, program.repro()
+            torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")
+
+
 def _outputs_and_grads(fn, inputs):
     """``fn``'s outputs, the inputs after the call and the inputs' gradients of the float outputs' sum."""
     outs = list(fn(*inputs))
@@ -434,11 +442,7 @@ def test_both_tiers_give_eager_answers_on_random_programs(program):
                 assert thunder.wait_for_fusion(jf, timeout=60)
             actual = _outputs_and_grads(jf, program.make_inputs())
             tiers_seen.append(thunder.fusion_states(jf)[0])
-            for got, want in zip(actual, expected):
-                assert len(got) == len(want), program.repro()
-                for g, w in zip(got, want):
-                    assert g.dtype == w.dtype, program.repro()
-                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")
+            _assert_as_eager(actual, expected, program)
     # (a program with no region that waits to compile may be swapped before its first call runs)
     assert tiers_seen == ["unfused", "fused"] or (not ex.compiled_on and tiers_seen[1] == "fused")
 
@@ -563,8 +567,4 @@ def test_inductor_regions_and_the_layouts_they_learn_give_eager_answers_on_rando
         for _ in range(3):
             actual = _outputs_and_grads(jf, program.make_inputs())
             assert thunder.wait_for_fusion(jf, timeout=300)
-            for got, want in zip(actual, expected):
-                assert len(got) == len(want), program.repro()
-                for g, w in zip(got, want):
-                    assert g.dtype == w.dtype, program.repro()
-                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{m}\n{program.repro()}")
+            _assert_as_eager(actual, expected, program)
