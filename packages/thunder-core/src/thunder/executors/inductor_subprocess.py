@@ -304,12 +304,19 @@ def compiles_warmed() -> int:
     return _server.warmed
 
 
-def _serve() -> None:  # pragma: no cover - runs in the subprocess (tests check its effects)
-    """The subprocess: reads compile requests from stdin until it closes; answers each on the original stdout."""
-    requests = sys.stdin.buffer
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # (anything Inductor prints must not reach the replies)
+def example_tensors(meta) -> list:
+    """Zeros of the ``(shape, stride, dtype, device)`` of each entry of ``meta``."""
     import torch
+
+    return [
+        torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_() for shape, stride, dtype, device in meta
+    ]
+
+
+def compile_graph(fn, inputs: list):
+    """``fn`` traced to an aten graph for ``inputs`` (their sizes, strides, dtypes) and compiled by Inductor; a callable
+    taking the inputs as one list. The one recipe of both processes: the worker's compile reads the subprocess's from
+    Inductor's cache only if both make the same graph under the same configuration."""
     import torch._guards
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
@@ -318,6 +325,24 @@ def _serve() -> None:  # pragma: no cover - runs in the subprocess (tests check 
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+    # (no size asserts in the compiled code: torch_compile's region wrapper and the program's prologue check what
+    # they would, and they cost ~0.7 µs per input and call)
+    with inductor_config.patch(size_asserts=False):
+        graph = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
+        # Inductor's FX graph cache needs a tracing context with a shape environment
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+            return compile_fx_inner(graph, inputs)
+
+
+def _serve() -> None:  # pragma: no cover - runs in the subprocess (tests check its effects)
+    """The subprocess: reads compile requests from stdin until it closes; answers each on the original stdout."""
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # (anything Inductor prints must not reach the replies)
+    import torch
+    from torch._inductor import config as inductor_config
+
     while True:
         request = _recv(requests)
         if request is None:
@@ -325,19 +350,10 @@ def _serve() -> None:  # pragma: no cover - runs in the subprocess (tests check 
         try:
             _, region, meta, config, threads = request
             torch.set_num_threads(threads)
-            inputs = [
-                torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
-                for shape, stride, dtype, device in meta
-            ]
             if config is not None:
                 inductor_config.load_config(config)
-            fn = region.rebuild()
-            # (as torch_compile's _InductorRegion compiles: the same graph, so the same cache key)
-            with torch.no_grad(), inductor_config.patch(size_asserts=False):
-                graph = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
-                fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
-                with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
-                    compile_fx_inner(graph, inputs)
+            with torch.no_grad():
+                compile_graph(region.rebuild(), example_tensors(meta))
             reply = ("ok",)
         except BaseException as e:  # noqa: BLE001 - reported; the client compiles in process
             reply = ("error", f"{type(e).__name__}: {e}")

@@ -257,7 +257,7 @@ def submit(job: FusionJob) -> None:
     """Queues ``job`` for the background worker (started if it is not running). The worker starts it once it is
     released (``FusionJob.release``, ``FusionJob.hold_until``)."""
     global _worker
-    _run_idle_callbacks(_submit_callbacks)
+    _run_callbacks(_submit_callbacks)
     with _queue_lock:
         _queue.append(job)
         if _worker is None or not _worker.is_alive():
@@ -301,7 +301,7 @@ def wait_for_compiles(deadline: float | None = None) -> bool:
         if not pending.done.wait(remaining):
             return False
         with _queue_lock:
-            _compiles.discard(pending)
+            _compiles.discard(pending)  # (its done callback does it too, but may not have run yet)
 
 
 def in_background() -> bool:
@@ -320,8 +320,8 @@ def when_idle(callback: Callable[[], None]) -> None:
     _idle_callbacks.append(callback)
 
 
-def _run_idle_callbacks(callbacks=None) -> None:
-    for callback in list(_idle_callbacks if callbacks is None else callbacks):
+def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
+    for callback in list(callbacks):
         try:
             callback()
         except Exception:  # noqa: BLE001, S110 - cleanup: nothing the caller could do
@@ -357,7 +357,7 @@ def _work() -> None:
             _current[0] = job
         job.run()
         _current[0] = None
-    _run_idle_callbacks()
+    _run_callbacks(_idle_callbacks)
 
 
 # at exit, how long to let the worker reach a point where it stops (between the steps of a job): a thread
@@ -374,7 +374,7 @@ def _shut_down() -> None:
     worker = _worker
     if worker is not None and worker is not threading.current_thread():
         worker.join(_EXIT_GRACE_S)
-    _run_idle_callbacks()
+    _run_callbacks(_idle_callbacks)
 
 
 atexit.register(_shut_down)

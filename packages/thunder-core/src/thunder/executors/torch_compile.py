@@ -259,37 +259,20 @@ class _InductorRegion:
         return graph([a if a.is_contiguous() else a.contiguous() for a in args])
 
     def _compile_layout(self, strides: tuple, examples: list) -> None:
-        inputs = [
-            torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
-            for shape, stride, dtype, device in examples
-        ]
-        graph = self._inductor_graph(inputs)
+        graph = self._inductor_graph(inductor_subprocess.example_tensors(examples))
         self._layouts[strides] = graph
         global _graphs_compiled
         _graphs_compiled += 1
 
     def _inductor_graph(self, inputs: list) -> Callable:
-        """``self.fn`` traced to an aten graph for ``inputs`` (their sizes, strides, dtypes) and compiled by
-        Inductor: a callable taking the inputs as one list."""
-        import torch._guards
+        """``self.fn`` compiled by Inductor for ``inputs`` (``inductor_subprocess.compile_graph``, the recipe the
+        compile subprocess follows too), holding Dynamo's compile lock (a ``torch.compile`` in another thread shares
+        process-wide state, see tiers)."""
         from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
-        from torch._inductor import config as inductor_config
-        from torch._inductor.compile_fx import compile_fx_inner
-        from torch._inductor.decomposition import select_decomp_table
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.proxy_tensor import make_fx
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         _keep_rng_state_on_the_worker()
-        # (no size asserts in the compiled code: this wrapper and the program's prologue check what they would,
-        # and they cost ~0.7 µs per input and call; Dynamo's compile lock: a torch.compile in another thread shares
-        # process-wide state, see tiers)
-        with dynamo_compile_lock, torch.no_grad(), inductor_config.patch(size_asserts=False):
-            graph = make_fx(self.fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
-            # Inductor's FX graph cache needs a tracing context with a shape environment
-            fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
-            with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
-                return compile_fx_inner(graph, inputs)
+        with dynamo_compile_lock, torch.no_grad():
+            return inductor_subprocess.compile_graph(self.fn, inputs)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
         with self._lock:
