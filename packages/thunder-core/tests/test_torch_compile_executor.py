@@ -287,6 +287,34 @@ def test_a_static_region_learns_the_layouts_of_its_inputs_and_calls_a_graph_comp
         assert len(region._layouts) == 4 and graphs_compiled() == before + 4
 
 
+def test_a_chain_of_regions_learns_its_layouts_in_one_call_and_one_wait():
+    # a region meeting new strides ran its contiguous graph on copies, whose contiguous results hid the layout from
+    # the regions after it: a channels-last chain of N regions learned one region per call. It now runs its own
+    # torch operations meanwhile, whose results have eager's layout, so every region meets its layout at once.
+    def f(x, w):
+        y = torch.relu(x * 2 + 1)
+        z = torch.nn.functional.conv2d(y, w, groups=4)  # (stays with the torch executor: two regions)
+        return torch.sigmoid(z * 3 - 1)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait")
+    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(8, 2, 3, 3)
+    with torch.no_grad():
+        jf(x.contiguous(), w)
+        regions = _compiled_regions(jf)
+        assert len(regions) == 2
+        before = graphs_compiled()
+        got, want = jf(x, w), f(x, w)  # (the region's torch operations, on the channels-last maps)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride() != want.contiguous().stride()
+        assert thunder.wait_for_fusion(jf, timeout=120)
+        assert graphs_compiled() == before + 2 and all(len(r._layouts) == 1 for r in regions)
+        got = jf(x, w)  # (the learned graphs)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+        assert graphs_compiled() == before + 2
+
+
 def test_a_region_with_symbolic_sizes_is_not_static():
     def f(a):
         return torch.tanh(a * 2 + 1)

@@ -199,6 +199,12 @@ class _InductorRegion:
     graph. A graph is only ever called with the exact strides it was compiled for (Inductor's code assumes them);
     a region learns at most ``MAX_LAYOUTS`` of them. Expanded inputs (a sum's cotangent) count: a region only
     reads its inputs, and reading an expanded one in place spares materialising it.
+
+    Until the graph for new strides is in place, the region runs its own torch operations on the inputs as they
+    are, not the contiguous graph on copies: their results have the layouts eager's kernels give (which the
+    learned graph gives too, Inductor keeping the traced graph's output strides), so the regions downstream meet,
+    in the same call, the layouts they will meet from then on, and queue their compiles for them. A chain of
+    regions in channels-last (a CNN's) learns its layouts in one call and one wait, not one region per call.
     """
 
     MAX_SIGNATURES = 8
@@ -247,7 +253,8 @@ class _InductorRegion:
 
     def _call_strided(self, graph: Callable, args: tuple):
         """A static region's call with non-contiguous inputs: the graph compiled for their strides if there is one;
-        else the contiguous graph on copies, and a compile for these strides queued (see the class docstring)."""
+        else, while a compile for these strides is queued, the region's own torch operations (see the class
+        docstring); past ``MAX_LAYOUTS``, the contiguous graph on copies."""
         strides = tuple(a.stride() for a in args)
         strided = self._layouts.get(strides, False)
         if strided:
@@ -256,6 +263,9 @@ class _InductorRegion:
             self._layouts[strides] = None
             examples = [(a.shape, a.stride(), a.dtype, a.device) for a in args]  # (no reference to the values)
             tiers.submit_compile(lambda: self._compile_layout(strides, examples), lambda: self._warm(examples))
+            strided = None
+        if strided is None:
+            return self.fn(*args)
         return graph([a if a.is_contiguous() else a.contiguous() for a in args])
 
     def _compile_layout(self, strides: tuple, examples: list) -> None:
