@@ -54,26 +54,44 @@ def _first_call(fn) -> float:
     return _timed(fn, time.perf_counter)
 
 
-def _check(name, eager_model, model, x) -> None:
+def _check(name, eager_model, model, x, perturbed_model=None) -> None:
+    """``model``'s output and gradients against ``eager_model``'s (same weights). ``perturbed_model`` (a third copy):
+    eager's gradients for an input moved by a float32 rounding, whose distance from eager's own measures how much
+    float32 rounding moves this network's gradients (the tolerance grows with it)."""
     import torch
 
     import thunder
 
-    if any("memory_format=torch.channels_last" in str(t) for t in thunder.last_traces(model)):
+    channels_last = any("memory_format=torch.channels_last" in str(t) for t in thunder.last_traces(model))
+    xe = x
+    if channels_last:
         # thunder runs this network channels-last (with fusion: thunder.transforms.conv_layout), whose float32
         # gradients sum in another order: the reference is eager run channels-last too
         eager_model = eager_model.to(memory_format=torch.channels_last)
-        out_e, out = eager_model(x.contiguous(memory_format=torch.channels_last)), model(x)
-    else:
-        out_e, out = eager_model(x), model(x)
+        xe = x.contiguous(memory_format=torch.channels_last)
+    out_e, out = eager_model(xe), model(x)
     torch.testing.assert_close(out, out_e, atol=1e-3, rtol=1e-3, msg=lambda m: f"{name}: outputs differ: {m}")
     out_e.square().mean().backward()
     out.square().mean().backward()
+    spread = {}
+    if perturbed_model is not None:
+        # some networks' gradients are ill-conditioned at random weights and batch 2 (a BatchNorm over a nearly
+        # constant channel): tv_regnet_y_400mf's stem weight gradient moves by 0.2 (of 8.7) when its stem's output
+        # moves by a few float32 roundings, so any other order of float32 sums (a fused kernel's) moves it as much
+        if channels_last:
+            perturbed_model = perturbed_model.to(memory_format=torch.channels_last)
+        rounding = torch.rand(xe.shape, generator=torch.Generator().manual_seed(0)).sub_(0.5).mul_(2**-22)
+        perturbed_model(xe * (1 + rounding)).square().mean().backward()
+        spread = {
+            n: (p.grad - dict(eager_model.named_parameters())[n].grad).abs().max()
+            for n, p in perturbed_model.named_parameters()
+            if p.grad is not None
+        }
     for (pname, pe), p in zip(eager_model.named_parameters(), model.parameters()):
         if pe.grad is not None:
             # a fused reduction sums in another order: its float32 error scales with the summed terms, which a
             # BatchNorm bias's gradient cancels to a small result (mobilenetv2: 0.09 from terms of +-100)
-            atol = 1e-3 * max(1.0, float(pe.grad.abs().max()))
+            atol = max(1e-3 * max(1.0, float(pe.grad.abs().max())), 4 * float(spread.get(pname, 0.0)))
             torch.testing.assert_close(
                 p.grad, pe.grad, atol=atol, rtol=1e-2, msg=lambda m, pname=pname: f"{name}: grad of {pname}: {m}"
             )
@@ -117,7 +135,7 @@ def bench_model(
     # the check runs on a fresh eager model and the compiled one (both start from the same weights)
     _check(name, create(name), jmodel, x)
     if fusion:
-        _check(name, create(name), fmodel, x)
+        _check(name, create(name), fmodel, x, perturbed_model=create(name))
     for m in variants.values():  # warm-up
         _step(m, x)
     if fusion:  # the fused regions' first calls queue graphs for the input layouts they met: wait for them
