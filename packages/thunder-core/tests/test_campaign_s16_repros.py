@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,3 +58,72 @@ def test_prod_gradient_follows_eager_with_zeros_infinities_and_nans(rows, form, 
     expected = _value_and_grad(fn, _PROD_INPUTS[rows], dtype)
     actual = _value_and_grad(thunder.jit(fn), _PROD_INPUTS[rows], dtype)
     torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("cache", [None, "symbolic values"])
+@pytest.mark.parametrize("with_replacement", [False, True])
+@pytest.mark.parametrize("r", [0, 1, 2, 3])
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_combinations_has_the_size_eager_gives(n, r, with_replacement, cache):
+    # campaign seed 14008 (5 programs): torch.combinations ran opaquely, its count unknown until run time (eager's
+    # kernel selects with a mask), so a later `.numpy()` of it stopped the program; the count depends on the size only
+    def fn(x):
+        return torch.combinations(x * 2, r=r, with_replacement=with_replacement)
+
+    def run(f):
+        x = torch.arange(1, n + 1, dtype=torch.float64).requires_grad_()
+        out = f(x)
+        grad = torch.autograd.grad(out.sum(), x)[0] if out.requires_grad else None
+        return out, grad, out.requires_grad, out._is_view()
+
+    expected = run(fn)
+    actual = run(thunder.jit(fn, **({} if cache is None else {"cache": cache})))
+    torch.testing.assert_close(actual[:2], expected[:2])
+    assert actual[2:] == expected[2:]
+
+
+def _combinations_then_numpy(a0, a1):  # the campaign's program
+    v0 = torch.combinations(torch.tensor([0.0], dtype=torch.float64) + a1.mean(), r=1, with_replacement=True)
+    v2 = v0[..., torch.tensor([0, -1, 0])]
+    return torch.from_numpy(np.where(v2.detach().numpy() > 0, v2.detach().numpy(), 0.5) / 3) * v2
+
+
+def _numpy_of_a_masked_tensor(x):
+    m = x[x > 0]
+    a = m.detach().numpy()
+    return torch.from_numpy(np.where(a > 1, a, 0.5) / 3) * m
+
+
+def _numpy_stack_of_a_masked_tensor(x):
+    m = x[x > 0]
+    return torch.from_numpy(np.stack([m.detach().numpy(), m.detach().numpy() * 2]))
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_combinations_then_numpy, lambda: (torch.tensor(NAN, dtype=torch.float64),) * 2),
+        (_combinations_then_numpy, lambda: (torch.tensor(1.5, dtype=torch.float64),) * 2),
+        (_numpy_of_a_masked_tensor, lambda: (torch.tensor([1.5, -1.0, 0.5, 3.0], dtype=torch.float64),)),
+        (_numpy_stack_of_a_masked_tensor, lambda: (torch.tensor([1.5, -1.0, 0.5, 3.0], dtype=torch.float64),)),
+    ],
+)
+def test_numpy_calls_on_arrays_of_a_run_time_size_run_as_in_eager(fn, make):
+    # NumPy's result dtype and shape are worked out on a stand-in array; a size known only at run time (a mask's)
+    # stopped it with "needs whether  holds" (an empty condition); it now stands for any size
+    torch.testing.assert_close(thunder.jit(fn)(*make()), fn(*make()), equal_nan=True)
+
+
+def test_a_numpy_call_refused_on_a_run_time_size_names_the_line():
+    def fn(x):
+        m = x[x > 0]
+        a = m.detach().numpy()
+        return torch.from_numpy(np.where(a > 1, a, np.ones(2)))  # the line named
+
+    x = torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64)
+    fn(x)  # eager runs it
+    with pytest.raises(thunder.tracing.errors.TracingError) as info:
+        thunder.jit(fn)(x)
+    message = str(info.value)
+    assert "np.where" in message and "only known when the program runs" in message
+    assert "the line named" in message

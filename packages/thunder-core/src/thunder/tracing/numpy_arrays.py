@@ -137,7 +137,7 @@ class TracedArray:
         if not isinstance(result, torch.Tensor):
             return result
         if expected is not None:
-            if tuple(result.shape) != expected.shape:
+            if _differ(_example_shape(result.shape), expected.shape):
                 raise _refuse(f"run np.{func.__name__} with these arguments (shape {tuple(expected.shape)})")
             result = result.to(_torch_dtype(expected.dtype))
         return TracedArray(result, isinstance(expected, np.generic))
@@ -364,20 +364,61 @@ def _tree(x, leaf):
     return tree_map(leaf, x, is_leaf=lambda y: type(y) is TracedArray)
 
 
+_RUNTIME_SIZE = (
+    7919  # stands for a size known only when the program runs (nonzero's, a mask's): a prime, unlikely to meet
+)
+
+
+def _example_shape(shape) -> tuple[int, ...]:
+    """``shape`` with each size known only when the program runs replaced by ``_RUNTIME_SIZE``."""
+    out = []
+    for s in shape:
+        try:
+            out.append(int(s))
+        except Exception as e:
+            if type(e).__name__ != "GuardOnDataDependentSymNode":
+                raise
+            out.append(_RUNTIME_SIZE)
+    return tuple(out)
+
+
+def _arrays(args, kwargs) -> list:
+    found: list = []
+    _tree((args, kwargs), lambda x: found.append(x) if isinstance(x, TracedArray) else x)
+    return found
+
+
 def _what_numpy_returns(np, func, args, kwargs):
     """NumPy's own result of ``func`` on zero-strided arrays of the inputs' dtypes and shapes (its dtype and shape)."""
 
     def example(x):
         if isinstance(x, TracedArray):
-            return np.broadcast_to(np.zeros((), dtype=x.dtype), x.shape)
+            return np.broadcast_to(np.zeros((), dtype=x.dtype), _example_shape(x.shape))
         return x
 
     try:
         with np.errstate(all="ignore"):
             result = func(*_tree(args, example), **_tree(kwargs, example))
     except Exception as e:
+        if any(_RUNTIME_SIZE in _example_shape(x.shape) for x in _arrays(args, kwargs)):
+            raise TracingError(
+                f"thunder.jit cannot run np.{func.__name__} here: an array's size depends on tensor values (the "
+                f"output of nonzero, a boolean mask) and is only known when the program runs, and NumPy refused the "
+                f"call on a stand-in of that size ({type(e).__name__}: {e})\n  {_line()}\n"
+                "Use the torch function of the same meaning on the tensor, or move this code out of the jitted "
+                "function."
+            ) from None
+        if type(e).__module__ != "builtins":  # (another library's error keeps its own arguments and message)
+            raise
         raise type(e)(f"{e}\n  {_line()}") from None
     return result if isinstance(result, (np.ndarray, np.generic)) else None
+
+
+def _differ(shape: tuple, numpy_shape: tuple) -> bool:
+    """Whether the translated result's shape differs from NumPy's (a size known only at run time matching any)."""
+    return len(shape) != len(numpy_shape) or any(
+        s != n and _RUNTIME_SIZE not in (s, n) for s, n in zip(shape, numpy_shape, strict=True)
+    )
 
 
 # ---------------------------------------------------------------- between tensors and arrays
