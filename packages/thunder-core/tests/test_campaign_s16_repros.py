@@ -127,3 +127,67 @@ def test_a_numpy_call_refused_on_a_run_time_size_names_the_line():
     message = str(info.value)
     assert "np.where" in message and "only known when the program runs" in message
     assert "the line named" in message
+
+
+_MATMUL_SHAPES = [
+    ((1, 0), (0, 0, 0)),
+    ((1, 0), (2, 0, 3)),
+    ((0, 3), (2, 3, 2)),
+    ((2, 3), (2, 3, 0)),
+    ((1, 3), (2, 3, 4)),
+    ((2, 3), (2, 3, 1)),
+    ((1, 3), (2, 2, 3, 1)),
+    ((2, 3), (2, 3, 2)),
+    ((4, 3), (1, 3, 4)),
+    ((3,), (2, 3, 4)),
+    ((2, 3, 4), (4, 1)),
+]
+
+
+def _layout(t):
+    base = t._base
+    return t._is_view(), tuple(t.stride()), None if base is None else (tuple(base.shape), tuple(base.stride()))
+
+
+@pytest.mark.parametrize("intermediate", [False, True])
+@pytest.mark.parametrize("a_grad, b_grad", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("shapes", _MATMUL_SHAPES, ids=str)
+def test_matmul_returns_a_view_where_eager_does(shapes, a_grad, b_grad, intermediate):
+    # campaign seed 14005 (2 programs): eager computes a 2-d `a` that requires grad times a batch `b` as
+    # (b.mT @ a.t()).mT and keeps that transposed view where it is contiguous (an empty result, one row or one
+    # column); inside the compiled program `a` (an intermediate) no longer requires grad, PyTorch did not fold, and
+    # the output was no view
+    def fn(a, b):
+        if intermediate:
+            a, b = a * 1, b * 1
+        out = torch.matmul(a, b)
+        return out, out.sum()
+
+    def run(f):
+        a = torch.arange(math.prod(shapes[0]), dtype=torch.float64).reshape(shapes[0]).requires_grad_(a_grad)
+        b = torch.linspace(-1, 1, math.prod(shapes[1]), dtype=torch.float64).reshape(shapes[1]).requires_grad_(b_grad)
+        out, total = f(a, b)
+        grads = torch.autograd.grad(total, [t for t in (a, b) if t.requires_grad])
+        return out, grads, _layout(out)
+
+    expected, actual = run(fn), run(thunder.jit(fn))
+    torch.testing.assert_close(actual[:2], expected[:2])
+    assert actual[2] == expected[2]
+
+
+def test_matmul_of_empty_tensors_after_roll_is_a_view_as_in_eager():
+    # the campaign's program (seed 14005)
+    def fn(x):
+        v0 = x.mean(0, keepdim=True)
+        v2 = torch.where(x > 0, x, 0.5 * x)
+        v3 = torch.roll(torch.empty((0, 0, 0), dtype=torch.float64) + v0.mean(), 1, 2)
+        return torch.matmul(v2, v3)
+
+    def make():
+        return torch.tensor([[]], dtype=torch.float64, requires_grad=True)
+
+    expected = fn(make())
+    for options in ({}, {"recompute": "reshapes"}):
+        actual = thunder.jit(fn, **options)(make())
+        torch.testing.assert_close(actual, expected)
+        assert _layout(actual) == _layout(expected)
