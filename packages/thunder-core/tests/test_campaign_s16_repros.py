@@ -191,3 +191,41 @@ def test_matmul_of_empty_tensors_after_roll_is_a_view_as_in_eager():
         actual = thunder.jit(fn, **options)(make())
         torch.testing.assert_close(actual, expected)
         assert _layout(actual) == _layout(expected)
+
+
+def _saved_output_updated_through_a_slice(a0):
+    v0 = torch.exp(a0)
+    v0[1:4].mul_(2)
+    return v0
+
+
+def _log_softmax_output_updated_through_a_view(a0):
+    v0 = torch.nn.functional.log_softmax(a0, dim=0)
+    v2 = v0[..., :3]
+    v2.mul_(2)
+    return v2
+
+
+def _saved_input_updated(a0):
+    v0 = a0 * 1
+    v1 = torch.sin(v0)
+    v0.add_(1)
+    return v1 + v0
+
+
+@pytest.mark.parametrize(
+    "fn", [_saved_output_updated_through_a_slice, _log_softmax_output_updated_through_a_view, _saved_input_updated]
+)
+@pytest.mark.parametrize("cache", [None, "symbolic values"])
+def test_a_backward_reading_a_saved_tensor_updated_in_place_raises_as_eager(fn, cache):
+    # with cache="symbolic values" thunder skipped eager's check of saved tensors (any symbolic size) and computed a
+    # gradient where eager's backward raises "modified by an inplace operation"
+    def make():
+        return torch.linspace(-1, 1, 20, dtype=torch.float64).requires_grad_()
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fn(make()).sum().backward()
+    jf = thunder.jit(fn, **({} if cache is None else {"cache": cache}))
+    for _ in range(2):  # (the second call: the cached entry)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            jf(make()).sum().backward()
