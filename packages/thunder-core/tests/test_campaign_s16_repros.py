@@ -229,3 +229,50 @@ def test_a_backward_reading_a_saved_tensor_updated_in_place_raises_as_eager(fn, 
     for _ in range(2):  # (the second call: the cached entry)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             jf(make()).sum().backward()
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10
+
+
+def _scale_grad_and_square(x):  # the campaign's program (seed 14006)
+    return _ScaleGrad.apply(x), torch.matmul(x, x)
+
+
+def _square_then_scale(x):
+    return x @ x, x * 3
+
+
+def _bmm_square_then_scale(x):
+    return torch.bmm(x, x), x * 3
+
+
+_SHAPES = [(3, 3), (2, 3, 3), (1, 3, 3), (2, 2, 3, 3)]
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [(f, s) for f in (_scale_grad_and_square, _square_then_scale) for s in _SHAPES]
+    + [(_bmm_square_then_scale, s) for s in _SHAPES if len(s) == 3],
+    ids=lambda x: getattr(x, "__name__", str(x)),
+)
+def test_gradients_of_one_tensor_accumulate_in_eagers_order_in_bfloat16(fn, shape):
+    # campaign seed 14006 (2 programs): eager's torch.matmul of batches reaches the second argument's gradient first
+    # (each argument has its own expand node, the second's made last); summing the first argument's first rounded
+    # one bfloat16 element differently where x is both arguments and gets a third gradient
+    for seed in range(4):
+        gen = torch.Generator().manual_seed(seed)
+        x0 = torch.randn(shape, generator=gen).bfloat16()
+        cotangents = [torch.randn(shape, generator=gen).bfloat16() for _ in range(2)]
+
+        def grad(f):
+            x = x0.clone().requires_grad_()
+            return torch.autograd.grad(f(x), x, cotangents)[0]
+
+        assert torch.equal(grad(thunder.jit(fn)), grad(fn))

@@ -479,14 +479,10 @@ def _sort_grad(a, dim, descending, stable):
 # ---------------------------------------------------------------- linear algebra and embedding
 
 
-@register_grad(prims.matmul)
-def _matmul_grad(a, b):
-    out = prims.matmul(a, b)
-    g = get_grad(out)
+def matmul_backward(a: TensorProxy, b: TensorProxy, g: TensorProxy) -> tuple[TensorProxy, TensorProxy]:
+    """The gradients of ``a @ b`` (any ranks) for the cotangent ``g``."""
     if a.ndim == 1 and b.ndim == 1:
-        put_grad(a, M(g, b))
-        put_grad(b, M(g, a))
-        return out
+        return M(g, b), M(g, a)
     a2 = ltorch.unsqueeze(a, 0) if a.ndim == 1 else a
     b2 = ltorch.unsqueeze(b, -1) if b.ndim == 1 else b
     g2 = g
@@ -496,8 +492,15 @@ def _matmul_grad(a, b):
         g2 = ltorch.unsqueeze(g2, -1)
     ga = ltorch.matmul(g2, ltorch.transpose(b2, -1, -2))
     gb = ltorch.matmul(ltorch.transpose(a2, -1, -2), g2)
-    put_grad(a, ltorch.reshape(sum_to_shape(ga, a2.shape), a.shape))
-    put_grad(b, ltorch.reshape(sum_to_shape(gb, b2.shape), b.shape))
+    return ltorch.reshape(sum_to_shape(ga, a2.shape), a.shape), ltorch.reshape(sum_to_shape(gb, b2.shape), b.shape)
+
+
+@register_grad(prims.matmul)
+def _matmul_grad(a, b):
+    out = prims.matmul(a, b)
+    ga, gb = matmul_backward(a, b, get_grad(out))
+    put_grad(a, ga)
+    put_grad(b, gb)
     return out
 
 

@@ -16,7 +16,7 @@ from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim
 from thunder.core.proxies import TensorProxy
 from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
-from thunder.transforms.prim_grads import prod_backward
+from thunder.transforms.prim_grads import matmul_backward, prod_backward
 
 
 @register_grad(ltorch.silu)
@@ -58,6 +58,22 @@ def _dropout_grad(a, p: float = 0.5, training: bool = True, inplace: bool = Fals
 
     out, mask = fallback_symbol(torch.native_dropout)(a, p, True)
     put_grad(a, ltorch.mul(ltorch.mul(get_grad(out), mask), 1.0 / (1.0 - p)))
+    return out
+
+
+@register_grad(ltorch.matmul)
+def _matmul_grad(a, b):
+    """Eager's ``torch.matmul`` of two batches runs each argument through its own expand and reshape, the second's
+    made last: its gradient reaches the tensor first, which decides the rounding where one tensor is both (``x @
+    x``) and receives other gradients (``torch.bmm`` and 2-d products give the first argument's first)."""
+    out = ltorch.matmul(a, b)
+    ga, gb = matmul_backward(a, b, get_grad(out))
+    if a.ndim >= 3 and b.ndim >= 3:
+        put_grad(b, gb)
+        put_grad(a, ga)
+    else:
+        put_grad(a, ga)
+        put_grad(b, gb)
     return out
 
 
