@@ -276,3 +276,38 @@ def test_gradients_of_one_tensor_accumulate_in_eagers_order_in_bfloat16(fn, shap
             return torch.autograd.grad(f(x), x, cotangents)[0]
 
         assert torch.equal(grad(thunder.jit(fn)), grad(fn))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (log of negative values: NaN, as NumPy warns in eager)
+@pytest.mark.parametrize(
+    "ufunc", ["exp", "sqrt", "sin", "cos", "tanh", "log", "log1p", "expm1", "arctan", "exp2", "log10", "cosh"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32])
+def test_numpy_ufuncs_on_a_tensors_array_give_numpys_own_values(ufunc, dtype):
+    # campaign seed 14004 (2 programs): np.exp of a float32 array ran as torch.exp, whose float32 kernel rounds
+    # otherwise than NumPy's (about a third of the values one step off); NumPy now runs it when the program runs
+    def fn(x):
+        a = x.detach().numpy()
+        return torch.from_numpy(getattr(np, ufunc)(np.abs(a) * 0.5 + 0.25)), torch.as_tensor(getattr(np, ufunc)(a[0]))
+
+    def make():
+        return torch.linspace(-8, 8, 257, dtype=torch.float64).to(dtype).reshape(1, 257)
+
+    expected, actual = fn(make()), thunder.jit(fn)(make())
+    for e, a in zip(expected, actual):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        assert torch.equal(a.nan_to_num(), e.nan_to_num())
+
+
+def _exp_of_rounded_values(a0):  # the campaign's program (seed 14004)
+    v0 = a0 + (torch.round(a0) - a0).detach()
+    v2 = torch.from_numpy(np.exp(v0.float().detach().numpy() * 0.1))
+    return torch.xlogy(v2.prod(), torch.tensor(0.717997213538933, dtype=torch.float64))
+
+
+def test_numpy_exp_in_the_campaigns_program_matches_eager():
+    def make():
+        rows = [[-2.5, -1.0, 1.5], [0.5, -1.5, 0.5], [-0.0, 2.0, 0.5]]
+        return torch.tensor(rows, dtype=torch.bfloat16, requires_grad=True) * 1
+
+    assert thunder.jit(_exp_of_rounded_values)(make()).item() == _exp_of_rounded_values(make()).item()

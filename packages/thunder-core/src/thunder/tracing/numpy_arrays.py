@@ -24,6 +24,7 @@ import threading
 import torch
 
 from thunder.core.pytree import register_node, tree_map
+from thunder.torch.meta_rules import register_meta_rule
 from thunder.tracing.errors import TracingError, describe_location
 from thunder.tracing.tracing_tensor import TracingTensor
 
@@ -80,9 +81,63 @@ def _torch_dtype(np_dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
 
 
+_NUMPY_NAMES = {
+    torch.bool: "bool",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+
+
 def _numpy_dtype(dtype: torch.dtype):
+    name = _NUMPY_NAMES.get(dtype)
+    if name is not None:  # (no tensor made: this may run under a fake tensor mode)
+        return _numpy().dtype(name)
     with torch._C.DisableTorchFunction():
-        return torch.empty(0, dtype=dtype).numpy().dtype
+        return torch.empty(0, dtype=dtype).numpy().dtype  # (eager's TypeError for a dtype NumPy lacks)
+
+
+def _resolve_dtypes(ufunc, operands) -> tuple:
+    """NumPy's loop dtypes of ``ufunc`` on ``operands`` (tensors by their dtype; the result's last); TypeError where
+    NumPy refuses them."""
+    np = _numpy()
+    described = tuple(
+        _numpy_dtype(x.dtype)
+        if isinstance(x, torch.Tensor)
+        else type(x)
+        if type(x) in (bool, int, float, complex)
+        # (a Python number is a "weak" scalar for NumPy: it takes the array's dtype)
+        else np.asarray(x).dtype
+        for x in operands
+    )
+    try:
+        return ufunc.resolve_dtypes(described + (None,))
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        raise TypeError(str(e)) from None
+
+
+def numpy_ufunc(name: str, *operands) -> torch.Tensor:
+    """NumPy's ufunc ``name`` run on the values of CPU tensors (and numbers): the result eager's NumPy call gives,
+    as a tensor. The program runs it opaquely; its metadata comes from the rule registered below."""
+    np = _numpy()
+    arrays = [x.detach().numpy() if isinstance(x, torch.Tensor) else x for x in operands]
+    with np.errstate(all="ignore"):
+        out = getattr(np, name)(*arrays)
+    return torch.from_numpy(np.asarray(out))
+
+
+@register_meta_rule(numpy_ufunc)
+def _numpy_ufunc_meta(name: str, *operands) -> torch.Tensor:
+    shape = torch.broadcast_shapes(*(x.shape for x in operands if isinstance(x, torch.Tensor)))
+    dtype = _torch_dtype(_resolve_dtypes(getattr(_numpy(), name), operands)[-1])
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 class TracedArray:
@@ -100,32 +155,18 @@ class TracedArray:
             raise _refuse(f"run np.{ufunc.__name__}.{method}")
         if kwargs:
             raise _refuse(f"pass {', '.join(kwargs)}= to np.{ufunc.__name__}")
-        fn = getattr(torch, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
-        if fn is None or ufunc.nout != 1:
+        if ufunc.nout != 1 or getattr(_numpy(), ufunc.__name__, None) is not ufunc:
             raise _refuse(f"run np.{ufunc.__name__}")
-        np = _numpy()
         operands = [_operand(x) for x in inputs]
-        described = tuple(
-            _numpy_dtype(x.dtype)
-            if isinstance(x, torch.Tensor)
-            else type(x)
-            if type(x) in (bool, int, float, complex)
-            # (a Python number is a "weak" scalar for NumPy: it takes the array's dtype)
-            else np.asarray(x).dtype
-            for x in operands
-        )
         try:
-            dtypes = ufunc.resolve_dtypes(described + (None,))
-        except (TypeError, np.exceptions.DTypePromotionError) as e:
+            _resolve_dtypes(ufunc, operands)
+        except TypeError as e:
             raise TypeError(f"{e}\n  {_line()}") from None
-        loop = [_torch_dtype(d) for d in dtypes[: ufunc.nin]]
-        # computed in the dtype NumPy computes in (a Python number as a 0-d tensor of it: torch.maximum takes tensors)
-        args = [
-            x.to(d) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=d)
-            for x, d in zip(operands, loop, strict=True)
-        ]
+        # run by NumPy itself when the program runs (torch's kernels of the same meaning round otherwise: exp, sqrt)
+        tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+        out = torch.overrides.handle_torch_function(numpy_ufunc, tensors, ufunc.__name__, *operands)
         scalar = all(x._scalar for x in inputs if isinstance(x, TracedArray))
-        return TracedArray(fn(*args).to(_torch_dtype(dtypes[-1])), scalar)
+        return TracedArray(out, scalar)
 
     def __array_function__(self, func, types, args, kwargs):
         translate = _FUNCTIONS.get(func.__name__)
