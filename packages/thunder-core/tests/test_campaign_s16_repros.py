@@ -311,3 +311,23 @@ def test_numpy_exp_in_the_campaigns_program_matches_eager():
         return torch.tensor(rows, dtype=torch.bfloat16, requires_grad=True) * 1
 
     assert thunder.jit(_exp_of_rounded_values)(make()).item() == _exp_of_rounded_values(make()).item()
+
+
+def _numpy_reductions(x):
+    a = x.detach().numpy()
+    return (
+        torch.as_tensor(np.sum(a)),
+        torch.from_numpy(a.mean(axis=1, keepdims=True)),
+        torch.from_numpy(np.std(a, ddof=1, axis=0)),
+        torch.from_numpy(np.cumsum(a, axis=1)),
+        torch.as_tensor(a.var()),
+        torch.as_tensor(np.prod(a[:3, :5])),
+    )
+
+
+def test_numpy_reductions_on_a_tensors_array_give_numpys_own_values():
+    # the same class as np.exp (campaign 14004): NumPy's pairwise float32 sums round otherwise than torch's
+    x = torch.randn(64, 1000, generator=torch.Generator().manual_seed(0))
+    for e, a in zip(_numpy_reductions(x), thunder.jit(_numpy_reductions)(x)):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        assert torch.equal(a, e)

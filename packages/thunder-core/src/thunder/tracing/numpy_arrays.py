@@ -1,9 +1,12 @@
-"""NumPy on tensors inside ``thunder.jit``: NumPy calls translated to torch operations.
+"""NumPy on tensors inside ``thunder.jit``: NumPy calls recorded in the program, run by NumPy or translated to torch.
 
 ``x.numpy()`` in the traced code returns a :class:`TracedArray`, an ndarray stand-in backed by the traced tensor.
 NumPy hands every ufunc (``np.exp``, ``np.maximum``, ``a + b``) and every array function (``np.sum``,
 ``np.mean``, ``np.where``) called on it to the stand-in (NEP 13 ``__array_ufunc__`` and NEP 18
-``__array_function__``), which records the torch operation of the same meaning. ``torch.from_numpy(a)``,
+``__array_function__``), which records the operation. A ufunc, and a sum, product, mean, std, var or cumsum of an
+array of sizes known as numbers, is recorded as an opaque call that runs NumPy itself when the program runs
+(torch's kernels of the same meaning round otherwise: ``np.exp`` and NumPy's pairwise sums in float32); the other
+functions (``np.where``, ``np.stack``, reshapes) as the torch operation of the same meaning. ``torch.from_numpy(a)``,
 ``torch.as_tensor(a)`` and ``torch.tensor(a)`` turn it back into a tensor; an array the function returns is a
 real ``np.ndarray`` of the program's output, as in eager.
 
@@ -140,6 +143,41 @@ def _numpy_ufunc_meta(name: str, *operands) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+# NumPy functions run by NumPy itself when the program runs, where their torch translation rounds otherwise
+_RUN_BY_NUMPY = frozenset(("sum", "prod", "mean", "std", "var", "cumsum"))
+
+
+def _plain(x) -> bool:
+    return x is None or type(x) in (bool, int, float) or (type(x) is tuple and all(_plain(y) for y in x))
+
+
+def _runs_as_numpy(func, args, kwargs, expected) -> bool:
+    """Whether ``func`` on these arguments runs as NumPy when the program runs: one of ``_RUN_BY_NUMPY`` on an
+    array of sizes known as numbers, its other arguments plain numbers (axis, ddof, keepdims)."""
+    if func.__name__ not in _RUN_BY_NUMPY or expected is None or not args or type(args[0]) is not TracedArray:
+        return False
+    if not all(type(s) is int for s in args[0]._tensor.shape):
+        return False
+    return all(_plain(x) for x in args[1:]) and all(_plain(v) for v in kwargs.values())
+
+
+def numpy_function(name: str, a: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """NumPy's function ``name`` run on a CPU tensor's values: the result eager's NumPy call gives, as a tensor."""
+    np = _numpy()
+    with np.errstate(all="ignore"):
+        out = getattr(np, name)(a.detach().numpy(), *args, **kwargs)
+    return torch.from_numpy(np.asarray(out))
+
+
+@register_meta_rule(numpy_function)
+def _numpy_function_meta(name: str, a: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    np = _numpy()
+    example = np.broadcast_to(np.zeros((), dtype=_numpy_dtype(a.dtype)), tuple(a.shape))
+    with np.errstate(all="ignore"):
+        out = np.asarray(getattr(np, name)(example, *args, **kwargs))
+    return torch.empty(out.shape, dtype=_torch_dtype(out.dtype), device="meta")
+
+
 class TracedArray:
     """An ``np.ndarray`` stand-in inside the traced code: its values are those of the traced tensor ``_tensor``."""
 
@@ -174,6 +212,11 @@ class TracedArray:
             raise _refuse(f"run np.{func.__name__}")
         np = _numpy()
         expected = _what_numpy_returns(np, func, args, kwargs)
+        if _runs_as_numpy(func, args, kwargs, expected):
+            # (NumPy's own summation order: torch's kernels of the same meaning round otherwise in float32)
+            a = args[0]._tensor
+            out = torch.overrides.handle_torch_function(numpy_function, (a,), func.__name__, a, *args[1:], **kwargs)
+            return TracedArray(out, isinstance(expected, np.generic))
         result = translate(*_tree(args, _operand), **_tree(kwargs, _operand))
         if not isinstance(result, torch.Tensor):
             return result
