@@ -395,10 +395,13 @@ def prod_backward(g: TensorProxy, a: TensorProxy, result: TensorProxy, dims, ful
     base = ltorch.true_divide(others_product, safe)  # the product of the other ordinary ones
     is_inf = ltorch.isinf(a)
     neg_inf = others_count(ltorch.logical_and(is_inf, ltorch.lt(a, 0)))
-    with_inf = M(base, ltorch.where(ltorch.eq(ltorch.remainder(neg_inf, 2), 1), -math.inf, math.inf))
+    dtype = a.dtype.torch_dtype  # (a where of two numbers is of the default dtype: each is cast back to a's)
+    signed_inf = ltorch.to(ltorch.where(ltorch.eq(ltorch.remainder(neg_inf, 2), 1), -math.inf, math.inf), dtype)
+    with_inf = M(base, signed_inf)
     zeros, infs = others_count(is_zero), others_count(is_inf)
     others = ltorch.where(ltorch.gt(infs, 0), with_inf, base)
-    others = ltorch.where(ltorch.gt(zeros, 0), ltorch.where(ltorch.gt(infs, 0), math.nan, 0.0), others)
+    zero_or_nan = ltorch.to(ltorch.where(ltorch.gt(infs, 0), math.nan, 0.0), dtype)
+    others = ltorch.where(ltorch.gt(zeros, 0), zero_or_nan, others)
     others = ltorch.where(ltorch.gt(others_count(ltorch.isnan(a)), 0), math.nan, others)
     # eager decides on the count of zeros in the whole input
     total = ltorch.sum(ltorch.to(is_zero, torch.int64))
