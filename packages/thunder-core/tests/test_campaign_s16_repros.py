@@ -334,3 +334,36 @@ def test_numpy_reductions_on_a_tensors_array_give_numpys_own_values():
     for e, a in zip(_numpy_reductions(x), thunder.jit(_numpy_reductions)(x)):
         assert a.dtype == e.dtype and a.shape == e.shape
         assert torch.equal(a, e)
+
+
+def _reshapes_of_an_input_view(a0, a1):  # the campaign's program (seed 14003 on this branch)
+    v1 = a1.reshape(-1)
+    v3 = v1.reshape(-1)
+    return v3, v1
+
+
+def _no_op_views(a0, a1):
+    v1 = a1.reshape(-1)
+    return v1.reshape(-1), v1, v1.view(-1), v1.view_as(v1), v1.flatten()
+
+
+def _no_op_views_of_a_result(a0, a1):
+    v1 = a0 * 2
+    return v1, v1.view(a0.shape), v1.reshape(a0.shape), v1.flatten() if a0.ndim == 1 else v1
+
+
+@pytest.mark.parametrize("fn", [_reshapes_of_an_input_view, _no_op_views, _no_op_views_of_a_result])
+@pytest.mark.parametrize("grad", [False, True])
+def test_views_that_change_no_shape_are_tensors_of_their_own_as_in_eager(fn, grad):
+    # `v1.reshape(-1)` of a 1-d v1 holds v1's value: the program returned one object for both, where eager's
+    # reshape and view give new tensors (flatten of a 1-d tensor is the tensor itself, in both)
+    def make():
+        a0 = torch.tensor([-0.5, 2.5, 0.0], dtype=torch.float64, requires_grad=grad)
+        return a0, torch.tensor([[True, True, True], [False, False, False]])
+
+    expected, actual = fn(*make()), thunder.jit(fn)(*make())
+    torch.testing.assert_close(actual, expected)
+    same = [[a is b for b in expected] for a in expected]
+    assert [[a is b for b in actual] for a in actual] == same
+    for e, a in zip(expected, actual):
+        assert (a._is_view(), a.requires_grad) == (e._is_view(), e.requires_grad)
