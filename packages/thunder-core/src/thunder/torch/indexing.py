@@ -250,3 +250,24 @@ register_torch_alias(T.scatter_add_, InplaceOp(scatter_add))
 register_torch_alias(T.index_add_, InplaceOp(index_add))
 register_torch_alias(T.index_copy_, InplaceOp(index_copy))
 register_torch_alias(T.index_fill_, InplaceOp(index_fill))
+
+
+@torchsymbol(torch.combinations)
+def combinations(a, r: int = 2, with_replacement: bool = False):
+    """The ``r``-element combinations of a 1-d tensor's elements, in eager's order: a pick of ``a`` by a constant
+    index, so the count (C(n, r), or C(n + r - 1, r) with replacement) is known from ``a``'s size, where eager's
+    kernel selects them with a mask (a size PyTorch's own tracing only learns when the program runs)."""
+    check(a.ndim == 1, lambda: f"Expect a 1D vector, but got shape {list(a.shape)}")
+    check(r >= 0, lambda: f"Expect a non-negative number, but got {r}")
+    if r == 0:  # eager: a new empty tensor, outside the graph
+        empty = prims.full((0,), 0, device=a.device, dtype=a.dtype)
+        empty.nondifferentiable = True
+        return empty
+    n = int(a.shape[0])
+    # eager's own order, from its kernel run on the positions
+    picks = torch.combinations(torch.arange(n), r=r, with_replacement=with_replacement)
+    flat = prims.full((0,), 0, device=a.device, dtype=dtypes.int64)
+    if picks.numel():
+        parts = [prims.full((1,), int(i), device=a.device, dtype=dtypes.int64) for i in picks.reshape(-1).tolist()]
+        flat = parts[0] if len(parts) == 1 else prims.cat(parts, 0)
+    return clang.reshape(prims.take(a, flat, 0), (picks.shape[0], r))

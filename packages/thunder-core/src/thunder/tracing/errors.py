@@ -80,7 +80,10 @@ def data_dependent_size_error(e: Exception, tb=None, frame=None) -> TracingError
     else:
         location = describe_location(frame)
     expr = str(e).split("expression ", 1)[-1].split(" (unhinted")[0].split("\n")[0]
-    what = f"the value of the size {expr}" if expr.isidentifier() else f"whether {expr} holds"
+    if not expr.strip():  # (an error raised again without its condition)
+        what = "a size"
+    else:
+        what = f"the value of the size {expr}" if expr.isidentifier() else f"whether {expr} holds"
     return TracingError(
         f"thunder.jit needs {what}, but that size depends on tensor values (the output of nonzero, a boolean mask, "
         "torch.where(cond)) and is only known when the program runs (a Python loop over such a tensor, an `if` on "

@@ -1,9 +1,12 @@
-"""NumPy on tensors inside ``thunder.jit``: NumPy calls translated to torch operations.
+"""NumPy on tensors inside ``thunder.jit``: NumPy calls recorded in the program, run by NumPy or translated to torch.
 
 ``x.numpy()`` in the traced code returns a :class:`TracedArray`, an ndarray stand-in backed by the traced tensor.
 NumPy hands every ufunc (``np.exp``, ``np.maximum``, ``a + b``) and every array function (``np.sum``,
 ``np.mean``, ``np.where``) called on it to the stand-in (NEP 13 ``__array_ufunc__`` and NEP 18
-``__array_function__``), which records the torch operation of the same meaning. ``torch.from_numpy(a)``,
+``__array_function__``), which records the operation. A ufunc, and a sum, product, mean, std, var or cumsum of an
+array of sizes known as numbers, is recorded as an opaque call that runs NumPy itself when the program runs
+(torch's kernels of the same meaning round otherwise: ``np.exp`` and NumPy's pairwise sums in float32); the other
+functions (``np.where``, ``np.stack``, reshapes) as the torch operation of the same meaning. ``torch.from_numpy(a)``,
 ``torch.as_tensor(a)`` and ``torch.tensor(a)`` turn it back into a tensor; an array the function returns is a
 real ``np.ndarray`` of the program's output, as in eager.
 
@@ -24,6 +27,7 @@ import threading
 import torch
 
 from thunder.core.pytree import register_node, tree_map
+from thunder.torch.meta_rules import register_meta_rule
 from thunder.tracing.errors import TracingError, describe_location
 from thunder.tracing.tracing_tensor import TracingTensor
 
@@ -80,9 +84,98 @@ def _torch_dtype(np_dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
 
 
+_NUMPY_NAMES = {
+    torch.bool: "bool",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+
+
 def _numpy_dtype(dtype: torch.dtype):
+    name = _NUMPY_NAMES.get(dtype)
+    if name is not None:  # (no tensor made: this may run under a fake tensor mode)
+        return _numpy().dtype(name)
     with torch._C.DisableTorchFunction():
-        return torch.empty(0, dtype=dtype).numpy().dtype
+        return torch.empty(0, dtype=dtype).numpy().dtype  # (eager's TypeError for a dtype NumPy lacks)
+
+
+def _resolve_dtypes(ufunc, operands) -> tuple:
+    """NumPy's loop dtypes of ``ufunc`` on ``operands`` (tensors by their dtype; the result's last); TypeError where
+    NumPy refuses them."""
+    np = _numpy()
+    described = tuple(
+        _numpy_dtype(x.dtype)
+        if isinstance(x, torch.Tensor)
+        else type(x)
+        if type(x) in (bool, int, float, complex)
+        # (a Python number is a "weak" scalar for NumPy: it takes the array's dtype)
+        else np.asarray(x).dtype
+        for x in operands
+    )
+    try:
+        return ufunc.resolve_dtypes(described + (None,))
+    except (TypeError, np.exceptions.DTypePromotionError) as e:
+        raise TypeError(str(e)) from None
+
+
+def numpy_ufunc(name: str, *operands) -> torch.Tensor:
+    """NumPy's ufunc ``name`` run on the values of CPU tensors (and numbers): the result eager's NumPy call gives,
+    as a tensor. The program runs it opaquely; its metadata comes from the rule registered below."""
+    np = _numpy()
+    arrays = [x.detach().numpy() if isinstance(x, torch.Tensor) else x for x in operands]
+    with np.errstate(all="ignore"):
+        out = getattr(np, name)(*arrays)
+    return torch.from_numpy(np.asarray(out))
+
+
+@register_meta_rule(numpy_ufunc)
+def _numpy_ufunc_meta(name: str, *operands) -> torch.Tensor:
+    shape = torch.broadcast_shapes(*(x.shape for x in operands if isinstance(x, torch.Tensor)))
+    dtype = _torch_dtype(_resolve_dtypes(getattr(_numpy(), name), operands)[-1])
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# NumPy functions run by NumPy itself when the program runs, where their torch translation rounds otherwise
+_RUN_BY_NUMPY = frozenset(("sum", "prod", "mean", "std", "var", "cumsum"))
+
+
+def _plain(x) -> bool:
+    return x is None or type(x) in (bool, int, float) or (type(x) is tuple and all(_plain(y) for y in x))
+
+
+def _runs_as_numpy(func, args, kwargs, expected) -> bool:
+    """Whether ``func`` on these arguments runs as NumPy when the program runs: one of ``_RUN_BY_NUMPY`` on an
+    array of sizes known as numbers, its other arguments plain numbers (axis, ddof, keepdims)."""
+    if func.__name__ not in _RUN_BY_NUMPY or expected is None or not args or type(args[0]) is not TracedArray:
+        return False
+    if not all(type(s) is int for s in args[0]._tensor.shape):
+        return False
+    return all(_plain(x) for x in args[1:]) and all(_plain(v) for v in kwargs.values())
+
+
+def numpy_function(name: str, a: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """NumPy's function ``name`` run on a CPU tensor's values: the result eager's NumPy call gives, as a tensor."""
+    np = _numpy()
+    with np.errstate(all="ignore"):
+        out = getattr(np, name)(a.detach().numpy(), *args, **kwargs)
+    return torch.from_numpy(np.asarray(out))
+
+
+@register_meta_rule(numpy_function)
+def _numpy_function_meta(name: str, a: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    np = _numpy()
+    example = np.broadcast_to(np.zeros((), dtype=_numpy_dtype(a.dtype)), tuple(a.shape))
+    with np.errstate(all="ignore"):
+        out = np.asarray(getattr(np, name)(example, *args, **kwargs))
+    return torch.empty(out.shape, dtype=_torch_dtype(out.dtype), device="meta")
 
 
 class TracedArray:
@@ -100,32 +193,18 @@ class TracedArray:
             raise _refuse(f"run np.{ufunc.__name__}.{method}")
         if kwargs:
             raise _refuse(f"pass {', '.join(kwargs)}= to np.{ufunc.__name__}")
-        fn = getattr(torch, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
-        if fn is None or ufunc.nout != 1:
+        if ufunc.nout != 1 or getattr(_numpy(), ufunc.__name__, None) is not ufunc:
             raise _refuse(f"run np.{ufunc.__name__}")
-        np = _numpy()
         operands = [_operand(x) for x in inputs]
-        described = tuple(
-            _numpy_dtype(x.dtype)
-            if isinstance(x, torch.Tensor)
-            else type(x)
-            if type(x) in (bool, int, float, complex)
-            # (a Python number is a "weak" scalar for NumPy: it takes the array's dtype)
-            else np.asarray(x).dtype
-            for x in operands
-        )
         try:
-            dtypes = ufunc.resolve_dtypes(described + (None,))
-        except (TypeError, np.exceptions.DTypePromotionError) as e:
+            _resolve_dtypes(ufunc, operands)
+        except TypeError as e:
             raise TypeError(f"{e}\n  {_line()}") from None
-        loop = [_torch_dtype(d) for d in dtypes[: ufunc.nin]]
-        # computed in the dtype NumPy computes in (a Python number as a 0-d tensor of it: torch.maximum takes tensors)
-        args = [
-            x.to(d) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=d)
-            for x, d in zip(operands, loop, strict=True)
-        ]
+        # run by NumPy itself when the program runs (torch's kernels of the same meaning round otherwise: exp, sqrt)
+        tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+        out = torch.overrides.handle_torch_function(numpy_ufunc, tensors, ufunc.__name__, *operands)
         scalar = all(x._scalar for x in inputs if isinstance(x, TracedArray))
-        return TracedArray(fn(*args).to(_torch_dtype(dtypes[-1])), scalar)
+        return TracedArray(out, scalar)
 
     def __array_function__(self, func, types, args, kwargs):
         translate = _FUNCTIONS.get(func.__name__)
@@ -133,11 +212,16 @@ class TracedArray:
             raise _refuse(f"run np.{func.__name__}")
         np = _numpy()
         expected = _what_numpy_returns(np, func, args, kwargs)
+        if _runs_as_numpy(func, args, kwargs, expected):
+            # (NumPy's own summation order: torch's kernels of the same meaning round otherwise in float32)
+            a = args[0]._tensor
+            out = torch.overrides.handle_torch_function(numpy_function, (a,), func.__name__, a, *args[1:], **kwargs)
+            return TracedArray(out, isinstance(expected, np.generic))
         result = translate(*_tree(args, _operand), **_tree(kwargs, _operand))
         if not isinstance(result, torch.Tensor):
             return result
         if expected is not None:
-            if tuple(result.shape) != expected.shape:
+            if _differ(_example_shape(result.shape), expected.shape):
                 raise _refuse(f"run np.{func.__name__} with these arguments (shape {tuple(expected.shape)})")
             result = result.to(_torch_dtype(expected.dtype))
         return TracedArray(result, isinstance(expected, np.generic))
@@ -364,20 +448,61 @@ def _tree(x, leaf):
     return tree_map(leaf, x, is_leaf=lambda y: type(y) is TracedArray)
 
 
+_RUNTIME_SIZE = (
+    7919  # stands for a size known only when the program runs (nonzero's, a mask's): a prime, unlikely to meet
+)
+
+
+def _example_shape(shape) -> tuple[int, ...]:
+    """``shape`` with each size known only when the program runs replaced by ``_RUNTIME_SIZE``."""
+    out = []
+    for s in shape:
+        try:
+            out.append(int(s))
+        except Exception as e:
+            if type(e).__name__ != "GuardOnDataDependentSymNode":
+                raise
+            out.append(_RUNTIME_SIZE)
+    return tuple(out)
+
+
+def _arrays(args, kwargs) -> list:
+    found: list = []
+    _tree((args, kwargs), lambda x: found.append(x) if isinstance(x, TracedArray) else x)
+    return found
+
+
 def _what_numpy_returns(np, func, args, kwargs):
     """NumPy's own result of ``func`` on zero-strided arrays of the inputs' dtypes and shapes (its dtype and shape)."""
 
     def example(x):
         if isinstance(x, TracedArray):
-            return np.broadcast_to(np.zeros((), dtype=x.dtype), x.shape)
+            return np.broadcast_to(np.zeros((), dtype=x.dtype), _example_shape(x.shape))
         return x
 
     try:
         with np.errstate(all="ignore"):
             result = func(*_tree(args, example), **_tree(kwargs, example))
     except Exception as e:
+        if any(_RUNTIME_SIZE in _example_shape(x.shape) for x in _arrays(args, kwargs)):
+            raise TracingError(
+                f"thunder.jit cannot run np.{func.__name__} here: an array's size depends on tensor values (the "
+                f"output of nonzero, a boolean mask) and is only known when the program runs, and NumPy refused the "
+                f"call on a stand-in of that size ({type(e).__name__}: {e})\n  {_line()}\n"
+                "Use the torch function of the same meaning on the tensor, or move this code out of the jitted "
+                "function."
+            ) from None
+        if type(e).__module__ != "builtins":  # (another library's error keeps its own arguments and message)
+            raise
         raise type(e)(f"{e}\n  {_line()}") from None
     return result if isinstance(result, (np.ndarray, np.generic)) else None
+
+
+def _differ(shape: tuple, numpy_shape: tuple) -> bool:
+    """Whether the translated result's shape differs from NumPy's (a size known only at run time matching any)."""
+    return len(shape) != len(numpy_shape) or any(
+        s != n and _RUNTIME_SIZE not in (s, n) for s, n in zip(shape, numpy_shape, strict=True)
+    )
 
 
 # ---------------------------------------------------------------- between tensors and arrays

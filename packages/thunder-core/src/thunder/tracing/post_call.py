@@ -102,6 +102,10 @@ class PostCall:
         # (output leaf, earlier leaf): one tensor the user's function returned at both places (``v0.double()`` of a
         # float64 ``v0`` is ``v0``), which the step gives back as one object
         self.repeats: list[tuple[int, int]] = []
+        # (output leaf, earlier leaf): two tensors the user's function returned holding one value (``v1.reshape(-1)``
+        # of a 1-d ``v1``: eager's is a new view), which the program gives back as one object: the step makes the
+        # later a view of the earlier, a tensor of its own as in eager
+        self.distinct: list[tuple[int, int]] = []
         # (output leaf, output leaf it views, layout over the storage): views made with grad of an output returned as
         # a view made without grad (``_plan_views_of_views_without_grad``)
         self.views_of_outputs: list[tuple[int, int, tuple]] = []
@@ -148,6 +152,7 @@ class PostCall:
             return
         written_storages = shared_storages = input_names = None
         first: dict[int, int] = {}
+        first_of_value: dict[str, int] = {}
         for i, leaf in enumerate(leaves):
             if type(leaf) is not TracingTensor:
                 continue
@@ -155,6 +160,8 @@ class PostCall:
             if first.setdefault(id(leaf), i) != i:
                 self.repeats.append((i, first[id(leaf)]))
                 continue
+            if first_of_value.setdefault(leaf._thunder_proxy.name, i) != i:
+                self.distinct.append((i, first_of_value[leaf._thunder_proxy.name]))
             if id(leaf) in self.exprs:
                 value = leaf._thunder_proxy
                 original = self.proxies[id(leaf)]
@@ -430,12 +437,13 @@ class PostCall:
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned and not self.views and not self.internal_views:
-            if not self.inference_views:
+            if not self.inference_views and not self.distinct:
                 return structure, finish, finish_args
         inference_views = tuple(self.inference_views)
         views_of_outputs = tuple(self.views_of_outputs)
         shared = self.shared
         repeats = tuple(self.repeats)
+        distinct = tuple(self.distinct)
         internal_views = tuple(self.internal_views)
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
@@ -476,6 +484,8 @@ class PostCall:
                         t.set_(extra[detail].detach())
             if returned:
                 result = _return_inputs(result, returned, args, where, spec, shared)
+            if distinct:  # (before the repeats: a repeat of a leaf made distinct is that leaf's new object)
+                result = _return_distinct(result, distinct, spec)
             if repeats:
                 result = _return_repeats(result, repeats, spec)
             return result
@@ -681,6 +691,19 @@ def _return_repeats(result, repeats, spec):
         return result
     for i, j in repeats:
         leaves[i] = leaves[j]
+    return pytree.tree_unflatten(spec, leaves)
+
+
+def _return_distinct(result, distinct, spec):
+    """``result`` with each output that is the same object as an earlier one, where the user's function returned two
+    tensors, made a view of it (``view`` of its own shape: the same storage and ``_base``, an object of its own)."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result
+    for i, j in distinct:
+        out = leaves[i]
+        if isinstance(out, torch.Tensor) and out is leaves[j]:
+            leaves[i] = out.view(out.shape)
     return pytree.tree_unflatten(spec, leaves)
 
 

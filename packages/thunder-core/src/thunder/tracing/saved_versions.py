@@ -16,7 +16,7 @@ import re
 
 import torch
 
-from thunder.core.symbolic import has_symbolic
+from thunder.core.symbolic import hint, hints
 from thunder.tracing.tracing_tensor import TracingTensor
 
 __all__ = ["StaleSaves", "note_saved"]
@@ -96,7 +96,8 @@ def _flat_tensors(args) -> list[TracingTensor]:
 def _spec(w: TracingTensor) -> tuple:
     """What the probe's meta stand-in of ``w`` is made from (read when the call is traced)."""
     p = w._thunder_proxy
-    return tuple(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
+    # (symbolic sizes by the values they had in the traced call: which tensors a call saves does not depend on them)
+    return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
 
 def _meta_like(spec: tuple) -> torch.Tensor:
@@ -107,8 +108,10 @@ def _meta_like(spec: tuple) -> torch.Tensor:
 def _replace(x, metas: dict):
     if type(x) is TracingTensor:
         return metas[id(x)]
-    if isinstance(x, (list, tuple)) and any(type(y) is TracingTensor for y in x):
-        return type(x)(metas[id(y)] if type(y) is TracingTensor else y for y in x)
+    if type(x) is torch.SymInt:
+        return hint(x)
+    if isinstance(x, (list, tuple)) and any(type(y) in (TracingTensor, torch.SymInt) for y in x):
+        return type(x)(_replace(y, metas) for y in x)
     return x
 
 
@@ -191,7 +194,7 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
     if any(any(o is w for w in flat) for o in outs):
         return  # (an in-place op, or one returning its argument)
     node_out = next((o for o in outs if type(o) is TracingTensor), None)
-    if node_out is None or any(has_symbolic(w._thunder_proxy.shape) for w in flat):
+    if node_out is None:
         return
     from thunder.tracing.errors import user_frame
 

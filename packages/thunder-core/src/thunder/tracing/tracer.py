@@ -110,6 +110,7 @@ from thunder.tracing.views import (
     checked_written_region,
     layout_query,
     mark_multi_views,
+    matmul_returning_a_view,
     may_alias,
     refuse_restride_past_elements,
     refuse_strided_on_shared_storage,
@@ -257,6 +258,12 @@ class Tracer:
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         refuse_strided_on_shared_storage(func, args)
+        if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
+            a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
+            product = self.handle(
+                torch.matmul, (self.handle(T.transpose, (b, -2, -1), {}), self.handle(T.t, (a,), {})), {}
+            )
+            return self.handle(T.transpose, (product, -2, -1), {})
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:

@@ -780,3 +780,28 @@ def _write_view(base: TensorProxy, steps, value: TensorProxy) -> TensorProxy:
     flat_val = clang.reshape(clang.expand(value, vidx.shape), (m,))
     out = prims.scatter(clang.reshape(base, (n,)), flat_idx, flat_val, 0)
     return clang.reshape(out, base.shape)
+
+
+_MATMULS = frozenset((torch.matmul, T.matmul, T.__matmul__))
+
+
+def matmul_returning_a_view(func, args, kwargs) -> tuple[TracingTensor, TracingTensor] | None:
+    """``(a, b)`` when eager's ``a @ b`` returns a transposed view of a result of its own: a 2-d ``a`` whose
+    ``requires_grad`` is set times a batch ``b`` is computed as ``(b.mT @ a.t()).mT`` (PyTorch folds the batch
+    into one matrix product), and the view is kept where it is contiguous (an empty result, or a result with one
+    row or one column per matrix). The program then computes it so (its tensors inside do not require grad, so
+    PyTorch would not fold there); None for every other product, and for sizes not known as numbers."""
+    if func not in _MATMULS or kwargs or len(args) != 2:
+        return None
+    a, b = args
+    if type(a) is not TracingTensor or type(b) is not TracingTensor:
+        return None
+    pa, pb = a._thunder_proxy, b._thunder_proxy
+    if pa.ndim != 2 or pb.ndim < 3 or not pa.requires_grad:
+        return None
+    shapes = (*pa.shape, *pb.shape)
+    if not all(type(s) is int for s in shapes) or pa.shape[1] != pb.shape[-2]:
+        return None  # (symbolic sizes; eager's error for mismatched ones comes from the product itself)
+    n, p = pa.shape[0], pb.shape[-1]
+    empty = n == 0 or p == 0 or any(s == 0 for s in pb.shape[:-2])
+    return (a, b) if empty or n == 1 or p == 1 else None

@@ -374,40 +374,53 @@ def _sum_grad(a, dims):
     return out
 
 
+def prod_backward(g: TensorProxy, a: TensorProxy, result: TensorProxy, dims, full: bool) -> TensorProxy:
+    """PyTorch's prod_backward, with ``g`` and ``result`` already broadcast to ``a``'s shape and in its dtype.
+
+    No zero in the whole input: ``g * (result / a)``. Otherwise each element's gradient is ``g`` times the product
+    of the others in its slice (NaN where another is NaN, or an infinity meets a zero). A full reduction
+    (``x.prod()``, ``full``) of an input holding two zeros or more has a zero gradient whatever ``g`` is (eager
+    returns ``zeros_like``: a NaN cotangent does not reach it); ``x.prod(0)`` of a 1-d input takes the slice path.
+    """
+
+    def others_count(mask):  # per element: how many of the other elements of its slice are in ``mask``
+        m = ltorch.to(mask, torch.int64)
+        return ltorch.sub(ltorch.sum(m, list(dims), keepdim=True), m)
+
+    is_zero = ltorch.eq(a, 0)
+    ordinary = ltorch.logical_and(ltorch.isfinite(a), ltorch.logical_not(is_zero))
+    safe = ltorch.where(ordinary, a, 1.0)
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+    others_product = prims.broadcast_in_dim(prims.prod(safe, tuple(dims)), tuple(a.shape), kept)
+    base = ltorch.true_divide(others_product, safe)  # the product of the other ordinary ones
+    is_inf = ltorch.isinf(a)
+    neg_inf = others_count(ltorch.logical_and(is_inf, ltorch.lt(a, 0)))
+    dtype = a.dtype.torch_dtype  # (a where of two numbers is of the default dtype: each is cast back to a's)
+    signed_inf = ltorch.to(ltorch.where(ltorch.eq(ltorch.remainder(neg_inf, 2), 1), -math.inf, math.inf), dtype)
+    with_inf = M(base, signed_inf)
+    zeros, infs = others_count(is_zero), others_count(is_inf)
+    others = ltorch.where(ltorch.gt(infs, 0), with_inf, base)
+    zero_or_nan = ltorch.to(ltorch.where(ltorch.gt(infs, 0), math.nan, 0.0), dtype)
+    others = ltorch.where(ltorch.gt(zeros, 0), zero_or_nan, others)
+    others = ltorch.where(ltorch.gt(others_count(ltorch.isnan(a)), 0), math.nan, others)
+    # eager decides on the count of zeros in the whole input
+    total = ltorch.sum(ltorch.to(is_zero, torch.int64))
+    grad = ltorch.where(ltorch.eq(total, 0), M(g, ltorch.true_divide(result, a)), M(g, others))
+    if full:
+        grad = ltorch.where(ltorch.gt(total, 1), 0.0, grad)
+    return grad
+
+
 @register_grad(prims.prod)
 def _prod_grad(a, dims):
-    """PyTorch's prod_backward: ``g * result / a`` when the input holds no zero; else each element's gradient is
-    the product of the others in its slice (NaN where another is NaN, or an infinity meets a zero), and, for a full
-    reduction, zero when the input holds two zeros or more."""
+    """The prim reducing every dim is taken for a full reduction; ``torch.prod`` has its own rule that knows."""
     out = prims.prod(a, dims)
     g = get_grad(out)
     if not dims:
         put_grad(a, g)
         return out
-    fdt = a.dtype.torch_dtype
-
-    def others_count(mask):  # per element: how many of the other elements of its slice are in ``mask``
-        m = ltorch.to(mask, fdt)
-        return ltorch.sub(_restore_reduced(prims.sum(m, dims), a, dims), m)
-
-    is_zero = ltorch.eq(a, 0)
-    ordinary = ltorch.logical_and(ltorch.isfinite(a), ltorch.logical_not(is_zero))
-    safe = ltorch.where(ordinary, a, 1.0)
-    base = ltorch.true_divide(_restore_reduced(prims.prod(safe, dims), a, dims), safe)  # the other ordinary ones
-    is_inf = ltorch.isinf(a)
-    neg_inf = others_count(ltorch.logical_and(is_inf, ltorch.lt(a, 0)))
-    with_inf = ltorch.mul(base, ltorch.where(ltorch.eq(ltorch.remainder(neg_inf, 2), 1), -math.inf, math.inf))
-    zeros, infs = others_count(is_zero), others_count(is_inf)
-    others = ltorch.where(ltorch.gt(infs, 0), with_inf, base)
-    others = ltorch.where(ltorch.gt(zeros, 0), ltorch.where(ltorch.gt(infs, 0), math.nan, 0.0), others)
-    others = ltorch.where(ltorch.gt(others_count(ltorch.isnan(a)), 0), math.nan, others)
-    # eager decides on the count of zeros in the whole input
-    total = prims.sum(ltorch.to(is_zero, fdt), tuple(range(a.ndim)))
-    no_zero = ltorch.true_divide(_restore_reduced(out, a, dims), a)
-    if len(dims) == a.ndim:  # a full reduction: no gradient at all once two elements are zero
-        others = ltorch.where(ltorch.gt(total, 1), 0.0, others)
-    local = ltorch.where(ltorch.eq(total, 0), no_zero, others)
-    put_grad(a, M(_restore_reduced(g, a, dims), local))
+    full = len(dims) == a.ndim
+    put_grad(a, prod_backward(_restore_reduced(g, a, dims), a, _restore_reduced(out, a, dims), dims, full))
     return out
 
 
@@ -469,14 +482,10 @@ def _sort_grad(a, dim, descending, stable):
 # ---------------------------------------------------------------- linear algebra and embedding
 
 
-@register_grad(prims.matmul)
-def _matmul_grad(a, b):
-    out = prims.matmul(a, b)
-    g = get_grad(out)
+def matmul_backward(a: TensorProxy, b: TensorProxy, g: TensorProxy) -> tuple[TensorProxy, TensorProxy]:
+    """The gradients of ``a @ b`` (any ranks) for the cotangent ``g``."""
     if a.ndim == 1 and b.ndim == 1:
-        put_grad(a, M(g, b))
-        put_grad(b, M(g, a))
-        return out
+        return M(g, b), M(g, a)
     a2 = ltorch.unsqueeze(a, 0) if a.ndim == 1 else a
     b2 = ltorch.unsqueeze(b, -1) if b.ndim == 1 else b
     g2 = g
@@ -486,8 +495,15 @@ def _matmul_grad(a, b):
         g2 = ltorch.unsqueeze(g2, -1)
     ga = ltorch.matmul(g2, ltorch.transpose(b2, -1, -2))
     gb = ltorch.matmul(ltorch.transpose(a2, -1, -2), g2)
-    put_grad(a, ltorch.reshape(sum_to_shape(ga, a2.shape), a.shape))
-    put_grad(b, ltorch.reshape(sum_to_shape(gb, b2.shape), b.shape))
+    return ltorch.reshape(sum_to_shape(ga, a2.shape), a.shape), ltorch.reshape(sum_to_shape(gb, b2.shape), b.shape)
+
+
+@register_grad(prims.matmul)
+def _matmul_grad(a, b):
+    out = prims.matmul(a, b)
+    ga, gb = matmul_backward(a, b, get_grad(out))
+    put_grad(a, ga)
+    put_grad(b, gb)
     return out
 
 

@@ -13,8 +13,10 @@ import torch
 
 import thunder.torch as ltorch
 from thunder.core import dtypes, prims
+from thunder.core.checks import canonicalize_dim
 from thunder.core.proxies import TensorProxy
 from thunder.transforms.autodiff import get_grad, put_grad, register_grad, zeros_like
+from thunder.transforms.prim_grads import matmul_backward, prod_backward
 
 
 @register_grad(ltorch.silu)
@@ -56,6 +58,48 @@ def _dropout_grad(a, p: float = 0.5, training: bool = True, inplace: bool = Fals
 
     out, mask = fallback_symbol(torch.native_dropout)(a, p, True)
     put_grad(a, ltorch.mul(ltorch.mul(get_grad(out), mask), 1.0 / (1.0 - p)))
+    return out
+
+
+@register_grad(ltorch.matmul)
+def _matmul_grad(a, b):
+    """Eager's ``torch.matmul`` of two batches runs each argument through its own expand and reshape, the second's
+    made last: its gradient reaches the tensor first, which decides the rounding where one tensor is both (``x @
+    x``) and receives other gradients (``torch.bmm`` and 2-d products give the first argument's first)."""
+    out = ltorch.matmul(a, b)
+    ga, gb = matmul_backward(a, b, get_grad(out))
+    if a.ndim >= 3 and b.ndim >= 3:
+        put_grad(b, gb)
+        put_grad(a, ga)
+    else:
+        put_grad(a, ga)
+        put_grad(b, gb)
+    return out
+
+
+@register_grad(ltorch.prod)
+def _prod_grad(a, dim=None, keepdim: bool = False, *, dtype=None):
+    """Eager's two prod backwards: ``x.prod()`` (zero gradient once two elements are zero, whatever the cotangent)
+    and ``x.prod(dim)`` (the product of the others in each slice), computed in the result's dtype as eager."""
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    out = ltorch.prod(a, **kwargs) if dim is None else ltorch.prod(a, dim, keepdim, **kwargs)
+    if not dtypes.is_inexact_dtype(a.dtype) or not dtypes.is_inexact_dtype(out.dtype):
+        return out
+    g = get_grad(out)
+    if a.ndim == 0:
+        put_grad(a, ltorch.to(g, a.dtype.torch_dtype))
+        return out
+    dims = tuple(range(a.ndim)) if dim is None else (canonicalize_dim(a.ndim, dim),)
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+
+    def back(t):  # ``t`` (the reduced shape) broadcast back to ``a``'s
+        if keepdim:
+            return ltorch.expand(t, a.shape)
+        return prims.broadcast_in_dim(t, tuple(a.shape), kept)
+
+    x = a if a.dtype == out.dtype else ltorch.to(a, out.dtype.torch_dtype)
+    grad = prod_backward(back(g), x, back(out), dims, full=dim is None)
+    put_grad(a, grad if a.dtype == out.dtype else ltorch.to(grad, a.dtype.torch_dtype))
     return out
 
 
