@@ -95,17 +95,40 @@ def test_region_rule_a_lone_matmul_stays_with_pytorch():
     assert _regions(torch.nn.functional.linear, torch.randn(4, 8), torch.randn(3, 8)) == []
 
 
-def test_region_rule_the_chain_after_a_matmul_is_fused_without_it():
+no_matmuls = TorchCompileExecutor("torch_compile_no_matmuls", min_region_numel=0, fuse_matmuls=False)
+
+
+def test_region_rule_a_matmul_joins_the_chain_after_it():
     def f(x, w, b):
         return torch.tanh(torch.nn.functional.linear(x, w) + b).sum(-1) * 2
 
-    regions = _regions(f, torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
-    assert regions == [["add", "tanh", "sum", "mul"]]
+    args = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
+    assert _regions(f, *args) == [["linear", "add", "tanh", "sum", "mul"]]
+    assert _regions(f, *args, executor=no_matmuls) == [["add", "tanh", "sum", "mul"]]
+
+
+def test_region_rule_the_regions_on_both_sides_of_a_matmul_are_one():
+    def f(x, w):
+        h = torch.relu(x * 2 + 1)
+        return torch.softmax(h @ w, -1) - 1
+
+    args = torch.randn(4, 8), torch.randn(8, 8)
+    (region,) = _regions(f, *args)
+    assert {"mul", "add", "relu", "matmul", "softmax", "sub"} <= set(region)
+    assert len(_regions(f, *args, executor=no_matmuls)) == 2
+
+
+def test_region_rule_convolutions_stay_with_pytorch_when_matmuls_fuse():
+    def f(x, w):
+        return torch.nn.functional.conv2d(torch.relu(x * 2), w).sigmoid() * 3
+
+    regions = _regions(f, torch.randn(1, 2, 6, 6), torch.randn(2, 2, 3, 3))
+    assert regions == [["mul", "relu"], ["sigmoid", "mul"]]
 
 
 def test_region_rule_a_single_operation_is_not_compiled():
     assert _regions(lambda a: torch.tanh(a), torch.randn(4)) == []
-    assert _regions(lambda a, b: torch.tanh(a @ b), torch.randn(4, 4), torch.randn(4, 4)) == []
+    assert _regions(lambda a, b: torch.tanh(a @ b), torch.randn(4, 4), torch.randn(4, 4), executor=no_matmuls) == []
 
 
 def test_region_rule_views_and_reshapes_do_not_count_as_operations():
