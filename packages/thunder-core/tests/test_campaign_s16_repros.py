@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from differential.functions import ScaleGrad
 
 import thunder
 
@@ -234,18 +235,8 @@ def test_a_backward_reading_a_saved_tensor_updated_in_place_raises_as_eager(fn, 
             jf(make()).sum().backward()
 
 
-class _ScaleGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 10
-
-
 def _scale_grad_and_square(x):  # the campaign's program (seed 14006)
-    return _ScaleGrad.apply(x), torch.matmul(x, x)
+    return ScaleGrad.apply(x), torch.matmul(x, x)
 
 
 def _square_then_scale(x):
