@@ -574,3 +574,37 @@ def test_inductor_regions_and_the_layouts_they_learn_give_eager_answers_on_rando
             actual = _outputs_and_grads(jf, program.make_inputs())
             assert thunder.wait_for_fusion(jf, timeout=300)
             _assert_as_eager(actual, expected, program)
+
+
+def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
+    # FX's tracer marks the whole process as tracing; the user's torch.compile'd function, called in another thread
+    # while the worker traced a region, raised "Detected that you are using FX to symbolically trace a
+    # dynamo-optimized function" (benchmarks/vision.py's torch.compile of MaxViT beside thunder's fused model)
+    import threading
+
+    from thunder.executors import tiers
+    from thunder.executors.torch_compile import _InductorRegion
+
+    def user_fn(x):
+        return torch.sin(x) * 2
+
+    compiled = torch.compile(user_fn, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), user_fn(x))
+    tracing, release = threading.Event(), threading.Event()
+
+    def region_fn(a):
+        if not tracing.is_set():  # (inside make_fx's tracing of the region: held open while the user calls)
+            tracing.set()
+            release.wait(60)
+        return torch.tanh(a) + 1
+
+    region = _InductorRegion(region_fn, static=True)
+    a = torch.randn(3, 5)
+    job = tiers.submit_compile(lambda: region._inductor_graph([a]))
+    try:
+        assert tracing.wait(120)
+        torch.testing.assert_close(compiled(x), user_fn(x))
+    finally:
+        release.set()
+    assert job.done.wait(300)

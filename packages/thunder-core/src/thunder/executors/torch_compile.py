@@ -37,6 +37,7 @@ Importing this module compiles nothing and does not import Inductor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import math
 import os
@@ -291,7 +292,7 @@ class _InductorRegion:
 
         _keep_rng_state_on_the_worker()
         with dynamo_compile_lock, torch.no_grad():
-            return inductor_subprocess.compile_graph(self.fn, inputs)
+            return inductor_subprocess.compile_graph(_without_the_process_wide_tracing_flag(self.fn), inputs)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
         with self._lock:
@@ -344,6 +345,31 @@ def _keep_rng_state_on_the_worker() -> None:
 
     preserve_rng_state_off_the_worker.__thunder_worker_guard__ = True
     dynamo_utils.preserve_rng_state = preserve_rng_state_off_the_worker
+
+
+def _without_the_process_wide_tracing_flag(fn: Callable) -> Callable:
+    """``fn`` for ``make_fx`` to trace without marking the whole process as FX-tracing meanwhile.
+
+    FX's tracer sets a module-level flag for as long as any thread traces, and Dynamo's compiled functions check it on
+    every call: a user's ``torch.compile``'d function, called in another thread while the background worker traced a
+    region, raised "Detected that you are using FX to symbolically trace a dynamo-optimized function"
+    (``benchmarks/vision.py``'s torch.compile of MaxViT beside thunder's fused model). The region's operations are
+    recorded by ``make_fx``'s dispatch mode, which is per thread and does not read the flag, so the flag is lowered
+    while they run: it is up only while FX's tracer sets itself up and finishes (microseconds, not the trace).
+    The traced graph is the same.
+    """
+    import torch.fx._symbolic_trace as fx_trace
+
+    @functools.wraps(fn)
+    def traced(*args):
+        was = fx_trace._is_fx_tracing_flag
+        fx_trace._is_fx_tracing_flag = False
+        try:
+            return fn(*args)
+        finally:
+            fx_trace._is_fx_tracing_flag = was
+
+    return traced
 
 
 def graphs_compiled() -> int:
