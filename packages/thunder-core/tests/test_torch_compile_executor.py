@@ -185,12 +185,12 @@ def test_region_rule_convolution_backward_stays_with_pytorch():
 
 
 def test_region_rule_always_fuse_ops_compiles_long_chains_at_any_size():
-    """With ``always_fuse_ops=4`` a region of four computing operations is compiled however small its tensors (off by
-    default: see docs/extending.md)."""
+    """A region of ``always_fuse_ops`` (default 4) computing operations is compiled however small its tensors."""
     tiny = torch.randn(2, 3)
-    assert torch_compile_ex.always_fuse_ops is None
-    assert _regions(lambda a: torch.tanh(a * 2 + 1).exp(), tiny, executor=torch_compile_ex) == []
-    four = TorchCompileExecutor("torch_compile_four", always_fuse_ops=4)
+    assert torch_compile_ex.always_fuse_ops == 4
+    off = TorchCompileExecutor("torch_compile_size_only", always_fuse_ops=None)
+    assert _regions(lambda a: torch.tanh(a * 2 + 1).exp(), tiny, executor=off) == []
+    four = torch_compile_ex
     assert _regions(lambda a: torch.tanh(a * 2 + 1), tiny, executor=four) == []
     assert _regions(lambda a: torch.tanh(a * 2 + 1).exp(), tiny, executor=four) == [["mul", "add", "tanh", "exp"]]
     # views do not count: three operations and a transpose stay unfused

@@ -25,10 +25,10 @@ docs/extending.md, "Which regions torch_compile compiles"):
   is one kernel, as in eager; views, reshapes and concatenations do not count (Inductor writes them to new
   memory where eager makes a view, so a region of them alone only adds copies);
 - a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
-  2**16) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (off by default): a
-  compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from 64 elements
-  (``benchmarks/fusion_payoff.py``), but on the vision models' small BatchNorm regions with two threads the fused
-  step was slower than the unfused one (docs/extending.md);
+  2**16) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (default
+  ``ALWAYS_FUSE_OPS``, 4): a compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from
+  64 elements (``benchmarks/fusion_payoff.py``); a tiny HF Llama's decode step, one region then, takes 0.72 ms a
+  token against 1.36 unfused (docs/extending.md);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below).
 
 Importing this module compiles nothing and does not import Inductor.
@@ -70,6 +70,8 @@ SUBPROCESS_LINGER_S = 10.0
 
 # a region whose largest tensor is smaller than this runs unfused (benchmarks/fusion_payoff.py, docs/extending.md)
 MIN_REGION_NUMEL = 65536  # 2**16: 256 KiB of float32
+# a region of at least this many computing operations is compiled whatever its size (docs/extending.md)
+ALWAYS_FUSE_OPS = 4
 
 
 class TorchCompileExecutor(FusionExecutor):
@@ -81,7 +83,7 @@ class TorchCompileExecutor(FusionExecutor):
             tensor has fewer elements than this goes back to the torch executor (the region rule, in the module
             docstring); 0 compiles every region of 2+ operations.
         always_fuse_ops: a region of at least this many computing operations is compiled whatever its size (None:
-            no such exception).
+            no such exception; default ``ALWAYS_FUSE_OPS``).
         fuse_matmuls: matrix products (``matmul``, ``linear``, ``bmm``...) join regions (convolutions never do):
             Inductor calls the same GEMM kernels, but the regions on either side of a product merge into one graph,
             with its views and bias additions, which spares a region call and the Python between them per product.
@@ -97,7 +99,7 @@ class TorchCompileExecutor(FusionExecutor):
         name: str = "torch_compile",
         *,
         min_region_numel: int = MIN_REGION_NUMEL,
-        always_fuse_ops: int | None = None,
+        always_fuse_ops: int | None = ALWAYS_FUSE_OPS,
         fuse_matmuls: bool = True,
         **compile_options,
     ):
