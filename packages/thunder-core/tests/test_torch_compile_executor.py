@@ -12,6 +12,14 @@ from thunder.executors.torch_compile import TorchCompileExecutor, graphs_compile
 any_size = TorchCompileExecutor("torch_compile_any_size", min_region_numel=0)
 
 
+@pytest.fixture(autouse=True)
+def _no_other_programs_background_work():
+    # (these tests count the process's Inductor compiles: an earlier test's background compile must not end among them)
+    from thunder.executors import tiers
+
+    assert tiers.wait_until_idle(timeout=600)
+
+
 def test_registered_by_name_not_default():
     assert thunder.extend.get_executor("torch_compile") is torch_compile_ex
     assert torch_compile_ex not in thunder.get_default_executors()

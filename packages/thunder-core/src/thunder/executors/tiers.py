@@ -68,6 +68,7 @@ __all__ = [
     "when_submitted",
     "region_calls",
     "example_inputs",
+    "wait_until_idle",
 ]
 
 FUSION_MODES = ("background", "wait", "off")
@@ -302,6 +303,21 @@ def wait_for_compiles(deadline: float | None = None) -> bool:
             return False
         with _queue_lock:
             _compiles.discard(pending)  # (its done callback does it too, but may not have run yet)
+
+
+def wait_until_idle(timeout: float | None = None) -> bool:
+    """Waits until the background worker has no job left, whoever queued it (False if ``timeout`` seconds passed
+    first). Tests that count the process's compiles call it first, so that another program's work does not end
+    among theirs."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _queue_lock:
+            worker = _worker
+        if worker is None or worker is threading.current_thread():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        worker.join(0.05)
 
 
 def in_background() -> bool:
