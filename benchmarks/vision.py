@@ -56,8 +56,8 @@ def _first_call(fn) -> float:
 
 def _check(name, eager_model, model, x, perturbed_model=None) -> None:
     """``model``'s output and gradients against ``eager_model``'s (same weights). ``perturbed_model`` (a third copy):
-    eager's gradients for an input moved by a float32 rounding, whose distance from eager's own measures how much
-    float32 rounding moves this network's gradients (the tolerance grows with it)."""
+    eager's gradients for an input moved by a few float32 roundings (2**-19 relative), whose distance from eager's
+    own measures how much float32 rounding moves this network's gradients (the tolerance grows with it)."""
     import torch
 
     import thunder
@@ -80,7 +80,7 @@ def _check(name, eager_model, model, x, perturbed_model=None) -> None:
         # moves by a few float32 roundings, so any other order of float32 sums (a fused kernel's) moves it as much
         if channels_last:
             perturbed_model = perturbed_model.to(memory_format=torch.channels_last)
-        rounding = torch.rand(xe.shape, generator=torch.Generator().manual_seed(0)).sub_(0.5).mul_(2**-22)
+        rounding = torch.rand(xe.shape, generator=torch.Generator().manual_seed(0)).sub_(0.5).mul_(2**-18)
         perturbed_model(xe * (1 + rounding)).square().mean().backward()
         spread = {
             n: (p.grad - dict(eager_model.named_parameters())[n].grad).abs().max()
