@@ -82,8 +82,9 @@ def _check(name, eager_model, model, x, perturbed_model=None) -> None:
             perturbed_model = perturbed_model.to(memory_format=torch.channels_last)
         rounding = torch.rand(xe.shape, generator=torch.Generator().manual_seed(0)).sub_(0.5).mul_(2**-18)
         perturbed_model(xe * (1 + rounding)).square().mean().backward()
+        eager_params = dict(eager_model.named_parameters())
         spread = {
-            n: (p.grad - dict(eager_model.named_parameters())[n].grad).abs().max()
+            n: (p.grad - eager_params[n].grad).abs().max()
             for n, p in perturbed_model.named_parameters()
             if p.grad is not None
         }

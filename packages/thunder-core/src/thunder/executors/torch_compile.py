@@ -145,9 +145,8 @@ class TorchCompileExecutor(FusionExecutor):
         if any(type(p) is RuntimeValueProxy for p in bsym.flat_outs):
             return False  # a Python value read from tensor data (torch.equal): no graph computes it
 
-        if sym.name in _CONVOLUTION_BACKWARDS or _has_tag(bsym, (OpTags.MATMUL,)):
-            if not self.fuse_matmuls or _has_convolution(bsym):
-                return False
+        if _has_convolution(bsym) or (not self.fuse_matmuls and _has_tag(bsym, (OpTags.MATMUL,))):
+            return False
         impl = torchex.ex.implmap.get(sym.id)
         if (impl is not None and impl.symbol is not None) or sym.executor is torchex.ex:
             return not any(_has_tag(s, _EXCLUDED_TAGS) for s in bsym.subsymbols)
