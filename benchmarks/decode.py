@@ -9,7 +9,10 @@ A decode is a prefill of --prompt tokens followed by --tokens single-token steps
 under torch.no_grad. The first --tokens position is produced by the prefill.
 
 For each backend:
-  - `first_decode_s`: the first full decode on a fresh compiled model (includes compiling);
+  - `first_decode_s`: the first full decode on a fresh compiled model (includes compiling; thunder's
+    fusion compiles in the background meanwhile and after it);
+  - `fused_after_s` (thunder): seconds from the first decode's start until the fused programs are in place
+    (thunder.wait_for_fusion), after which the warm decodes are timed;
   - `tokens_per_s`: --tokens divided by the median time of --repeats later decodes (warm);
   - `compiles`: programs compiled over all decodes (thunder: cache misses; torch.compile: graphs
     handed to Inductor by Dynamo);
@@ -135,6 +138,14 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
     start = time.perf_counter()
     first = run()
     first_s = time.perf_counter() - start
+    fused_s = None
+    if name.startswith("thunder"):
+        import thunder
+
+        # steady state is the fused program's: wait for the background compile before timing (the first decode
+        # ran without waiting, at the unfused program's speed)
+        thunder.wait_for_fusion(model)
+        fused_s = time.perf_counter() - start
     times = []
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -151,6 +162,8 @@ def run_backend(name: str, args, prompt: torch.Tensor, expected: torch.Tensor | 
         "tokens_per_s": args.tokens / warm,
         "compiles": compiles[0] if name != "eager" else 0,
     }
+    if fused_s is not None:
+        result["fused_after_s"] = fused_s
     if expected is not None:
         result["same_tokens_as_eager"] = bool(torch.equal(first, expected))
     log(f"{name}: {result}")

@@ -357,3 +357,94 @@ def test_a_region_with_symbolic_sizes_is_not_static():
             torch.testing.assert_close(jf(a), f(a))
     regions = _compiled_regions(jf)
     assert regions and not any(r.static for r in regions)
+
+
+def _symbolic_region(jf):
+    (region,) = [r for r in _compiled_regions(jf) if r.symbolic_dims is not None]
+    return region
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_a_region_with_symbolic_sizes_compiles_one_graph_for_every_size():
+    def f(a, b):
+        return torch.tanh(torch.cat([a, b]) * 2 + 1).sum(-1), a.shape[0] * (a - 1).exp()
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    before = graphs_compiled()
+    for n in (3, 5, 2, 9, 17):
+        a, b = torch.randn(n, 4), torch.randn(n + 1, 4)
+        with torch.no_grad():
+            for got, want in zip(jf(a, b), f(a, b)):
+                torch.testing.assert_close(got, want)
+    region = _symbolic_region(jf)
+    assert len(region._symbolic) == 1 and not region.compiled and region.dynamic is None
+    assert graphs_compiled() == before + 1
+    # the guard relates the inputs as the trace does: b has one row more than a
+    (graph,) = region._symbolic
+    assert "t0.size()[0]" in graph.guard_source and "t1.size()[0]" in graph.guard_source
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_sizes_a_symbolic_graph_does_not_serve_get_another_graph_in_the_background():
+    from thunder.executors import tiers
+
+    def f(a):
+        return torch.tanh(a * 2 + 1).sum(0)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    with torch.no_grad():
+        for n in (3, 4):
+            a = torch.randn(n, 5)
+            torch.testing.assert_close(jf(a), f(a))
+        region = _symbolic_region(jf)
+        assert len(region._symbolic) == 1
+        # a size of 1 is a case of its own (it broadcasts), which the first graph's guard excludes (and for which
+        # thunder traces another program: the region is called as that program's region would be)
+        a = torch.randn(1, 5)
+        assert not region._symbolic[0].guard(a)
+        before = graphs_compiled()
+        (out,) = region(a)  # (the region's torch operations, while the graph compiles)
+        torch.testing.assert_close(out, f(a))
+        assert tiers.wait_until_idle(timeout=600)
+        assert len(region._symbolic) == 2 and region._symbolic[1].guard(a)
+        assert graphs_compiled() == before + 1
+        (out,) = region(a)
+        torch.testing.assert_close(out, f(a))
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_symbolic_regions_forward_and_backward_equal_eager():
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w).softmax(-1) * x.shape[0]
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    w = torch.randn(6, 6, dtype=torch.float64, requires_grad=True)
+    for n in (3, 7, 4):
+        x = torch.randn(n, 6, dtype=torch.float64, requires_grad=True)
+        got, want = jf(x, w), f(x, w)
+        torch.testing.assert_close(got, want)
+        g = torch.randn_like(want)
+        torch.testing.assert_close(torch.autograd.grad(got, (x, w), g), torch.autograd.grad(want, (x, w), g))
+    regions = [r for r in _compiled_regions(jf) if r.symbolic_dims is not None]
+    assert regions and all(len(r._symbolic) == 1 for r in regions)
+
+
+@pytest.mark.skipif(torch_compile_ex.unavailable_reason() is not None, reason="no C++ compiler for Inductor")
+def test_a_region_whose_symbolic_compile_fails_compiles_per_signature(monkeypatch):
+    from thunder.executors import symbolic_graphs
+
+    def refuse(*args):
+        raise RuntimeError("no symbolic sizes here")
+
+    monkeypatch.setattr(symbolic_graphs, "compile_symbolic_graph", refuse)
+
+    def f(a):
+        return torch.tanh(a * 2 + 1)
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    with torch.no_grad():
+        for n in (3, 5):
+            a = torch.randn(n, 4)
+            torch.testing.assert_close(jf(a), f(a))
+    region = _symbolic_region(jf)
+    assert region._symbolic_failed and len(region.compiled) == 2

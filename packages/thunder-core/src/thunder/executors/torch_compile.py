@@ -49,10 +49,10 @@ from collections.abc import Callable
 import torch
 
 from thunder.core.prims import OpTags
-from thunder.core.proxies import RuntimeValueProxy, TensorProxy
+from thunder.core.proxies import NumberProxy, RuntimeValueProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
-from thunder.core.symbolic import hints
-from thunder.executors import inductor_subprocess, pythonex, tiers, torchex
+from thunder.core.symbolic import SizeProxy, hints
+from thunder.executors import inductor_subprocess, pythonex, symbolic_graphs, tiers, torchex
 from thunder.executors.base import FusionExecutor
 from thunder.executors.fusion import Region, region_trace
 
@@ -179,7 +179,10 @@ class TorchCompileExecutor(FusionExecutor):
             static = all(isinstance(p, TensorProxy) and all(isinstance(n, int) for n in p.shape) for p in region.inputs)
             source = trace.python(include_decomposition=False)
             run_region = _InductorRegion(
-                fn, static=static, portable=inductor_subprocess.PortableFunction.of(fn, source)
+                fn,
+                static=static,
+                portable=inductor_subprocess.PortableFunction.of(fn, source),
+                symbolic_dims=None if static else _symbolic_dims(region.inputs),
             )
         run_region.__thunder_trace__ = trace
         return run_region
@@ -195,7 +198,8 @@ class _InductorRegion:
     Inputs are made contiguous first (as for ``torch.compile`` above), so that the signature is only shapes,
     dtypes and devices (and the values of number inputs, which the graph holds as constants). After
     ``MAX_SIGNATURES`` signatures (sizes that change from call to call) it hands over to ``torch.compile`` with
-    dynamic sizes.
+    dynamic sizes. A region whose trace has symbolic sizes (``symbolic_dims``) compiles instead one graph with
+    those sizes symbolic and guards (:mod:`thunder.executors.symbolic_graphs`), which serves every size.
 
     A *static* region (only tensor inputs, of sizes the trace fixed: its program's prologue checks every
     input's shape, dtype and device) has one signature: after its compile a call with contiguous inputs only
@@ -220,12 +224,22 @@ class _InductorRegion:
 
     MAX_SIGNATURES = 8
     MAX_LAYOUTS = 4
+    MAX_SYMBOLIC_GRAPHS = 4
 
     def __init__(
-        self, fn: Callable, static: bool = False, portable: inductor_subprocess.PortableFunction | None = None
+        self,
+        fn: Callable,
+        static: bool = False,
+        portable: inductor_subprocess.PortableFunction | None = None,
+        symbolic_dims: tuple | None = None,
     ):
         self.fn = fn
         self.static = static
+        # a symbolic region's symbolic dimensions per input (``symbolic_graphs.compile_symbolic_graph``'s ``dynamic``)
+        self.symbolic_dims = symbolic_dims
+        self._symbolic: tuple[symbolic_graphs.SymbolicGraph, ...] = ()
+        self._symbolic_pending = False  # a compile for inputs no graph serves is queued
+        self._symbolic_failed = False  # compiling with symbolic sizes raised: one graph per signature instead
         self.portable = portable  # (fn as the compile subprocess rebuilds it; None: it cannot)
         self.compiled: dict[tuple, Callable] = {}
         self.dynamic: Callable | None = None
@@ -241,18 +255,70 @@ class _InductorRegion:
                 if not a.is_contiguous():
                     return self._call_strided(graph, args)
             return graph(list(args))
-        plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+        if self.symbolic_dims is not None and not self._symbolic_failed:
+            return self._call_symbolic(args)
+        return self._call_per_signature([_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
+
+    def _call_per_signature(self, plain: list):
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in plain)
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self._compile(key, plain)
         return compiled(*plain)
 
+    def _call_symbolic(self, args: tuple):
+        """A symbolic region's call: the first graph whose guard the inputs pass. The first graph compiles at once
+        (at the background worker's example call under ``fusion="background"``); for inputs no graph serves, one
+        more is compiled on the background worker while the region's own torch operations run, up to
+        ``MAX_SYMBOLIC_GRAPHS``, and past that, or if compiling with symbolic sizes fails, the region compiles one
+        graph per signature as a region without symbolic sizes does."""
+        plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+        for graph in self._symbolic:
+            if graph.guard(*plain):
+                return graph.graph(plain)
+        if self._symbolic and not tiers.in_background():
+            if self._symbolic_pending:
+                return self.fn(*plain)
+            if len(self._symbolic) < self.MAX_SYMBOLIC_GRAPHS:
+                self._symbolic_pending = True
+                examples = _examples(plain)  # (no reference to the values)
+                tiers.submit_compile(lambda: self._compile_symbolic(_from_examples(examples)))
+                return self.fn(*plain)
+        else:
+            graph = self._compile_symbolic(plain)
+            if graph is not None and graph.guard(*plain):
+                return graph.graph(plain)
+        return self._call_per_signature(plain)
+
+    def _compile_symbolic(self, inputs: list) -> symbolic_graphs.SymbolicGraph | None:
+        with self._lock:
+            try:
+                for graph in self._symbolic:
+                    if graph.guard(*inputs):
+                        return graph  # (another thread compiled it meanwhile)
+                if len(self._symbolic) >= self.MAX_SYMBOLIC_GRAPHS or self._symbolic_failed:
+                    return None
+                from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
+
+                _keep_rng_state_on_the_worker()
+                fn = _without_the_process_wide_tracing_flag(self.fn)
+                with dynamo_compile_lock, torch.no_grad():
+                    graph = symbolic_graphs.compile_symbolic_graph(fn, inputs, self.symbolic_dims)
+            except Exception:  # noqa: BLE001 - the region falls back to one graph per signature, as before
+                self._symbolic_failed = True
+                return None
+            finally:
+                self._symbolic_pending = False
+            self._symbolic = (*self._symbolic, graph)
+            global _graphs_compiled
+            _graphs_compiled += 1
+            return graph
+
     def prepare_compile(self, *args) -> None:
         """Has the compile for ``args`` (as ``__call__`` would compile it: contiguous inputs) done in the compile
         subprocess, which fills Inductor's cache for the compile in this process (``inductor_subprocess``); called by
         the background worker before it compiles."""
-        if all(isinstance(a, torch.Tensor) for a in args):
+        if self.symbolic_dims is None and all(isinstance(a, torch.Tensor) for a in args):
             plain = [_plain(a) for a in args]
             self._warm([(a.shape, a.stride(), a.dtype, a.device) for a in plain])
 
@@ -398,6 +464,31 @@ def _largest_numel(bound_symbols) -> int:
             if isinstance(p, TensorProxy):
                 largest = max(largest, math.prod(hints(p.shape)))
     return largest
+
+
+def _examples(values: list) -> list:
+    """What compiling for ``values`` needs of them: tensors' shapes, dtypes and devices (not their data)."""
+    return [(tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _from_examples(examples: list) -> list:
+    return [torch.zeros(e[0], dtype=e[1], device=e[2]) if isinstance(e, tuple) else e for e in examples]
+
+
+def _symbolic_dims(inputs) -> tuple | None:
+    """A region's inputs' symbolic dimensions (``symbolic_graphs.compile_symbolic_graph``'s ``dynamic``), or None
+    if its trace has no symbolic size among them (or an input that is neither a tensor nor a number)."""
+    dims = []
+    for p in inputs:
+        if isinstance(p, TensorProxy):
+            dims.append(tuple(i for i, n in enumerate(p.shape) if not isinstance(n, int)))
+        elif isinstance(p, SizeProxy):
+            dims.append(symbolic_graphs.SYMBOLIC_INT)
+        elif isinstance(p, NumberProxy):
+            dims.append(None)
+        else:
+            return None
+    return tuple(dims) if any(d for d in dims) else None
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
