@@ -608,3 +608,26 @@ def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
     finally:
         release.set()
     assert job.done.wait(300)
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(frozenset({"elementwise", "broadcast", "view", "reduction", "softmax", "size_values"})))
+def test_inductor_regions_with_symbolic_sizes_give_eager_answers_on_random_programs(program):
+    # cache="symbolic values": the regions' sizes are symbols, compiled once with Inductor and guarded per call
+    # (thunder.executors.symbolic_graphs)
+    fn = program.make_function()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _eager_answers(fn, program)
+        if expected is None:  # eager rejects the program: nothing to compare
+            return
+        jf = thunder.jit(
+            fn,
+            executors=[_any_size_inductor, *thunder.get_default_executors()],
+            fusion="wait",
+            cache="symbolic values",
+        )
+        for _ in range(2):
+            actual = _outputs_and_grads(jf, program.make_inputs())
+            assert thunder.wait_for_fusion(jf, timeout=300)
+            _assert_as_eager(actual, expected, program)
