@@ -172,3 +172,40 @@ def test_contiguous_with_a_memory_format_matches_eager():
     torch.testing.assert_close(x.grad, xe.grad)
     with pytest.raises(RuntimeError, match="rank 4"):
         thunder.jit(f)(torch.randn(3, 4, 5))
+
+
+class _Pointwise(torch.nn.Module):
+    """An EfficientFormer-like stack: a 3x3 stem, then MLP blocks of pointwise (1x1) convolutions with BatchNorm."""
+
+    def __init__(self, c=8, blocks=3):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, padding=1)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Conv2d(c, 4 * c, 1),
+                torch.nn.BatchNorm2d(4 * c),
+                torch.nn.GELU(),
+                torch.nn.Conv2d(4 * c, c, 1),
+                torch.nn.BatchNorm2d(c),
+            )
+            for _ in range(blocks)
+        )
+        self.fc = torch.nn.Linear(c, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def test_a_network_of_pointwise_convolutions_runs_channels_last_with_eagers_answers():
+    from thunder.transforms.conv_layout import POINTWISE_SHARE
+
+    # pointwise convolutions: 3 blocks x 2 x 4c^2 multiply-adds per pixel against the stem's 27c
+    assert 24 * 8 * 8 / (24 * 8 * 8 + 27 * 8) >= POINTWISE_SHARE
+    jm = _matches_eager(_Pointwise(), torch.randn(2, 3, 10, 10))
+    assert _converts(jm)
+    # without a fusion executor, eager's layout
+    jm = _matches_eager(_Pointwise(), torch.randn(2, 3, 10, 10), executors=thunder.get_default_executors())
+    assert not _converts(jm)

@@ -14,9 +14,15 @@ gradients are far less accurate where a gradient cancels to a small result: Mobi
 (largest entry 1027) is 20 away from the float64 one in channels-last, 0.12 contiguous (one thread; 0.18 and 0.10
 with two). ``torch.compile`` accepts that; the default executors keep eager's layout and so eager's numbers.
 
+Pointwise (1x1, ungrouped) convolutions are faster in channels-last too: 0.48-0.76 of their contiguous forward and
+backward on this sweep's models (one thread, batch 2), while ResNet-18's 3x3 convolutions at 256 channels and more
+are up to 1.5x slower. EfficientFormer, whose convolutions are nearly all pointwise (0.87 of their multiply-adds),
+takes a fused training step of 0.83 of eager's in channels-last against 0.96 contiguous (``torch.compile`` 0.81).
+
 So with ``thunder.jit(..., conv_layout="auto")`` (the default), when a fusion executor is in the executor list
 (the user chose a compiler's numbers, as with ``torch.compile``: ``thunder.discover()`` on the CPU), a program
-with a grouped 2-D convolution (``groups > 1``) on the CPU gets, before each such convolution's and each dense convolution's input that is not
+with a grouped 2-D convolution (``groups > 1``), or whose pointwise convolutions do at least ``POINTWISE_SHARE``
+of its convolutions' multiply-adds, on the CPU gets, before each such convolution's and each dense convolution's input that is not
 channels-last already, a conversion to channels-last. PyTorch's kernels then give the results of convolutions,
 batch norms, elementwise operations and pooling the same layout, so the layout flows through the network; before
 any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
@@ -33,15 +39,22 @@ each under a comment that says why.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import hints
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 
-__all__ = ["CONV_LAYOUTS", "CONVOLUTIONS_PER_CONVERSION", "channels_last_convolutions"]
+__all__ = ["CONV_LAYOUTS", "CONVOLUTIONS_PER_CONVERSION", "POINTWISE_SHARE", "channels_last_convolutions"]
 
 CONV_LAYOUTS = ("auto", "channels_last", "as_given")
+
+# a program without grouped convolutions is converted where pointwise convolutions do at least this share of the
+# multiply-adds of its convolutions (EfficientFormer 0.87; DenseNet-121 0.52 and ResNet-18 0.01 are not)
+POINTWISE_SHARE = 2 / 3
 
 # a program is converted only where at least this many convolutions run in channels-last per conversion of a
 # feature map (into channels-last, or back to contiguous)
@@ -93,7 +106,9 @@ _LAYOUT_KEEPING = frozenset(
     }
 )
 
-_HEADER = "channels-last: this network's grouped convolutions run faster in it (thunder.jit(conv_layout=...))"
+_HEADER = (
+    "channels-last: this network's grouped or pointwise convolutions run faster in it (thunder.jit(conv_layout=...))"
+)
 _BACK_HEADER = "back to contiguous, as eager has it"
 
 
@@ -124,7 +139,21 @@ def _applies(trace: TraceCtx, mode: str, fusing: bool) -> bool:
         return True
     if not fusing or any(b.args[0].device.devicetype.name != "CPU" for b in convs):
         return False
-    return any(_groups(b) > 1 for b in convs)
+    return any(_groups(b) > 1 for b in convs) or _pointwise_share(convs) >= POINTWISE_SHARE
+
+
+def _pointwise_share(convs) -> float:
+    """The share of the convolutions' multiply-adds that pointwise (1x1, ungrouped) convolutions do."""
+    pointwise = total = 0
+    for b in convs:
+        weight, out = b.args[1], b.output
+        if not (isinstance(weight, TensorProxy) and isinstance(out, TensorProxy)):
+            continue
+        macs = math.prod(hints(out.shape)) * math.prod(hints(weight.shape[1:]))
+        total += macs
+        if tuple(hints(weight.shape[2:])) == (1, 1) and _groups(b) == 1:
+            pointwise += macs
+    return pointwise / total if total else 0.0
 
 
 def channels_last_convolutions(trace: TraceCtx, mode: str = "auto", fusing: bool = False) -> TraceCtx:
