@@ -1,0 +1,162 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14001..14008, session 17) found, each against eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+
+def _run(fn, make_inputs, grad_of=()):
+    """``fn``'s outputs on fresh inputs and the gradients of their sum to ``grad_of`` (input indices), or the
+    exception it raised."""
+    args = make_inputs()
+    try:
+        out = fn(*args)
+        leaves = [args[i] for i in grad_of]
+        grads = ()
+        if leaves:
+            total = sum(o.sum() for o in out if o.requires_grad)
+            grads = torch.autograd.grad(total, leaves, allow_unused=True)
+        return out, grads
+    except RuntimeError as e:
+        return e
+
+
+def _assert_same(expected, actual):
+    if isinstance(expected, Exception):
+        assert isinstance(actual, Exception), f"eager raised {expected!r}, thunder ran"
+        return
+    assert not isinstance(actual, Exception), f"thunder raised {actual!r}, eager ran"
+    (eo, eg), (ao, ag) = expected, actual
+    assert len(eo) == len(ao)
+    for e, a in zip(eo, ao):
+        assert a.dtype == e.dtype and a.shape == e.shape and a.requires_grad == e.requires_grad
+        torch.testing.assert_close(a, e, equal_nan=True)
+    for e, a in zip(eg, ag):
+        assert (e is None) == (a is None)
+        if e is not None:
+            torch.testing.assert_close(a, e, equal_nan=True)
+
+
+# ---------------------------------------------------------------- run-time sizes in broadcasts
+
+
+def _unique_then_floor_divide(a0):  # the campaign's program (seed 14005)
+    v0 = torch.unique(torch.tensor(-4.8, dtype=torch.float64) + a0.mean(), sorted=False)
+    return (a0 // (v0.flatten().abs() + 1),)
+
+
+def _masked_times_square(x, m, y):
+    v = x[m]  # a run-time size, 1 or 3 where eager runs
+    return ((y * v + v.unsqueeze(-1)).sin(),)
+
+
+def _masked_plus_row(x, m, y):
+    return (y[0] + x[m],)
+
+
+@pytest.mark.parametrize("mask", [[True, False, False], [True, True, True], [False, True, False], [True, True, False]])
+@pytest.mark.parametrize("fn", [_masked_times_square, _masked_plus_row])
+def test_a_run_time_size_broadcast_against_a_fixed_one_runs_as_eager(fn, mask):
+    # seed 14005: `a0 // unique(...)` broadcast a run-time size u0 against 3: the trace took the result's size to be
+    # u0, and the gradient's reshape back to (3, 3) raised deep inside thunder. The result has the fixed size whether
+    # u0 is 1 or equal to it; the gradient sums to u0 at run time.
+    def make():
+        x = torch.randn(3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        y = torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        return x, torch.tensor(mask), y
+
+    _assert_same(_run(fn, make, (0, 2)), _run(thunder.jit(fn), make, (0, 2)))
+
+
+def test_unique_then_a_broadcast_runs_as_eager():
+    def make():
+        return (torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_(),)
+
+    _assert_same(_run(_unique_then_floor_divide, make), _run(thunder.jit(_unique_then_floor_divide), make))
+
+
+def _nonzero_out_added_in_place(a2):  # the campaign's program (seed 14003)
+    v0 = torch.tensor(-4.8, dtype=torch.float64) + a2.mean()
+    v0.cosh_()
+    v1 = torch.empty((0, 0), dtype=torch.int64)
+    torch.nonzero(v0, as_tuple=False, out=v1)
+    v3 = a2.clone()
+    v3.add_(v1, alpha=-1)
+    return (v3,)
+
+
+def _nonzero_added_in_place(x, m):
+    v = x * 1
+    v.add_(torch.nonzero(m), alpha=-1)
+    return (v,)
+
+
+def test_an_in_place_update_by_a_run_time_size_runs_as_eager():
+    # seed 14003: `v3.add_(nonzero(...))` with v3 of size 1: thunder asked whether u0 == 1 while tracing and refused
+    def make():
+        return (torch.ones(1, 0, dtype=torch.float16),)
+
+    _assert_same(_run(_nonzero_out_added_in_place, make), _run(thunder.jit(_nonzero_out_added_in_place), make))
+
+
+@pytest.mark.parametrize("mask", [[[0, 1], [0, 0]], [[1, 1], [0, 0]], [[0, 0], [0, 0]]])
+def test_an_in_place_update_broadcasting_a_run_time_size_runs_or_raises_as_eager(mask):
+    def make():
+        return torch.ones(1, 2, dtype=torch.float64, requires_grad=True), torch.tensor(mask)
+
+    _assert_same(_run(_nonzero_added_in_place, make, (0,)), _run(thunder.jit(_nonzero_added_in_place), make, (0,)))
+
+
+# ---------------------------------------------------------------- out= calls whose arguments require grad
+
+
+def _linspace_out_then_relu6(a2):  # the campaign's program (seed 14006)
+    v0 = torch.empty((0,), dtype=torch.float64)
+    torch.linspace(torch.tensor(-2.0) + a2.mean(), torch.tensor(-3), 0, dtype=torch.float64, device="cpu", out=v0)
+    return (torch.nn.functional.relu6(v0),)
+
+
+_OUT_FORMS = {
+    "linspace": lambda s, o: torch.linspace(s, 3.0, 4, out=o),
+    "linspace, both ends": lambda s, o: torch.linspace(s, s * 2, 5, out=o),
+    "logspace": lambda s, o: torch.logspace(s, 3.0, 4, out=o),
+    "arange": lambda s, o: torch.arange(0, 4, out=o),
+    "add": lambda s, o: torch.add(s, s, out=o),
+    "cat": lambda s, o: torch.cat([s.unsqueeze(0), s.unsqueeze(0)], out=o),
+    "mul by a number": lambda s, o: torch.mul(s, 2, out=o),
+    "sin": lambda s, o: torch.sin(s, out=o),
+}
+
+
+@pytest.mark.parametrize("form", list(_OUT_FORMS))
+def test_out_calls_with_arguments_requiring_grad_match_eager(form):
+    # seed 14006: `torch.linspace(start, ..., out=v0)` with a start requiring grad: eager's v0 requires grad (its
+    # backward raises: no derivative for linspace), thunder's did not; add/cat/sin out= raise in both
+    def fn(a, body=_OUT_FORMS[form]):
+        o = torch.empty((0,), dtype=torch.float32)
+        r = body(a.mean(), o)
+        return r * 1, o
+
+    def make():
+        return (torch.linspace(-1, 1, 3, requires_grad=True),)
+
+    expected, actual = _run(fn, make), _run(thunder.jit(fn), make)
+    _assert_same(expected, actual)
+    if isinstance(expected, Exception) or not expected[0][0].requires_grad:
+        return
+    errors = []
+    for out in (expected[0], actual[0]):
+        with pytest.raises(RuntimeError, match="not implemented") as info:
+            out[0].sum().backward()
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+def test_linspace_out_in_the_campaigns_program_matches_eager():
+    def make():
+        return ((torch.tensor([[]], dtype=torch.bfloat16, requires_grad=True) * 1)[0:1].expand(3, -1),)
+
+    _assert_same(_run(_linspace_out_then_relu6, make), _run(thunder.jit(_linspace_out_then_relu6), make))
