@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunder
 
@@ -160,3 +161,40 @@ def test_linspace_out_in_the_campaigns_program_matches_eager():
         return ((torch.tensor([[]], dtype=torch.bfloat16, requires_grad=True) * 1)[0:1].expand(3, -1),)
 
     _assert_same(_run(_linspace_out_then_relu6, make), _run(thunder.jit(_linspace_out_then_relu6), make))
+
+
+# ---------------------------------------------------------------- results saved by in-place ops, updated later
+
+_INPLACE_THEN_UPDATE = {
+    "relu_, hardswish_ (seed 14001)": lambda v: (F.relu(v, inplace=True), F.hardswish(v, inplace=True)),
+    "sigmoid_, mul_": lambda v: (v.sigmoid_(), v.mul_(2)),
+    "exp_, index assignment": lambda v: (v.exp_(), v.__setitem__(0, 1.0)),
+    "tanh_, through a view": lambda v: (v.tanh_(), v[1:].add_(1)),
+    "mul_ by a number, add_": lambda v: (v.mul_(2), v.add_(1)),
+    "add_ of a tensor, mul_": lambda v: (v.add_(v.detach()), v.mul_(3)),
+    "sin_ then read only": lambda v: (v.sin_(), v * 2),
+}
+
+
+@pytest.mark.parametrize("form", list(_INPLACE_THEN_UPDATE))
+def test_a_result_an_in_place_op_saved_then_updated_makes_the_backward_raise_as_eager(form):
+    # seed 14001 with the backward check (eager's backward raises, thunder's must): `F.relu(v0, inplace=True)` saves
+    # its result, which `F.hardswish(v0, inplace=True)` then updates: eager's backward raises, thunder's computed a
+    # gradient (in-place calls were never noted as saving anything)
+    def fn(a0, body=_INPLACE_THEN_UPDATE[form]):
+        v0 = a0 * 2
+        body(v0)
+        return (v0,)
+
+    outcomes = []
+    for f in (fn, thunder.jit(fn)):
+        a0 = torch.tensor([0.1, -0.3, -1.6], requires_grad=True)
+        try:
+            f(a0)[0].sum().backward()
+            outcomes.append(a0.grad)
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e)
+            outcomes.append(None)
+    assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
+    if outcomes[0] is not None:
+        torch.testing.assert_close(outcomes[1], outcomes[0])

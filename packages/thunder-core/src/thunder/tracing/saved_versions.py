@@ -93,9 +93,10 @@ def _flat_tensors(args) -> list[TracingTensor]:
     return flat
 
 
-def _spec(w: TracingTensor) -> tuple:
-    """What the probe's meta stand-in of ``w`` is made from (read when the call is traced)."""
-    p = w._thunder_proxy
+def _spec(w: TracingTensor, p=None) -> tuple:
+    """What the probe's meta stand-in of ``w`` (whose value is the proxy ``p``, by default its current one) is made
+    from (read when the call is traced)."""
+    p = w._thunder_proxy if p is None else p
     # (symbolic sizes by the values they had in the traced call: which tensors a call saves does not depend on them)
     return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
@@ -138,12 +139,14 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
         return _probe_cache[key]
     answer = None
     try:
-        metas = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
-        margs = tuple(_replace(a, metas) for a in args)
-        mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
         with torch._C.DisableTorchFunction(), torch.enable_grad():
+            # (not leaves: an in-place op, relu_, may update one of them)
+            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
+            margs = tuple(_replace(a, metas) for a in args)
+            mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
             mout = func(*margs, **mkwargs)
-        answer = _saved_by(mout, [metas[id(w)] for w in flat])
+        answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
     except Exception:
         answer = None
     if key is not None:
@@ -151,10 +154,14 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     return answer
 
 
-def _saved_by(mout, meta_args: list[torch.Tensor]):
+def _non_leaf(m: torch.Tensor) -> torch.Tensor:
+    return m.clone() if m.requires_grad else m
+
+
+def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
     outs = mout if isinstance(mout, (tuple, list)) else (mout,)
     top = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-    if top is None:
+    if top is None or id(top) in before:  # (the call recorded nothing: it returned its argument)
         return None
     saved_args, saved_outs = set(), set()
     seen, todo = set(), [top]
@@ -184,15 +191,16 @@ def _saved_by(mout, meta_args: list[torch.Tensor]):
     return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
 
 
-def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
+def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None) -> None:
     """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
-    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later."""
+    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later. ``first``: the proxy the
+    first argument held before the call (an in-place op's target: whether it required grad then decides what eager
+    saves)."""
     flat = _flat_tensors(args) + _flat_tensors(kwargs.values())
     if not any(w._thunder_proxy.requires_grad for w in flat):
         return
     outs = out if type(out) is tuple else (out,)
-    if any(any(o is w for w in flat) for o in outs):
-        return  # (an in-place op, or one returning its argument)
+    # (an in-place op, relu_, is noted too: the result it saves is its updated argument, counted after the update)
     node_out = next((o for o in outs if type(o) is TracingTensor), None)
     if node_out is None:
         return
@@ -202,5 +210,5 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
     where = (frame, frame.f_lineno if frame is not None else None)
     outs = list(outs)
     counts = [_count(w) for w in flat + outs]
-    spec = [_spec(w) for w in flat]
+    spec = [_spec(w, first if i == 0 and w is args[0] else None) for i, w in enumerate(flat)]
     saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))

@@ -345,6 +345,7 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
+        first = args[0]._thunder_proxy if args and type(args[0]) is TracingTensor else None
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
@@ -354,7 +355,7 @@ class Tracer:
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)
             elif self.autodiff and not isinstance(func, Symbol):
-                note_saved(self.saves, func, args, kwargs, out)  # (eager's saved tensors: saved_versions.py)
+                note_saved(self.saves, func, args, kwargs, out, first)  # (eager's saved tensors: saved_versions.py)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):
