@@ -232,7 +232,9 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         except Exception:
             return True
         gist = str(refusal).split("\n")[0][:200]
-        raise Divergence("backward runs", f"eager's backward raised RuntimeError: {gist}; thunder's ran", program)
+        raise Divergence(
+            "backward runs", f"eager's backward raised RuntimeError: {gist}; thunder's ran", program
+        ) from None
     try:
         t_grads = torch.autograd.grad([t_outs[i] for i in diff], t_leaves, cotangents, allow_unused=True)
     except Exception as exc:
