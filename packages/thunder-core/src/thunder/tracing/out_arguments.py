@@ -41,9 +41,9 @@ def _on_meta(x):
 def _autograd_refusal(func, args, kwargs) -> bool:
     """Eager refuses ``out=`` where autograd would record the call: which calls that is (a differentiable op
     with an argument requiring grad; not ``gt``, whose result has no gradient) is asked of PyTorch on meta
-    tensors, and its error raised. True where eager instead lets ``out`` require grad, with a backward that
-    raises, while the call without ``out=`` gives a result that does not (``torch.linspace(start, end, n,
-    out=o)`` with a ``start`` requiring grad: eager has no derivative for it)."""
+    tensors, and its error raised. True where eager instead lets ``out`` require grad with a backward that
+    raises (``torch.linspace(start, end, n, out=o)`` with a ``start`` requiring grad, ``torch.expand_copy(x, size,
+    out=o)``: eager has no derivative for their out= forms, whatever it has for the call without ``out=``)."""
     meta_args, meta_kwargs = tree_map(_on_meta, (args, kwargs))
     if meta_kwargs.get("device") is not None:  # (a factory's device: its tensor arguments are on meta)
         meta_kwargs["device"] = "meta"
@@ -56,15 +56,9 @@ def _autograd_refusal(func, args, kwargs) -> bool:
         return False
     except Exception:  # noqa: BLE001  (no meta kernel, or another error the traced call will report)
         return False
-    if not any(isinstance(r, torch.Tensor) and r.requires_grad for r in tree_flatten(result)[0]):
-        return False
-    rest = {k: v for k, v in meta_kwargs.items() if k != "out"}
-    try:
-        with torch._C.DisableTorchFunction():
-            plain = func(*meta_args, **rest)
-    except Exception:  # noqa: BLE001
-        return True
-    return not any(isinstance(r, torch.Tensor) and r.requires_grad for r in tree_flatten(plain)[0])
+    return any(
+        isinstance(r, torch.Tensor) and type(r.grad_fn).__name__ == "NotImplemented" for r in tree_flatten(result)[0]
+    )
 
 
 _out_calls: dict = {}
