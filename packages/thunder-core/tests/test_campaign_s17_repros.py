@@ -200,3 +200,40 @@ def test_a_result_an_in_place_op_saved_then_updated_makes_the_backward_raise_as_
     assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
     if outcomes[0] is not None:
         torch.testing.assert_close(outcomes[1], outcomes[0])
+
+
+# ---------------------------------------------------------------- ops eager has no derivative for
+
+_NO_DERIVATIVE = {
+    "// (seed 14008)": lambda x, y: x // (y.abs() + 1),
+    "// by a number": lambda x, y: x // 2,
+    "floor_divide": lambda x, y: torch.floor_divide(x, y),
+    "heaviside": lambda x, y: torch.heaviside(x, y),
+    "div floor (has one)": lambda x, y: torch.div(x, y, rounding_mode="floor"),
+    "remainder (has one)": lambda x, y: torch.remainder(x, y),
+}
+
+
+@pytest.mark.parametrize("form", list(_NO_DERIVATIVE))
+def test_the_backward_of_an_op_eager_has_no_derivative_for_raises_as_eager(form):
+    # seed 14008 with the backward check: `a0 // (a0.abs() + 1)`: eager's backward raises "derivative for
+    # aten::floor_divide is not implemented", thunder's gave zeros; an output that does not reach it still has one
+    def fn(x, y, body=_NO_DERIVATIVE[form]):
+        return body(x, y), x * y
+
+    outcomes = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.tensor([1.5, -0.3, -1.6], dtype=torch.float64, requires_grad=True)
+        y = torch.tensor([0.7, 2.0, -1.0], dtype=torch.float64, requires_grad=True)
+        out = f(x, y)
+        try:
+            outcomes.append(torch.autograd.grad(out[0].sum() + out[1].sum(), (x, y)))
+        except RuntimeError as e:
+            assert "not implemented" in str(e)
+            outcomes.append(None)
+        x2 = x.detach().clone().requires_grad_()
+        (g,) = torch.autograd.grad(f(x2, y)[1].sum(), x2)
+        torch.testing.assert_close(g, y.detach())
+    assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
+    if outcomes[0] is not None:
+        torch.testing.assert_close(outcomes[1], outcomes[0])

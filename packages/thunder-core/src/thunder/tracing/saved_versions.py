@@ -42,8 +42,18 @@ class StaleSaves:
         seen = set()
         for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
             node = node.name  # (read now: the user's variable name may have renamed it since)
+            if node in seen:
+                continue
+            missing = _missing_derivative(func, args, kwargs, flat, spec)
+            if missing is not None:  # (x // y: eager's backward raises there; thunder's rule would give zeros)
+                seen.add(node)
+                frame, lineno = where
+                out.append(
+                    (node, f"{missing} (eager's backward raises this too)\n  {describe_location(frame, lineno)}")
+                )
+                continue
             tensors = flat + outs
-            if node in seen or all(_count(w) == c for w, c in zip(tensors, counts)):
+            if all(_count(w) == c for w, c in zip(tensors, counts)):
                 continue
             answer = _probe(func, args, kwargs, flat, spec)
             if not answer:
@@ -156,6 +166,36 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
 
 def _non_leaf(m: torch.Tensor) -> torch.Tensor:
     return m.clone() if m.requires_grad else m
+
+
+def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]) -> str | None:
+    """Eager's error where its autograd has no derivative for ``func`` (its node is ``NotImplemented``: floor_divide,
+    heaviside), else None. Asked once per function (on meta tensors; the error the meta node's backward raises)."""
+    try:
+        return _missing_cache[func]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    message = None
+    try:
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
+            outs = mout if isinstance(mout, (tuple, list)) else (mout,)
+            node = next((o for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+            if node is not None and type(node.grad_fn).__name__ == "NotImplemented":
+                try:
+                    torch.autograd.grad(node, [m for m in metas.values() if m.requires_grad], torch.ones_like(node))
+                except RuntimeError as e:
+                    message = str(e).split("\n")[0]
+    except Exception:
+        message = None
+    _missing_cache[func] = message
+    return message
+
+
+_missing_cache: dict = {}
 
 
 def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
