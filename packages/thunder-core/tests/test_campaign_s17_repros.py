@@ -237,3 +237,45 @@ def test_the_backward_of_an_op_eager_has_no_derivative_for_raises_as_eager(form)
     assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
     if outcomes[0] is not None:
         torch.testing.assert_close(outcomes[1], outcomes[0])
+
+
+class _MulSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y * 2, g * x
+
+
+_AFTER_A_FUNCTION = {
+    "input updated (seed 14008)": lambda a: (_MulSaved.apply(a, a), a.eq_(0.5)),
+    "input updated through a view": lambda a: (_MulSaved.apply(a, a * 2), a[0].zero_()),
+    "other input updated": lambda a: (_MulSaved.apply(a * 2, a), a.mul_(3)),
+    "unsaved value updated": lambda a: (_MulSaved.apply(a * 2, a * 3), a.mul_(3)),
+    "nothing updated": lambda a: (_MulSaved.apply(a, a), a * 2),
+}
+
+
+@pytest.mark.parametrize("form", list(_AFTER_A_FUNCTION))
+def test_a_tensor_a_function_saved_then_updated_makes_the_backward_raise_as_eager(form):
+    # seed 14008 with the backward check: `MulSaved.apply(a0, a0)` saves a0 (ctx.save_for_backward), then
+    # `a0.eq_(v0)`: eager's backward raises, thunder's computed a gradient
+    def fn(a, body=_AFTER_A_FUNCTION[form]):
+        return (body(a)[0],)
+
+    outcomes = []
+    for f in (fn, thunder.jit(fn)):
+        leaf = torch.tensor([0.1, -0.3, -1.6], dtype=torch.float64, requires_grad=True)
+        try:
+            f(leaf * 1)[0].sum().backward()
+            outcomes.append(leaf.grad)
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e)
+            outcomes.append(None)
+    assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
+    if outcomes[0] is not None:
+        torch.testing.assert_close(outcomes[1], outcomes[0])

@@ -22,10 +22,13 @@ class Divergence(AssertionError):
     @property
     def cls(self) -> str:
         """The mismatch class: the kind, and for errors the exception type and its message's gist."""
-        if self.kind != "error":
+        if self.kind not in ("error", "backward runs"):
             return self.kind
-        gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", self.detail.splitlines()[0])
-        return f"error {gist[:90]}"
+        line = self.detail.splitlines()[0]
+        if self.kind == "backward runs":  # (eager's error: which check thunder missed)
+            line = line.removeprefix("eager's backward raised RuntimeError: ").removesuffix("; thunder's ran")
+        gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", line)
+        return f"{self.kind}: {gist[:80]}" if self.kind == "backward runs" else f"error {gist[:90]}"
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor | None:

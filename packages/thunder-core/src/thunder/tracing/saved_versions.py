@@ -19,7 +19,7 @@ import torch
 from thunder.core.symbolic import hint, hints
 from thunder.tracing.tracing_tensor import TracingTensor
 
-__all__ = ["StaleSaves", "note_saved"]
+__all__ = ["StaleSaves", "note_function_saves", "note_saved"]
 
 _RESULT = re.compile(r"_saved_result(\d*)$")
 _MAX_NODES = 64
@@ -32,6 +32,8 @@ class StaleSaves:
 
     def __init__(self) -> None:
         self.entries: list[tuple] = []
+        # (what saved them, [(stand-in, its count when saved)], node, where): a Function's ctx.save_for_backward
+        self.known: list[tuple] = []
 
     def stale(self) -> list[tuple[str, str]]:
         """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
@@ -40,6 +42,20 @@ class StaleSaves:
 
         out = []
         seen = set()
+        for saver, saved, node, where in self.known:
+            node = node.name
+            stale = next((i for i, (w, c) in enumerate(saved) if _count(w) != c), None)
+            if node in seen or stale is None:
+                continue
+            seen.add(node)
+            out.append(
+                (
+                    node,
+                    "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                    f"tensor {stale} that {saver} saved for backward (ctx.save_for_backward) was updated in place "
+                    f"after the call (eager's backward raises this too)\n  {describe_location(*where)}",
+                )
+            )
         for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
             node = node.name  # (read now: the user's variable name may have renamed it since)
             if node in seen:
@@ -229,6 +245,18 @@ def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
                         saved_args.add(i)
         todo.extend(f for f, _ in node.next_functions)
     return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
+
+
+def note_function_saves(saves: StaleSaves, saver: str, saved, node) -> None:
+    """Notes the tensors a ``torch.autograd.Function``'s forward saved (``saved``; ``node``: a proxy of its
+    outputs) with their version counts now, for :meth:`StaleSaves.stale`."""
+    from thunder.tracing.errors import user_frame
+
+    tensors = [(w, _count(w)) for w in saved if type(w) is TracingTensor]
+    if not tensors:
+        return
+    frame = user_frame(3)
+    saves.known.append((saver, tensors, node, (frame, frame.f_lineno if frame is not None else None)))
 
 
 def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None) -> None:
