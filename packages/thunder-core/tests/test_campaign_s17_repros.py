@@ -175,6 +175,10 @@ _INPLACE_THEN_UPDATE = {
     "mul_ by a number, add_": lambda v: (v.mul_(2), v.add_(1)),
     "add_ of a tensor, mul_": lambda v: (v.add_(v.detach()), v.mul_(3)),
     "sin_ then read only": lambda v: (v.sin_(), v * 2),
+    "remainder_ by itself (seed 14008)": lambda v: (v.remainder_(v),),
+    "mul_ by itself": lambda v: (v.mul_(v),),
+    "div_ by itself": lambda v: (v.div_(v),),
+    "add_ of itself": lambda v: (v.add_(v),),
     "softmax, sigmoid_ of an empty tensor (seed 14003)": lambda v: (v[:0].softmax(-1).sigmoid_(),),
 }
 

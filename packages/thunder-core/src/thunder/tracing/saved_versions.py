@@ -19,7 +19,7 @@ import torch
 from thunder.core.symbolic import hint, hints
 from thunder.tracing.tracing_tensor import TracingTensor
 
-__all__ = ["StaleSaves", "note_function_saves", "note_saved"]
+__all__ = ["StaleSaves", "note_function_saves", "note_saved", "version_count"]
 
 _RESULT = re.compile(r"_saved_result(\d*)$")
 _MAX_NODES = 64
@@ -91,6 +91,11 @@ class StaleSaves:
                 )
             )
         return out
+
+
+def version_count(w) -> int:
+    """Eager's bumps of the stand-in ``w``'s version counter while tracing (0 for anything else)."""
+    return _count(w)
 
 
 def _count(w) -> int:
@@ -235,6 +240,11 @@ def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
                 continue
             try:
                 value = getattr(node, name)
+            except RuntimeError as e:
+                # (x.remainder_(x): what it saved was its target, which it then updated: eager's backward raises)
+                if node is top and "modified by an inplace operation" in str(e):
+                    saved_args.update(i for i, a in enumerate(meta_args) if a is meta_args[0])
+                continue
             except Exception:
                 continue
             for v in value if isinstance(value, (tuple, list)) else (value,):
@@ -259,7 +269,18 @@ def note_function_saves(saves: StaleSaves, saver: str, saved, node) -> None:
     saves.known.append((saver, tensors, node, (frame, frame.f_lineno if frame is not None else None)))
 
 
-def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None) -> None:
+def _counter_of(w):
+    """The version counter ``w`` shares (its own, or the one of the tensor it views), or None."""
+    if type(w) is not TracingTensor:
+        return None
+    if w._tt_counter is not None:
+        return w._tt_counter
+    view = w._tt_view
+    root = view[0] if view is not None else (w._tt_counter_of or (None,))[0]
+    return root._tt_counter if root is not None else None
+
+
+def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_count=None) -> None:
     """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
     :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later. ``first``: the proxy the
     first argument held before the call (an in-place op's target: whether it required grad then decides what eager
@@ -278,5 +299,13 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None) -> None:
     where = (frame, frame.f_lineno if frame is not None else None)
     outs = list(outs)
     counts = [_count(w) for w in flat + outs]
+    if first is not None and first_count is not None and any(o is args[0] for o in outs):
+        # an in-place op saves its arguments before it updates its target, at their counts then: those sharing the
+        # target's counter (x.remainder_(x): eager's backward always raises) were one bump behind
+        bumped = _count(args[0]) - first_count
+        target = _counter_of(args[0])
+        for i, w in enumerate(flat):
+            if target is not None and _counter_of(w) is target:
+                counts[i] -= bumped
     spec = [_spec(w, first if i == 0 and w is args[0] else None) for i, w in enumerate(flat)]
     saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))

@@ -74,7 +74,7 @@ from thunder.tracing.known_values import (
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.result_layouts import defer_result_layout
-from thunder.tracing.saved_versions import StaleSaves, note_saved
+from thunder.tracing.saved_versions import StaleSaves, note_saved, version_count
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -345,7 +345,9 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
-        first = args[0]._thunder_proxy if args and type(args[0]) is TracingTensor else None
+        first = first_count = None
+        if args and type(args[0]) is TracingTensor:
+            first, first_count = args[0]._thunder_proxy, version_count(args[0])
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
@@ -355,7 +357,9 @@ class Tracer:
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)
             elif self.autodiff and not isinstance(func, Symbol):
-                note_saved(self.saves, func, args, kwargs, out, first)  # (eager's saved tensors: saved_versions.py)
+                note_saved(
+                    self.saves, func, args, kwargs, out, first, first_count
+                )  # (eager's saved tensors: saved_versions.py)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):
