@@ -430,7 +430,7 @@ def _input_spec(draw, features: frozenset[str]) -> InputSpec:
     view = None
     if "view_inputs" in features and dtype.is_floating_point and requires_grad and draw(st.booleans()):
         made = torch.tensor(values)  # (an empty tensor's nested list may not keep its shape: (0, 3) reads as (0,))
-        view = draw(st.sampled_from(_INPUT_VIEWS[made.ndim]))
+        view = draw(st.sampled_from(_INPUT_VIEWS.get(made.ndim, ["{b}"])))
         try:  # a view the shape allows (diagonal of a 0-row matrix, expand of an empty one ...)
             eval(view.format(b="t"), {"torch": torch}, {"t": made})
         except Exception:
