@@ -163,7 +163,9 @@ def _key(x):
 def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     """(saved flat argument indices, saved output indices) of ``func`` in eager, or None if unknown."""
     try:
-        key = (func, tuple(spec), _key(args), _key(kwargs))
+        # (with which arguments are one tensor: x.mul_(x) saves what x.mul_(y) does not)
+        same = tuple(next(j for j, v in enumerate(flat) if v is w) for w in flat)
+        key = (func, tuple(spec), same, _key(args), _key(kwargs))
     except TypeError:
         key = None
     if key is not None and key in _probe_cache:
@@ -191,9 +193,11 @@ def _non_leaf(m: torch.Tensor) -> torch.Tensor:
 
 def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]) -> str | None:
     """Eager's error where its autograd has no derivative for ``func`` (its node is ``NotImplemented``: floor_divide,
-    heaviside), else None. Asked once per function (on meta tensors; the error the meta node's backward raises)."""
+    heaviside), else None. Asked once per function and argument dtypes (on meta tensors; the error the meta node's
+    backward raises)."""
+    key = (func, tuple(sp[1:] for sp in spec))  # (the dtypes and flags decide it: an int x // y has no node)
     try:
-        return _missing_cache[func]
+        return _missing_cache[key]
     except KeyError:
         pass
     except TypeError:
@@ -210,9 +214,9 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
                     torch.autograd.grad(node, [m for m in metas.values() if m.requires_grad], torch.ones_like(node))
                 except RuntimeError as e:
                     message = str(e).split("\n")[0]
-    except Exception:
-        message = None
-    _missing_cache[func] = message
+    except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
+        return None
+    _missing_cache[key] = message
     return message
 
 
