@@ -22,10 +22,13 @@ class Divergence(AssertionError):
     @property
     def cls(self) -> str:
         """The mismatch class: the kind, and for errors the exception type and its message's gist."""
-        if self.kind != "error":
+        if self.kind not in ("error", "backward runs"):
             return self.kind
-        gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", self.detail.splitlines()[0])
-        return f"error {gist[:90]}"
+        line = self.detail.splitlines()[0]
+        if self.kind == "backward runs":  # (eager's error: which check thunder missed)
+            line = line.removeprefix("eager's backward raised RuntimeError: ").removesuffix("; thunder's ran")
+        gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", line)
+        return f"{self.kind}: {gist[:80]}" if self.kind == "backward runs" else f"error {gist[:90]}"
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor | None:
@@ -222,11 +225,19 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         return True
     gen = torch.Generator().manual_seed(1234)
     cotangents = [torch.randn(e_outs[i].shape, generator=gen, dtype=e_outs[i].dtype) for i in diff]
+    t_leaves = _leaves(t_inputs)
     try:
         e_grads = torch.autograd.grad([e_outs[i] for i in diff], e_leaves, cotangents, allow_unused=True)
-    except RuntimeError:
-        return True  # eager's backward refuses (a value it saved was overwritten in place): nothing to compare
-    t_leaves = _leaves(t_inputs)
+    except RuntimeError as refusal:
+        # eager's backward refuses (a value it saved was overwritten in place, no derivative): thunder's must too
+        try:
+            torch.autograd.grad([t_outs[i] for i in diff], t_leaves, cotangents, allow_unused=True)
+        except Exception:
+            return True
+        gist = str(refusal).split("\n")[0][:200]
+        raise Divergence(
+            "backward runs", f"eager's backward raised RuntimeError: {gist}; thunder's ran", program
+        ) from None
     try:
         t_grads = torch.autograd.grad([t_outs[i] for i in diff], t_leaves, cotangents, allow_unused=True)
     except Exception as exc:

@@ -56,6 +56,11 @@ FEATURES = {
     "add, mul, where ...) instead of a0, a1, ...",
     "recompute": 'half the programs compiled with thunder.jit(recompute="reshapes") (elementwise values the '
     "backward reads saved, as eager saves them), the others with the default (recomputed in the backward)",
+    "scatter_updates": "in-place scatter_/scatter_add_/scatter_reduce_/index_put_(accumulate=True)/masked_scatter_/"
+    "index_add_, clamp/clamp_ with tensor bounds, torch.where with scalars, in-place ops on int tensors, out= into "
+    "views of the tensor read",
+    "strided_inputs": "rank-4 inputs, and inputs of every dtype but bool made non-contiguous: channels_last, "
+    "permuted, stepped and expanded (stride 0) layouts",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -189,6 +194,53 @@ _ROUNDING_INPLACE = [
     "{t}.eq_({b})",
     "{t}[...] = True",
 ]
+_SCATTER_INPLACE = [
+    "{t}.scatter_({d}, torch.zeros_like({t}, dtype=torch.int64), {b}.expand_as({t}))",
+    "{t}.scatter_({d}, torch.zeros_like({t}, dtype=torch.int64), 1.5)",
+    "{t}.scatter_add_(0, torch.zeros_like({t}, dtype=torch.int64), {t} * 2)",
+    "{t}.scatter_reduce_(0, torch.zeros_like({t}, dtype=torch.int64), {b}.expand_as({t}), 'amax')",
+    "{t}.index_put_((torch.tensor([0, 0]),), {b}, accumulate=True)",
+    "{t}.index_put_((torch.tensor([-1, 0, -1]),), {t}[:1] * 3, accumulate=True)",
+    "{t}[{t} > 0] = {b}.sum()",
+    "{t}.masked_scatter_({b} > 0, {t} * -2)",
+    "{t}.masked_fill_({b} > 0, -1.5)",
+    "{t}.index_add_(-1, torch.tensor([0]), {t}[..., -1:], alpha=2)",
+    "{t}.clamp_({b}, {b} + 1)",
+    "{t}.clamp_(min={b})",
+    "{t}.clamp_(max={b}.abs())",
+    "{t}.add_(1)",
+    "{t}.mul_(-3)",
+    "{t}.neg_()",
+    "{t}.sub_({b}, alpha=2)",
+    "{t}.bitwise_not_()",
+    "torch.mul({t}[-1], 2, out={t}[0])",
+    "torch.add({t}[0], {b}, out={t}[0])",
+    "torch.clamp({t}, -1, 1, out={t})",
+]
+_SCATTER_VALUES = [
+    "torch.where({a} > 0, 1.5, {a})",
+    "torch.where({a} > 0, {a}, -2)",
+    "torch.where({a} > 0, 2.0, -1.0)",
+    "torch.where({a} != {a}, 0, {b})",
+    "{a}.where({b} > 0, 0.5)",
+    "torch.clamp({a}, {b}, {b} + 1)",
+    "torch.clamp({a}, max={b})",
+    "{a}.scatter({d}, torch.zeros_like({a}, dtype=torch.int64), {b}.expand_as({a}))",
+    "{a}.index_put((torch.tensor([0, 0]),), {b}, accumulate=True)",
+]
+# non-contiguous layouts of an input (``strided_inputs``), by rank; ``{b}`` is ``leaf * 1``
+_STRIDED_INPUTS = {
+    2: ["{b}.t()", "{b}[:, ::2]", "{b}[0:1].expand(4, -1)", "{b}.t().contiguous().t()"],
+    3: ["{b}.permute(2, 0, 1)", "{b}[:, ::2]", "{b}[:1].expand(3, -1, -1)", "{b}.transpose(0, 1)"],
+    4: [
+        "{b}.contiguous(memory_format=torch.channels_last)",
+        "{b}.permute(0, 2, 3, 1)",
+        "{b}[:, :, ::2]",
+        "{b}[:, :1].expand(-1, 3, -1, -1)",
+        "{b}.transpose(1, 3)",
+    ],
+}
+_STRIDED_SHAPES = [(2, 3, 2, 2), (1, 3, 1, 2)]
 # how an input that is not a leaf is made from its leaf (``{b}`` is the non-leaf base, ``leaf * 1``)
 _INPUT_VIEWS = {
     0: ["{b}"],
@@ -350,6 +402,8 @@ def _input_spec(draw, features: frozenset[str]) -> InputSpec:
     shapes = _SHAPES + (_EMPTY_SHAPES if "special_values" in features else [])
     if "op_db" in features:  # the shapes of op_db's sample inputs, so that templates apply to the inputs
         shapes = shapes + [s for s in input_shapes() if s not in shapes]
+    if "strided_inputs" in features:
+        shapes = shapes + _STRIDED_SHAPES
     shape = draw(st.sampled_from(shapes))
     dtypes = [torch.float64]
     if "mixed_dtype" in features:
@@ -376,11 +430,19 @@ def _input_spec(draw, features: frozenset[str]) -> InputSpec:
     view = None
     if "view_inputs" in features and dtype.is_floating_point and requires_grad and draw(st.booleans()):
         made = torch.tensor(values)  # (an empty tensor's nested list may not keep its shape: (0, 3) reads as (0,))
-        view = draw(st.sampled_from(_INPUT_VIEWS[made.ndim]))
+        view = draw(st.sampled_from(_INPUT_VIEWS.get(made.ndim, ["{b}"])))
         try:  # a view the shape allows (diagonal of a 0-row matrix, expand of an empty one ...)
             eval(view.format(b="t"), {"torch": torch}, {"t": made})
         except Exception:
             view = None
+    if "strided_inputs" in features and view is None and dtype != torch.bool and draw(st.booleans()):
+        made = torch.tensor(values, dtype=dtype)
+        if made.ndim in _STRIDED_INPUTS and made.numel():
+            view = draw(st.sampled_from(_STRIDED_INPUTS[made.ndim]))
+            try:
+                eval(view.format(b="t"), {"torch": torch}, {"t": made})
+            except Exception:
+                view = None
     return InputSpec(values, dtype, requires_grad, view=view)
 
 
@@ -491,6 +553,15 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
             return None
         same = [n for n in floats if env[n].shape == env[a].shape and env[n].dtype == env[a].dtype]
         return f"{new} = " + draw(st.sampled_from(_FUNCTION)).format(a=a, b=pick(same))
+    if feature == "scatter_updates":
+        if draw(st.booleans()):
+            t = inplace_target(draw(st.sampled_from(["inplace", "inplace_input", "inplace_view"])))
+            if t is None:
+                return None
+            target = t.split("[")[0].split(".")[0]
+            return draw(st.sampled_from(_SCATTER_INPLACE)).format(t=t, b=pick(tensors), d=dim(target))
+        a = pick(tensors)
+        return a and f"{new} = " + draw(st.sampled_from(_SCATTER_VALUES)).format(a=a, b=pick(tensors), d=dim(a))
     if feature == "op_db":
         return _op_db_statement(draw, env, new, floats)
     raise ValueError(f"unknown feature {feature!r}")
@@ -523,6 +594,7 @@ _MODIFIERS = {
     "low_precision",
     "operator_names",
     "recompute",
+    "strided_inputs",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 

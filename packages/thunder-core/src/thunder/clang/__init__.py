@@ -145,6 +145,13 @@ def compute_broadcast_shape(*shapes) -> tuple[int, ...]:
                 if known(out[j] == 1):
                     out[j] = n
                     continue
+                # a size known only when the program runs against one known not to be 1: the result has the
+                # latter either way (the former is 1 or equal to it, else the expand raises at run time as eager)
+                if is_data_dependent(n) and known(out[j] != 1):
+                    continue
+                if is_data_dependent(out[j]) and known(n != 1):
+                    out[j] = n
+                    continue
                 # two sizes, one known only when the program runs, neither known to be 1 or equal to the other: they
                 # are taken to be equal (as PyTorch's compilers do); where one is 1 at run time, the expand of the
                 # other to this size raises there (never a silently wrong shape)

@@ -234,6 +234,10 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
                     outs[i].requires_grad_(True)
         else:
             outs[i] = TracingTensor(p)
+    if results:  # (eager's backward raises where a tensor it saved is updated in place later: saved_versions.py)
+        from thunder.tracing.saved_versions import note_function_saves
+
+        note_function_saves(tracer.saves, f"{cls.__name__}.forward", ctx.to_save, results[0])
     return tuple(outs) if isinstance(out, tuple) else outs[0]
 
 

@@ -38,19 +38,47 @@ def _on_meta(x):
     return t.requires_grad_(p.requires_grad) if t.is_floating_point() or t.is_complex() else t
 
 
-def _autograd_refusal(func, args, kwargs) -> None:
+def _autograd_refusal(func, args, kwargs) -> bool:
     """Eager refuses ``out=`` where autograd would record the call: which calls that is (a differentiable op
     with an argument requiring grad; not ``gt``, whose result has no gradient) is asked of PyTorch on meta
-    tensors, and its error raised."""
+    tensors, and its error raised. True where eager instead lets ``out`` require grad with a backward that
+    raises (``torch.linspace(start, end, n, out=o)`` with a ``start`` requiring grad, ``torch.expand_copy(x, size,
+    out=o)``: eager has no derivative for their out= forms, whatever it has for the call without ``out=``)."""
     meta_args, meta_kwargs = tree_map(_on_meta, (args, kwargs))
+    if meta_kwargs.get("device") is not None:  # (a factory's device: its tensor arguments are on meta)
+        meta_kwargs["device"] = "meta"
     try:
         with torch._C.DisableTorchFunction():
-            func(*meta_args, **meta_kwargs)
+            result = func(*meta_args, **meta_kwargs)
     except RuntimeError as e:
         if "don't support automatic differentiation" in str(e):
             raise RuntimeError(str(e)) from None
+        return False
     except Exception:  # noqa: BLE001  (no meta kernel, or another error the traced call will report)
-        return
+        return False
+    return any(
+        isinstance(r, torch.Tensor) and type(r.grad_fn).__name__ == "NotImplemented" for r in tree_flatten(result)[0]
+    )
+
+
+_out_calls: dict = {}
+
+
+def _call_into_new_out(func, out: torch.Tensor):
+    """``func`` called with ``out=`` a new empty tensor of ``out``'s dtype and device (traced as one opaque call:
+    its result requires grad as eager's ``out`` does, and its backward raises eager's error)."""
+    key = (func, out.dtype, str(out.device))
+    call = _out_calls.get(key)
+    if call is None:
+        dtype, device = out.dtype, out.device
+
+        def call(*args, **kwargs):
+            return func(*args, **kwargs, out=torch.empty((0,), dtype=dtype, device=device))
+
+        call.__name__ = f"{_name(func)}_out"
+        call.__qualname__ = call.__name__
+        _out_calls[key] = call
+    return call
 
 
 def _rebindable(o) -> bool:
@@ -86,9 +114,13 @@ def call_with_out(handle, func, args, kwargs):
     out = kwargs["out"]
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    untracked = False
     if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
-        _autograd_refusal(func, args, kwargs)
-    result = handle(func, args, rest)
+        untracked = _autograd_refusal(func, args, kwargs)
+    if untracked and len(outs) == 1 and isinstance(outs[0], torch.Tensor):
+        result = handle(_call_into_new_out(func, outs[0]), args, rest)  # (no symbol: the opaque fallback)
+    else:
+        result = handle(func, args, rest)
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     if len(results) != len(outs):
         raise RuntimeError(f"{_name(func)}(): expected {len(results)} out= tensors, got {len(outs)}")

@@ -19,7 +19,7 @@ import torch
 from thunder.core.symbolic import hint, hints
 from thunder.tracing.tracing_tensor import TracingTensor
 
-__all__ = ["StaleSaves", "note_saved"]
+__all__ = ["StaleSaves", "note_function_saves", "note_saved", "version_count"]
 
 _RESULT = re.compile(r"_saved_result(\d*)$")
 _MAX_NODES = 64
@@ -32,6 +32,8 @@ class StaleSaves:
 
     def __init__(self) -> None:
         self.entries: list[tuple] = []
+        # (what saved them, [(stand-in, its count when saved)], node, where): a Function's ctx.save_for_backward
+        self.known: list[tuple] = []
 
     def stale(self) -> list[tuple[str, str]]:
         """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
@@ -40,10 +42,34 @@ class StaleSaves:
 
         out = []
         seen = set()
+        for saver, saved, node, where in self.known:
+            node = node.name
+            stale = next((i for i, (w, c) in enumerate(saved) if _count(w) != c), None)
+            if node in seen or stale is None:
+                continue
+            seen.add(node)
+            out.append(
+                (
+                    node,
+                    "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                    f"tensor {stale} that {saver} saved for backward (ctx.save_for_backward) was updated in place "
+                    f"after the call (eager's backward raises this too)\n  {describe_location(*where)}",
+                )
+            )
         for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
             node = node.name  # (read now: the user's variable name may have renamed it since)
+            if node in seen:
+                continue
+            missing = _missing_derivative(func, args, kwargs, flat, spec)
+            if missing is not None:  # (x // y: eager's backward raises there; thunder's rule would give zeros)
+                seen.add(node)
+                frame, lineno = where
+                out.append(
+                    (node, f"{missing} (eager's backward raises this too)\n  {describe_location(frame, lineno)}")
+                )
+                continue
             tensors = flat + outs
-            if node in seen or all(_count(w) == c for w, c in zip(tensors, counts)):
+            if all(_count(w) == c for w, c in zip(tensors, counts)):
                 continue
             answer = _probe(func, args, kwargs, flat, spec)
             if not answer:
@@ -65,6 +91,11 @@ class StaleSaves:
                 )
             )
         return out
+
+
+def version_count(w) -> int:
+    """Eager's bumps of the stand-in ``w``'s version counter while tracing (0 for anything else)."""
+    return _count(w)
 
 
 def _count(w) -> int:
@@ -93,9 +124,10 @@ def _flat_tensors(args) -> list[TracingTensor]:
     return flat
 
 
-def _spec(w: TracingTensor) -> tuple:
-    """What the probe's meta stand-in of ``w`` is made from (read when the call is traced)."""
-    p = w._thunder_proxy
+def _spec(w: TracingTensor, p=None) -> tuple:
+    """What the probe's meta stand-in of ``w`` (whose value is the proxy ``p``, by default its current one) is made
+    from (read when the call is traced)."""
+    p = w._thunder_proxy if p is None else p
     # (symbolic sizes by the values they had in the traced call: which tensors a call saves does not depend on them)
     return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
@@ -131,19 +163,23 @@ def _key(x):
 def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     """(saved flat argument indices, saved output indices) of ``func`` in eager, or None if unknown."""
     try:
-        key = (func, tuple(spec), _key(args), _key(kwargs))
+        # (with which arguments are one tensor: x.mul_(x) saves what x.mul_(y) does not)
+        same = tuple(next(j for j, v in enumerate(flat) if v is w) for w in flat)
+        key = (func, tuple(spec), same, _key(args), _key(kwargs))
     except TypeError:
         key = None
     if key is not None and key in _probe_cache:
         return _probe_cache[key]
     answer = None
     try:
-        metas = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
-        margs = tuple(_replace(a, metas) for a in args)
-        mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
         with torch._C.DisableTorchFunction(), torch.enable_grad():
+            # (not leaves: an in-place op, relu_, may update one of them)
+            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
+            margs = tuple(_replace(a, metas) for a in args)
+            mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
             mout = func(*margs, **mkwargs)
-        answer = _saved_by(mout, [metas[id(w)] for w in flat])
+        answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
     except Exception:
         answer = None
     if key is not None:
@@ -151,10 +187,46 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     return answer
 
 
-def _saved_by(mout, meta_args: list[torch.Tensor]):
+def _non_leaf(m: torch.Tensor) -> torch.Tensor:
+    return m.clone() if m.requires_grad else m
+
+
+def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]) -> str | None:
+    """Eager's error where its autograd has no derivative for ``func`` (its node is ``NotImplemented``: floor_divide,
+    heaviside), else None. Asked once per function and argument dtypes (on meta tensors; the error the meta node's
+    backward raises)."""
+    key = (func, tuple(sp[1:] for sp in spec))  # (the dtypes and flags decide it: an int x // y has no node)
+    try:
+        return _missing_cache[key]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    message = None
+    try:
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
+            outs = mout if isinstance(mout, (tuple, list)) else (mout,)
+            node = next((o for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+            if node is not None and type(node.grad_fn).__name__ == "NotImplemented":
+                try:
+                    torch.autograd.grad(node, [m for m in metas.values() if m.requires_grad], torch.ones_like(node))
+                except RuntimeError as e:
+                    message = str(e).split("\n")[0]
+    except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
+        return None
+    _missing_cache[key] = message
+    return message
+
+
+_missing_cache: dict = {}
+
+
+def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
     outs = mout if isinstance(mout, (tuple, list)) else (mout,)
     top = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-    if top is None:
+    if top is None or id(top) in before:  # (the call recorded nothing: it returned its argument)
         return None
     saved_args, saved_outs = set(), set()
     seen, todo = set(), [top]
@@ -172,6 +244,11 @@ def _saved_by(mout, meta_args: list[torch.Tensor]):
                 continue
             try:
                 value = getattr(node, name)
+            except RuntimeError as e:
+                # (x.remainder_(x): what it saved was its target, which it then updated: eager's backward raises)
+                if node is top and "modified by an inplace operation" in str(e):
+                    saved_args.update(i for i, a in enumerate(meta_args) if a is meta_args[0])
+                continue
             except Exception:
                 continue
             for v in value if isinstance(value, (tuple, list)) else (value,):
@@ -184,15 +261,39 @@ def _saved_by(mout, meta_args: list[torch.Tensor]):
     return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
 
 
-def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
+def note_function_saves(saves: StaleSaves, saver: str, saved, node) -> None:
+    """Notes the tensors a ``torch.autograd.Function``'s forward saved (``saved``; ``node``: a proxy of its
+    outputs) with their version counts now, for :meth:`StaleSaves.stale`."""
+    from thunder.tracing.errors import user_frame
+
+    tensors = [(w, _count(w)) for w in saved if type(w) is TracingTensor]
+    if not tensors:
+        return
+    frame = user_frame(3)
+    saves.known.append((saver, tensors, node, (frame, frame.f_lineno if frame is not None else None)))
+
+
+def _counter_of(w):
+    """The version counter ``w`` shares (its own, or the one of the tensor it views), or None."""
+    if type(w) is not TracingTensor:
+        return None
+    if w._tt_counter is not None:
+        return w._tt_counter
+    view = w._tt_view
+    root = view[0] if view is not None else (w._tt_counter_of or (None,))[0]
+    return root._tt_counter if root is not None else None
+
+
+def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_count=None) -> None:
     """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
-    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later."""
+    :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later. ``first``: the proxy the
+    first argument held before the call (an in-place op's target: whether it required grad then decides what eager
+    saves)."""
     flat = _flat_tensors(args) + _flat_tensors(kwargs.values())
     if not any(w._thunder_proxy.requires_grad for w in flat):
         return
     outs = out if type(out) is tuple else (out,)
-    if any(any(o is w for w in flat) for o in outs):
-        return  # (an in-place op, or one returning its argument)
+    # (an in-place op, relu_, is noted too: the result it saves is its updated argument, counted after the update)
     node_out = next((o for o in outs if type(o) is TracingTensor), None)
     if node_out is None:
         return
@@ -202,5 +303,13 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out) -> None:
     where = (frame, frame.f_lineno if frame is not None else None)
     outs = list(outs)
     counts = [_count(w) for w in flat + outs]
-    spec = [_spec(w) for w in flat]
+    if first is not None and first_count is not None and any(o is args[0] for o in outs):
+        # an in-place op saves its arguments before it updates its target, at their counts then: those sharing the
+        # target's counter (x.remainder_(x): eager's backward always raises) were one bump behind
+        bumped = _count(args[0]) - first_count
+        target = _counter_of(args[0])
+        for i, w in enumerate(flat):
+            if target is not None and _counter_of(w) is target:
+                counts[i] -= bumped
+    spec = [_spec(w, first if i == 0 and w is args[0] else None) for i, w in enumerate(flat)]
     saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))

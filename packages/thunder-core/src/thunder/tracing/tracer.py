@@ -14,7 +14,15 @@ import torch
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
-from thunder.core.symbolic import current_size_env, has_symbolic, hints, specialize
+from thunder.core.symbolic import (
+    current_size_env,
+    has_symbolic,
+    hints,
+    is_data_dependent,
+    known,
+    same_shape,
+    specialize,
+)
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
@@ -66,7 +74,7 @@ from thunder.tracing.known_values import (
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.result_layouts import defer_result_layout
-from thunder.tracing.saved_versions import StaleSaves, note_saved
+from thunder.tracing.saved_versions import StaleSaves, note_saved, version_count
 from thunder.tracing.tracing_tensor import (
     _DATA_DEPENDENT,
     _GRAD_MODE_SWITCHES,
@@ -168,6 +176,26 @@ def _view_made_without_grad(trace, out, args) -> None:
         o._tt_leaf_view = True
         with torch._C.DisableTorchFunction():
             o.requires_grad_(True)
+
+
+def _fit_run_time_sizes(value: TensorProxy, shape) -> TensorProxy:
+    """An in-place update's result ``value`` expanded to its target's ``shape`` where they differ only in sizes known
+    when the program runs (``x.add_(y)`` with ``y`` from nonzero: eager needs the broadcast shape to be ``x``'s, and
+    the expand raises at run time where it is not, as eager does); else ``value`` unchanged."""
+    if not isinstance(value, TensorProxy) or len(value.shape) != len(shape) or not has_symbolic(value.shape):
+        return value
+    runtime = False
+    for v, t in zip(value.shape, shape):
+        if known(v == t):
+            continue
+        if not (is_data_dependent(v) or is_data_dependent(t)):
+            return value
+        runtime = True
+    if not runtime:
+        return value
+    from thunder.torch import expand as ltorch_expand
+
+    return ltorch_expand(value, tuple(shape))
 
 
 class Tracer:
@@ -317,6 +345,9 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
+        first = first_count = None
+        if args and type(args[0]) is TracingTensor:
+            first, first_count = args[0]._thunder_proxy, version_count(args[0])
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
@@ -326,7 +357,9 @@ class Tracer:
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)
             elif self.autodiff and not isinstance(func, Symbol):
-                note_saved(self.saves, func, args, kwargs, out)  # (eager's saved tensors: saved_versions.py)
+                note_saved(
+                    self.saves, func, args, kwargs, out, first, first_count
+                )  # (eager's saved tensors: saved_versions.py)
         return out
 
     def _record_call(self, func, mapped, args, kwargs):
@@ -587,7 +620,13 @@ class Tracer:
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             if (
                 op.mutated_args is None
-                and value.shape != wrapper._tt_value.shape
+                and _func_name_of(func) not in _METADATA_INPLACE
+                and _func_name_of(func) not in _RESIZING_BLAS_UPDATES
+            ):
+                value = _fit_run_time_sizes(value, wrapper._tt_value.shape)
+            if (
+                op.mutated_args is None
+                and not same_shape(value.shape, wrapper._tt_value.shape)
                 and _func_name_of(func) not in _METADATA_INPLACE
                 and _func_name_of(func) not in _RESIZING_BLAS_UPDATES
             ):
@@ -599,7 +638,7 @@ class Tracer:
                 )
             # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
             # update a leaf that requires grad, as autograd does not record it)
-            if value.shape == wrapper._tt_value.shape and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
+            if same_shape(value.shape, wrapper._tt_value.shape) and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out

@@ -14,7 +14,7 @@ import torch
 import thunder.torch as ltorch
 from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbolic import known
+from thunder.core.symbolic import is_data_dependent, known, same_shape
 from thunder.transforms.autodiff import get_grad, needs_grad, put_grad, register_grad, zeros_like
 
 
@@ -26,13 +26,18 @@ def sum_to_shape(g: TensorProxy, shape) -> TensorProxy:
     """Sums ``g`` over the dims broadcasting added or expanded, back to ``shape``: one reduction, as eager's
     ``at::sum_to`` (in bfloat16 a reduction per group of dims would round between them)."""
     shape = tuple(shape)
-    if g.shape == shape:
+    if same_shape(g.shape, shape):
         return g
     lead = g.ndim - len(shape)
-    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    dims = list(range(lead)) + [
+        lead + i for i, s in enumerate(shape) if known(s == 1) and not known(g.shape[lead + i] == 1)
+    ]
     if dims:
         g = ltorch.sum(g, dims, keepdim=True)
-    return ltorch.reshape(g, shape) if g.shape != shape else g
+    for i, s in enumerate(shape):  # a size known only when the program runs, broadcast to another
+        if is_data_dependent(s) and not known(s == 1) and not known(s == g.shape[lead + i]):
+            g = _sum_to_run_time_size(g, lead + i, s)
+    return ltorch.reshape(g, shape) if not same_shape(g.shape, shape) else g
 
 
 # ---------------------------------------------------------------- elementwise unary
@@ -236,8 +241,23 @@ def _broadcast_in_dim_grad(a, shape, broadcast_dimensions):
     ]
     if summed:
         g = ltorch.sum(g, summed, keepdim=True)
+    for i, d in enumerate(broadcast_dimensions):
+        if is_data_dependent(a.shape[i]) and not known(a.shape[i] == shape[d]) and not known(a.shape[i] == 1):
+            g = _sum_to_run_time_size(g, d, a.shape[i])
     put_grad(a, ltorch.reshape(g, a.shape))
     return out
+
+
+def _sum_to_run_time_size(g, d: int, size):
+    """``g`` summed along ``d`` to ``size``, a size known only when the program runs that is 1 or ``g``'s (the
+    forward broadcast it): each slot ``k`` of ``g`` is added into slot ``k % size``, the sum where ``size`` is 1,
+    ``g`` itself where it is ``g.shape[d]``, with no branch on the size while tracing."""
+    device = devices.to_torch_device(g.device)
+    count = ltorch.sum(ltorch.full((size,), 1, device=device, dtype=torch.int64))
+    index = ltorch.remainder(ltorch.arange(0, g.shape[d], 1, device=device, dtype=torch.int64), count)
+    shape = list(g.shape)
+    shape[d] = size
+    return ltorch.index_add(ltorch.full(shape, 0, device=device, dtype=g.dtype.torch_dtype), d, index, g)
 
 
 @register_grad(prims.reshape)

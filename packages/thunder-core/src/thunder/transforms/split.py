@@ -640,7 +640,8 @@ def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
     def backward(saved, cotangents):
         for i in reaching:
             g = cotangents[i] if i < len(cotangents) else None
-            if isinstance(g, torch.Tensor) and g.numel() and bool(g.ne(0).any()):
+            # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
+            if isinstance(g, torch.Tensor) and (not g.numel() or bool(g.ne(0).any())):
                 raise RuntimeError(message)
         return backward_fn(saved, cotangents)
 
