@@ -320,3 +320,16 @@ def test_what_eager_saves_is_asked_per_argument_pattern_not_per_function():
             assert results[0] == results[1]
         else:
             torch.testing.assert_close(results[1], results[0])
+
+
+def test_a_call_with_keyword_arguments_only_that_requires_grad_traces():
+    # (transformers 4.x's ALBERT calls scaled_dot_product_attention with keywords only: noting what it saves read
+    # args[0] of an empty tuple)
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(query=q, key=k, value=v).sum()
+
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    got = thunder.jit(f)(q, k, v)
+    want = f(q, k, v)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (q, k, v)), torch.autograd.grad(want, (q, k, v)))

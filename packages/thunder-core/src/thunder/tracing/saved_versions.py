@@ -311,5 +311,5 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_cou
         for i, w in enumerate(flat):
             if target is not None and _counter_of(w) is target:
                 counts[i] -= bumped
-    spec = [_spec(w, first if i == 0 and w is args[0] else None) for i, w in enumerate(flat)]
+    spec = [_spec(w, first if i == 0 and args and w is args[0] else None) for i, w in enumerate(flat)]
     saves.entries.append((func, args, kwargs, flat, spec, outs, counts, node_out._thunder_proxy, where))
