@@ -78,42 +78,23 @@ def _heap_in_use():
 
 
 def peak_bytes_of(step) -> int | None:
-    """Peak heap bytes in use during ``step()`` above those in use at its start: sampled after every aten operation
-    that goes through the dispatcher, and every 0.2 ms by a thread (a compiled graph's kernels allocate their
-    buffers without the dispatcher: Inductor's ``empty_strided_cpu``, which the first sampler never sees)."""
-    import threading
+    """Peak bytes of tensor memory in use during ``step()`` above those in use at its start, from the profiler's
+    record of every allocation and free of PyTorch's CPU allocator (a compiled graph's buffers included: Inductor's
+    ``empty_strided_cpu`` allocates through it). Exact, and it leaves the program alone: an earlier sampler ran
+    the step under a ``TorchDispatchMode``, which made thunder compile and run another program for the active mode
+    (whose fused regions held ~28 MiB more) and measured that one. ``None`` where the profiler records no memory."""
+    from torch.profiler import ProfilerActivity, profile
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    in_use = _heap_in_use()
-    if in_use is None:
-        return None
-    stop = threading.Event()
-    sampled = [0]
-
-    def sample() -> None:
-        while not stop.wait(0.0002):
-            sampled[0] = max(sampled[0], in_use())
-
-    class _Sampler(TorchDispatchMode):
-        peak = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            _Sampler.peak = max(_Sampler.peak, in_use())
-            return out
-
-    start = in_use()
-    _Sampler.peak = sampled[0] = start
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        with _Sampler():
-            step()
-    finally:
-        stop.set()
-        sampler.join()
-    return max(_Sampler.peak, sampled[0]) - start
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    in_use = peak = 0
+    seen = False
+    for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
+        if event.name() == "[memory]":
+            seen = True
+            in_use += event.nbytes()
+            peak = max(peak, in_use)
+    return peak if seen else None
 
 
 VARIANTS = ("eager", "thunder", "thunder_discover", "torch_compile")
@@ -253,10 +234,6 @@ def run(kind: str, variants: list[str], layers: int, steps: int, wall_steps: int
         v.result["median_step_s"] = statistics.median(rd[v.name] for rd in rounds)
         v.result["min_step_s"] = min(rd[v.name] for rd in rounds)
         v.result["first_call_overhead_s"] = v.result["first_call_s"] - v.result["median_step_s"]
-        # (the first step under the sampler's dispatch mode is a cache miss for thunder, whose programs are
-        # specific to the active modes: its compile would count as the step's memory, and so would the
-        # background fusion it starts, whose compiler's allocations share the process's heap)
-        peak_bytes_of(v.step)
         if v.name == "thunder_discover":
             v.thunder.wait_for_fusion(v.runner)
         peak = peak_bytes_of(v.step)
