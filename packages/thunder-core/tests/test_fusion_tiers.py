@@ -479,6 +479,39 @@ def test_a_region_whose_example_call_raises_compiles_at_its_first_real_call():
     assert ex.compiled_on and set(ex.compiled_on) == {threading.current_thread().name}
 
 
+def test_the_backward_for_the_outputs_that_were_differentiated_compiles_in_the_background():
+    """A model output nobody differentiates (an HF model's cache, an auxiliary value) gets no gradient, and the
+    backward that leaves its branches out is a program of its own: the fused program's is built and compiled with
+    the forward's, so the first fused step compiles nothing on the caller's thread (it compiled five Inductor
+    regions there, 1.3 s, in the HF Llama training step). The full backward, which no call ran, compiles when a
+    call first needs it."""
+    ex = SlowFusion()
+    ex.release.set()
+    jf = thunder.jit(_fn, executors=[ex, *thunder.get_default_executors()])
+
+    def step(f, a, b, both=False):
+        a = a.detach().clone().requires_grad_()
+        first, second = f(a, b)
+        (first.sum() + (second.sum() if both else 0)).backward()
+        return first, second, a.grad
+
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    expected = step(_fn, a, b)
+    for x, y in zip(step(jf, a, b), expected):  # the unfused program
+        torch.testing.assert_close(x, y)
+    assert thunder.wait_for_fusion(jf, timeout=60) and thunder.fusion_states(jf) == ["fused"]
+    worker_compiles = len(ex.compiled_on)
+    assert worker_compiles and threading.current_thread().name not in ex.compiled_on
+    for x, y in zip(step(jf, a, b), expected):  # the fused program's forward and the backward it ran before
+        torch.testing.assert_close(x, y)
+    assert threading.current_thread().name not in ex.compiled_on and ex.fused_calls
+    for x, y in zip(step(jf, a, b, both=True), step(_fn, a, b, both=True)):
+        torch.testing.assert_close(x, y)
+    assert ex.compiled_on[worker_compiles:] and set(ex.compiled_on[worker_compiles:]) == {
+        threading.current_thread().name
+    }
+
+
 def test_a_program_traced_while_a_job_compiles_waits_for_one_region_not_the_job():
     # a job of 20 regions of 0.1 s each; the worker holds the compile lock for each region in turn
     started, done = threading.Event(), threading.Event()

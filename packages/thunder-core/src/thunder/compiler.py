@@ -246,7 +246,19 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         run_unchecked,
     )
     if slow:
-        build = functools.partial(_executable_program, cd, trace, requires_grad, program.autocast, cd.executors)
+
+        def build() -> _Executable:
+            fused = _executable_program(cd, trace, requires_grad, program.autocast, cd.executors)
+            # the backwards the unfused program ran (for the outputs that received a gradient) are built now and
+            # their regions compile with the forward's, so the fused program's first backward compiles nothing;
+            # the full backward's compile too unless only others ran (a model output that nobody differentiates)
+            ran = set(executable.backwards_run)
+            for absent in ran - {_ALL_OUTPUTS}:
+                fused.build_backward(absent)
+            full = fused.backward_traces[-1:] if not ran or _ALL_OUTPUTS in ran else []
+            fused.backwards_to_compile = [*full, *(t for t in fused.pruned_backwards.values() if t is not None)]
+            return fused
+
         _start_fusion_tier(cd, entry, build, prefix, set(slow))
     return entry
 
@@ -260,6 +272,14 @@ class _Executable:
     backward_traces: list[TraceCtx]
     claim_ns: int = 0
     codegen_start_ns: int = 0
+    # training: the backward for calls whose outputs at the positions ``absent`` receive no gradient
+    # (``build_backward(absent)``, made once per set), and the final traces of those made so far
+    build_backward: Callable[[frozenset], Callable | None] | None = None
+    pruned_backwards: dict[frozenset, TraceCtx | None] = field(default_factory=dict)
+    # the backwards that ran, by their ``absent`` sets (the full backward's is empty)
+    backwards_run: set[frozenset] = field(default_factory=set)
+    # the backward traces whose fusion regions the background fusion compiles with the forward's
+    backwards_to_compile: list[TraceCtx] | None = None
 
 
 def _executable_program(
@@ -282,15 +302,28 @@ def _executable_program(
         claim_ns = time.perf_counter_ns() - t0
         t0 = time.perf_counter_ns()
 
-        def build_backward(absent):
-            with _compile_lock:
-                pruned = fb.prune(absent)
-                return None if pruned is None else _executable_traces(pruned, executors)[-1].python_callable()
+        pruned_traces: dict[frozenset, TraceCtx | None] = {}
+        pruned_callables: dict[frozenset, Callable | None] = {}
+        backwards_run: set[frozenset] = set()
+        full = backward_traces[-1].python_callable()
 
-        computation = make_autograd_callable(
-            traces[-1].python_callable(), backward_traces[-1].python_callable(), fb, build_backward
-        )
+        def full_backward(saved, cotangents):
+            backwards_run.add(_ALL_OUTPUTS)
+            return full(saved, cotangents)
+
+        def build_backward(absent: frozenset) -> Callable | None:
+            backwards_run.add(absent)
+            with _compile_lock:
+                if absent not in pruned_callables:
+                    pruned = fb.prune(absent)
+                    final = None if pruned is None else _executable_traces(pruned, executors)[-1]
+                    pruned_callables[absent] = None if final is None else final.python_callable()
+                    pruned_traces[absent] = final
+                return pruned_callables[absent]
+
+        computation = make_autograd_callable(traces[-1].python_callable(), full_backward, fb, build_backward)
     else:
+        build_backward, pruned_traces, backwards_run = None, {}, set()
         traces.extend(_executable_traces(trace, executors))
         if cd.disable_torch_autograd:
             traces[-1].decorators.append("@torch.no_grad()")
@@ -300,7 +333,10 @@ def _executable_program(
     if autocast:
         # autocast's casts are in the trace: running under autocast again would cast twice
         computation = no_autocast(computation)
-    return _Executable(computation, traces, backward_traces, claim_ns, t0)
+    return _Executable(computation, traces, backward_traces, claim_ns, t0, build_backward, pruned_traces, backwards_run)
+
+
+_ALL_OUTPUTS = frozenset()  # (the ``absent`` set of the full backward: every output receives a gradient)
 
 
 def _conv_layout(cd: CompileData) -> str:
@@ -358,7 +394,8 @@ def _start_fusion_tier(
     entry.fusion = tiers.UNFUSED
 
     def regions(executable: _Executable) -> list:
-        final = [executable.traces[-1], *executable.backward_traces[-1:]]
+        backwards = executable.backwards_to_compile
+        final = [executable.traces[-1], *(executable.backward_traces[-1:] if backwards is None else backwards)]
         return [call for t in final for call in tiers.region_calls(t, slow.__contains__)]
 
     def install(executable: _Executable) -> None:
