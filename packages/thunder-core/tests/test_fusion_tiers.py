@@ -596,14 +596,20 @@ _any_size_inductor = TorchCompileExecutor("torch_compile_any_size_tiers", min_re
 def test_inductor_regions_and_the_layouts_they_learn_give_eager_answers_on_random_programs(program):
     # real Inductor regions on every region (min_region_numel=0); strided arguments make a region learn their
     # layout on the first fused call and call the graph compiled for it from the next
+    _check_inductor_regions_against_eager(program, calls=3)
+
+
+def _check_inductor_regions_against_eager(program, calls: int, **options) -> None:
+    """``program`` jitted with Inductor on every region (``thunder.jit`` ``options`` added) gives eager's outputs
+    and gradients on each of ``calls`` calls, waiting after each for the compiles the call queued."""
     fn = program.make_function()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = _eager_answers(fn, program)
         if expected is None:  # eager rejects the program: nothing to compare
             return
-        jf = thunder.jit(fn, executors=[_any_size_inductor, *thunder.get_default_executors()], fusion="wait")
-        for _ in range(3):
+        jf = thunder.jit(fn, executors=[_any_size_inductor, *thunder.get_default_executors()], fusion="wait", **options)
+        for _ in range(calls):
             actual = _outputs_and_grads(jf, program.make_inputs())
             assert thunder.wait_for_fusion(jf, timeout=300)
             _assert_as_eager(actual, expected, program)
@@ -648,19 +654,4 @@ def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
 def test_inductor_regions_with_symbolic_sizes_give_eager_answers_on_random_programs(program):
     # cache="symbolic values": the regions' sizes are symbols, compiled once with Inductor and guarded per call
     # (thunder.executors.symbolic_graphs)
-    fn = program.make_function()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = _eager_answers(fn, program)
-        if expected is None:  # eager rejects the program: nothing to compare
-            return
-        jf = thunder.jit(
-            fn,
-            executors=[_any_size_inductor, *thunder.get_default_executors()],
-            fusion="wait",
-            cache="symbolic values",
-        )
-        for _ in range(2):
-            actual = _outputs_and_grads(jf, program.make_inputs())
-            assert thunder.wait_for_fusion(jf, timeout=300)
-            _assert_as_eager(actual, expected, program)
+    _check_inductor_regions_against_eager(program, calls=2, cache="symbolic values")

@@ -346,11 +346,18 @@ def test_a_chain_of_regions_learns_its_layouts_in_one_call_and_one_wait():
         assert graphs_compiled() == before + 2
 
 
+def _jit_with_symbolic_sizes(f):
+    """``f`` jitted with Inductor on every region, compiled before the first call returns, with symbolic sizes."""
+    return thunder.jit(
+        f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values"
+    )
+
+
 def test_a_region_with_symbolic_sizes_is_not_static():
     def f(a):
         return torch.tanh(a * 2 + 1)
 
-    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    jf = _jit_with_symbolic_sizes(f)
     for n in (3, 5, 7):
         a = torch.randn(n, 4)
         with torch.no_grad():
@@ -369,7 +376,7 @@ def test_a_region_with_symbolic_sizes_compiles_one_graph_for_every_size():
     def f(a, b):
         return torch.tanh(torch.cat([a, b]) * 2 + 1).sum(-1), a.shape[0] * (a - 1).exp()
 
-    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    jf = _jit_with_symbolic_sizes(f)
     before = graphs_compiled()
     for n in (3, 5, 2, 9, 17):
         a, b = torch.randn(n, 4), torch.randn(n + 1, 4)
@@ -391,7 +398,7 @@ def test_sizes_a_symbolic_graph_does_not_serve_get_another_graph_in_the_backgrou
     def f(a):
         return torch.tanh(a * 2 + 1).sum(0)
 
-    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    jf = _jit_with_symbolic_sizes(f)
     with torch.no_grad():
         for n in (3, 4):
             a = torch.randn(n, 5)
@@ -417,7 +424,7 @@ def test_symbolic_regions_forward_and_backward_equal_eager():
     def f(x, w):
         return torch.nn.functional.gelu(x @ w).softmax(-1) * x.shape[0]
 
-    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    jf = _jit_with_symbolic_sizes(f)
     w = torch.randn(6, 6, dtype=torch.float64, requires_grad=True)
     for n in (3, 7, 4):
         x = torch.randn(n, 6, dtype=torch.float64, requires_grad=True)
@@ -441,7 +448,7 @@ def test_a_region_whose_symbolic_compile_fails_compiles_per_signature(monkeypatc
     def f(a):
         return torch.tanh(a * 2 + 1)
 
-    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait", cache="symbolic values")
+    jf = _jit_with_symbolic_sizes(f)
     with torch.no_grad():
         for n in (3, 5):
             a = torch.randn(n, 4)

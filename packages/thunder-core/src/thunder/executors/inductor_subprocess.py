@@ -304,12 +304,23 @@ def compiles_warmed() -> int:
     return _server.warmed
 
 
-def example_tensors(meta) -> list:
-    """Zeros of the ``(shape, stride, dtype, device)`` of each entry of ``meta``."""
+def example_metadata(values) -> list:
+    """What compiling for ``values`` needs of them, without a reference to their data: ``(shape, stride, dtype,
+    device)`` of each tensor; other values (numbers a graph holds as constants or takes as sizes) as they are."""
     import torch
 
     return [
-        torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_() for shape, stride, dtype, device in meta
+        (tuple(v.shape), tuple(v.stride()), v.dtype, v.device) if isinstance(v, torch.Tensor) else v for v in values
+    ]
+
+
+def example_tensors(meta) -> list:
+    """Zeros of each ``(shape, stride, dtype, device)`` entry of ``meta`` (``example_metadata``); other entries as
+    they are."""
+    import torch
+
+    return [
+        torch.empty_strided(m[0], m[1], dtype=m[2], device=m[3]).zero_() if isinstance(m, tuple) else m for m in meta
     ]
 
 

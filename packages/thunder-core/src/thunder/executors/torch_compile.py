@@ -281,8 +281,8 @@ class _InductorRegion:
                 return self.fn(*plain)
             if len(self._symbolic) < self.MAX_SYMBOLIC_GRAPHS:
                 self._symbolic_pending = True
-                examples = _examples(plain)  # (no reference to the values)
-                tiers.submit_compile(lambda: self._compile_symbolic(_from_examples(examples)))
+                examples = inductor_subprocess.example_metadata(plain)
+                tiers.submit_compile(lambda: self._compile_symbolic(inductor_subprocess.example_tensors(examples)))
                 return self.fn(*plain)
         else:
             graph = self._compile_symbolic(plain)
@@ -298,12 +298,7 @@ class _InductorRegion:
                         return graph  # (another thread compiled it meanwhile)
                 if len(self._symbolic) >= self.MAX_SYMBOLIC_GRAPHS or self._symbolic_failed:
                     return None
-                from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
-
-                _keep_rng_state_on_the_worker()
-                fn = _without_the_process_wide_tracing_flag(self.fn)
-                with dynamo_compile_lock, torch.no_grad():
-                    graph = symbolic_graphs.compile_symbolic_graph(fn, inputs, self.symbolic_dims)
+                graph = self._compiled_by(symbolic_graphs.compile_symbolic_graph, inputs, self.symbolic_dims)
             except Exception:  # noqa: BLE001 - the region falls back to one graph per signature, as before
                 self._symbolic_failed = True
                 return None
@@ -320,7 +315,7 @@ class _InductorRegion:
         the background worker before it compiles."""
         if self.symbolic_dims is None and all(isinstance(a, torch.Tensor) for a in args):
             plain = [_plain(a) for a in args]
-            self._warm([(a.shape, a.stride(), a.dtype, a.device) for a in plain])
+            self._warm(inductor_subprocess.example_metadata(plain))
 
     def _warm(self, examples: list) -> None:
         if self.portable is not None and all(device.type == "cpu" for *_, device in examples):
@@ -338,7 +333,7 @@ class _InductorRegion:
             return strided(list(args))
         if strided is False and len(self._layouts) < self.MAX_LAYOUTS:
             self._layouts[strides] = None
-            examples = [(a.shape, a.stride(), a.dtype, a.device) for a in args]  # (no reference to the values)
+            examples = inductor_subprocess.example_metadata(args)
             tiers.submit_compile(lambda: self._compile_layout(strides, examples), lambda: self._warm(examples))
             strided = None
         if strided is None:
@@ -353,13 +348,18 @@ class _InductorRegion:
 
     def _inductor_graph(self, inputs: list) -> Callable:
         """``self.fn`` compiled by Inductor for ``inputs`` (``inductor_subprocess.compile_graph``, the recipe the
-        compile subprocess follows too), holding Dynamo's compile lock (a ``torch.compile`` in another thread shares
-        process-wide state, see tiers)."""
+        compile subprocess follows too)."""
+        return self._compiled_by(inductor_subprocess.compile_graph, inputs)
+
+    def _compiled_by(self, compile_fn: Callable, inputs: list, *options):
+        """``compile_fn(self.fn, inputs, *options)`` under the rules of a compile in this process: holding Dynamo's
+        compile lock (a ``torch.compile`` in another thread shares process-wide state, see tiers), without
+        gradients, leaving the random generators alone on the worker, and without marking the process as tracing."""
         from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
 
         _keep_rng_state_on_the_worker()
         with dynamo_compile_lock, torch.no_grad():
-            return inductor_subprocess.compile_graph(_without_the_process_wide_tracing_flag(self.fn), inputs)
+            return compile_fn(_without_the_process_wide_tracing_flag(self.fn), inputs, *options)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
         with self._lock:
@@ -464,15 +464,6 @@ def _largest_numel(bound_symbols) -> int:
             if isinstance(p, TensorProxy):
                 largest = max(largest, math.prod(hints(p.shape)))
     return largest
-
-
-def _examples(values: list) -> list:
-    """What compiling for ``values`` needs of them: tensors' shapes, dtypes and devices (not their data)."""
-    return [(tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else v for v in values]
-
-
-def _from_examples(examples: list) -> list:
-    return [torch.zeros(e[0], dtype=e[1], device=e[2]) if isinstance(e, tuple) else e for e in examples]
 
 
 def _symbolic_dims(inputs) -> tuple | None:
