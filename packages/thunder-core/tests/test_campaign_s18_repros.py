@@ -74,3 +74,83 @@ def test_an_empty_view_updated_in_place_gets_its_history_from_the_program():
     # around the program's backward, which raises eager's error
     _assert_as_eager(_double_then_mul_, _view_of_non_leaf([]), message=_MODIFIED)
     _assert_as_eager(_double_then_mul_, _view_of_non_leaf([1.0, 2.0]), message=_MODIFIED)
+
+
+# ---------------------------------------------------------------- arguments viewing one storage share eager's counter
+
+
+def _sin_of_view_then_add_(a0, a1, a2):  # (campaign, widened, seed 14002)
+    v5 = torch.sin(a2)
+    a0.add_(a0)
+    return (v5,)
+
+
+def _aliased(view, values=((1.5, -0.25, -2.0), (0.5, -1.0, -1.25))):
+    def make():
+        leaf = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+        a0 = leaf * 1
+        return [leaf], (a0, torch.tensor([1, 0]), view(a0))
+
+    return make
+
+
+def test_an_update_of_one_argument_makes_a_value_saved_from_its_view_stale():
+    # the tracer counted each argument's updates apart: sin's saved a2 looked current after a0.add_, which bumps
+    # the counter a2 shares with a0 in eager
+    _assert_as_eager(_sin_of_view_then_add_, _aliased(lambda a0: a0[..., :1]), message=_MODIFIED)
+    _assert_as_eager(_sin_of_view_then_add_, _aliased(lambda a0: a0.detach()[..., :1]), message=_MODIFIED)
+    # ``.data`` has a counter of its own: eager's backward runs
+    _assert_as_eager(_sin_of_view_then_add_, _aliased(lambda a0: a0.data[..., :1]))
+
+
+def _fill_then_gelu(a0, a1, a2):  # (campaign, widened, seed 14005): a wrong refusal
+    with torch.no_grad():
+        a0.fill_(1.5)
+    return (torch.nn.functional.gelu(a0.flatten()),)
+
+
+def test_a_value_saved_after_an_update_of_an_aliased_argument_is_current():
+    # gelu saved a view of a0 taken after the update; the storage the aliased arguments view was counted apart from
+    # a0, so that value looked updated since and the program's backward refused where eager's runs
+    def make():
+        a0 = torch.tensor([[-1.0], [0.5], [-0.5]], dtype=torch.float64, requires_grad=True)
+        return [a0], (a0, a0[..., :1], torch.tensor([1]))
+
+    _assert_as_eager(_fill_then_gelu, make)
+    _assert_as_eager(_fill_then_gelu, _aliased(lambda a0: a0[..., :1]))
+
+
+def _add_then_mul_through_a_view(a0, a1):
+    a0.add_(1)
+    a1.mul_(2)
+    return (a0 * 2,)
+
+
+def test_updates_of_arguments_viewing_one_base_bump_their_one_counter():
+    # eager's a0 and a1 = a0[..., :1] share a counter: two updates, two bumps of both (the tracer kept one)
+    def make():
+        a0 = torch.arange(6.0).reshape(2, 3)
+        return a0, a0[..., :1]
+
+    (e0, e1), (t0, t1) = make(), make()
+    expected = _add_then_mul_through_a_view(e0, e1)
+    actual = thunder.jit(_add_then_mul_through_a_view)(t0, t1)
+    torch.testing.assert_close(actual, expected)
+    assert (t0._version, t1._version) == (e0._version, e1._version)
+
+
+def test_a_later_call_whose_aliases_share_no_counter_is_traced_again():
+    # the program's counts hold for arguments sharing eager's counter as when traced: ``.data``, with a counter of its
+    # own, updated in place leaves sin's saved a2 current (eager's backward runs), ``detach()`` does not
+    def make(alias):
+        def make_inputs():
+            leaf = torch.tensor([[1.5, -0.25, -2.0], [0.5, -1.0, -1.25]], dtype=torch.float64, requires_grad=True)
+            base = leaf * 1
+            return [leaf], (alias(base), torch.tensor([1, 0]), base[..., :1])
+
+        return make_inputs
+
+    jitted = thunder.jit(_sin_of_view_then_add_)
+    for alias in (torch.Tensor.detach, lambda b: b.data, torch.Tensor.detach, lambda b: b.data):
+        expected, actual = _outcome(_sin_of_view_then_add_, make(alias)), _outcome(jitted, make(alias))
+        assert isinstance(actual, Exception) == isinstance(expected, Exception), (expected, actual)

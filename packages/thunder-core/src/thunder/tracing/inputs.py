@@ -20,6 +20,7 @@ from thunder.tracing.tracer import (
     seed_storage,
     set_input_layout,
 )
+from thunder.tracing.version_counters import same_counter, share_argument_counters
 
 
 def _reject_unusual_tensor(t: torch.Tensor, what: str) -> None:
@@ -355,6 +356,12 @@ class _InputBuilder:
             for ti, value in members:
                 alias_of_storage(ti.wrapper, root, value)
             seed_storage(root, [ti.wrapper for ti, _ in members])
+            sharing = share_argument_counters(root, [(ti.wrapper, value) for ti, value in members])
+            self.prologue.trace.constants["_same_counter"] = same_counter
+            for (ti, _), shares in zip(members[1:], sharing):
+                self.prologue.fail_unless(
+                    f"_same_counter({first_ti.expr}, {ti.expr}) is {shares}", "arguments sharing a version counter"
+                )
         return aliased
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
