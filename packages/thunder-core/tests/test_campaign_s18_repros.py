@@ -5,6 +5,7 @@ through the inputs that are views of a non-leaf base (read again after the call)
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import thunder
@@ -154,3 +155,26 @@ def test_a_later_call_whose_aliases_share_no_counter_is_traced_again():
     for alias in (torch.Tensor.detach, lambda b: b.data, torch.Tensor.detach, lambda b: b.data):
         expected, actual = _outcome(_sin_of_view_then_add_, make(alias)), _outcome(jitted, make(alias))
         assert isinstance(actual, Exception) == isinstance(expected, Exception), (expected, actual)
+
+
+# ---------------------------------------------------------------- in-place ops without a derivative
+
+
+def _acosh_(a0):  # (campaign, both generators, seeds 14002-14008)
+    v0 = a0 * 1 + 2
+    v0.acosh_()
+    return (v0,)
+
+
+def test_an_in_place_op_without_a_derivative_raises_eagers_error():
+    # eager's node for x.acosh_() is a real one (AcoshBackward1) whose backward raises: only a node named
+    # NotImplemented was asked, so thunder's backward computed a gradient
+    def make():
+        leaf = torch.tensor([[1.5, -0.25, 2.0]], dtype=torch.float64, requires_grad=True)
+        return [leaf], (leaf,)
+
+    _assert_as_eager(_acosh_, make, message="the derivative for 'inplace version of acosh' is not implemented")
+    leaf = torch.tensor([0.5], dtype=torch.float64, requires_grad=True)
+    out = thunder.jit(_acosh_)(leaf)[0]
+    with pytest.raises(NotImplementedError, match="in _acosh_"):
+        out.sum().backward()

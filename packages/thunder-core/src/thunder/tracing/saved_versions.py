@@ -205,15 +205,22 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
     message = None
     try:
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            leaves = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
+            metas = {k: _non_leaf(m) for k, m in leaves.items()}
             mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
             outs = mout if isinstance(mout, (tuple, list)) else (mout,)
             node = next((o for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-            if node is not None and type(node.grad_fn).__name__ == "NotImplemented":
+            # (an in-place op's node may be a real one whose backward raises: x.acosh_()'s AcoshBackward1)
+            if node is not None and (type(node.grad_fn).__name__ == "NotImplemented" or _in_place(func)):
                 try:
-                    torch.autograd.grad(node, [m for m in metas.values() if m.requires_grad], torch.ones_like(node))
-                except RuntimeError as e:
-                    message = str(e).split("\n")[0]
+                    # (to the leaves the arguments are made from: an in-place op's target is its output)
+                    torch.autograd.grad(node, [m for m in leaves.values() if m.requires_grad], torch.ones_like(node))
+                except RuntimeError as e:  # (NotImplementedError is one)
+                    # (not a meta kernel missing: the derivative itself)
+                    if type(node.grad_fn).__name__ == "NotImplemented" or re.search(
+                        r"derivative for .* not impl", str(e)
+                    ):
+                        message = str(e).split("\n")[0]
     except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
         return None
     _missing_cache[key] = message
@@ -221,6 +228,11 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
 
 
 _missing_cache: dict = {}
+
+
+def _in_place(func) -> bool:
+    name = getattr(func, "__name__", "")
+    return name.endswith("_") and not name.startswith("_")
 
 
 def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):

@@ -637,12 +637,15 @@ def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
     ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
     the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
 
+    # (eager raises NotImplementedError for a derivative it does not have: x.acosh_())
+    error = NotImplementedError if "is not implemented" in message.split("\n")[0] else RuntimeError
+
     def backward(saved, cotangents):
         for i in reaching:
             g = cotangents[i] if i < len(cotangents) else None
             # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
             if isinstance(g, torch.Tensor) and (not g.numel() or bool(g.ne(0).any())):
-                raise RuntimeError(message)
+                raise error(message)
         return backward_fn(saved, cotangents)
 
     return backward
