@@ -178,3 +178,40 @@ def test_an_in_place_op_without_a_derivative_raises_eagers_error():
     out = thunder.jit(_acosh_)(leaf)[0]
     with pytest.raises(NotImplementedError, match="in _acosh_"):
         out.sum().backward()
+
+
+# ---------------------------------------------------------------- updates of expanded views autograd records
+
+
+def _zero_then_matmul_of_alias(var, flag, take):  # (campaign, widened, seed 14006)
+    var.zero_()
+    return (torch.matmul(take, take),)
+
+
+def _fill_then_scale(a0):  # (campaign, widened, seed 14008)
+    a0.fill_(1.5)
+    return ((a0 * 2).flatten(),)
+
+
+def _fill_under_no_grad_then_scale(a0):
+    with torch.no_grad():
+        a0.fill_(1.5)
+    return ((a0 * 2).flatten(),)
+
+
+def test_an_update_of_an_expanded_view_with_grad_raises_in_backward_as_eager():
+    # eager runs zero_/fill_ on an expanded view, but its backward (CopySlices copying the gradient into that view)
+    # raises; thunder's computed a gradient. Under no_grad there is no such node: both run
+    def expanded_with_alias():
+        leaf = torch.tensor([[-3.0], [-0.5], [2.5]], dtype=torch.float64, requires_grad=True)
+        a0 = (leaf * 1)[0:1].expand(4, -1)
+        return [leaf], (a0, torch.tensor([True]), a0[0])
+
+    def expanded():
+        leaf = torch.tensor([0.75], dtype=torch.float64, requires_grad=True)
+        return [leaf], ((leaf * 1).unsqueeze(0).expand(2, -1),)
+
+    overlap = "more than one element of the written-to tensor refers to a single memory location"
+    _assert_as_eager(_zero_then_matmul_of_alias, expanded_with_alias, message=overlap)
+    _assert_as_eager(_fill_then_scale, expanded, message=overlap)
+    _assert_as_eager(_fill_under_no_grad_then_scale, expanded)
