@@ -215,3 +215,30 @@ def test_an_update_of_an_expanded_view_with_grad_raises_in_backward_as_eager():
     _assert_as_eager(_zero_then_matmul_of_alias, expanded_with_alias, message=overlap)
     _assert_as_eager(_fill_then_scale, expanded, message=overlap)
     _assert_as_eager(_fill_under_no_grad_then_scale, expanded)
+
+
+# ---------------------------------------------------------------- dtypes as eager's at every step
+
+
+def _scatter_clamp_then_matmul(squeeze):  # (campaign, widened, seed 14004)
+    v0 = squeeze.scatter(1, torch.zeros_like(squeeze, dtype=torch.int64), squeeze.expand_as(squeeze))
+    v2 = torch.clamp(v0, max=v0)
+    v3 = (torch.empty((1, 0, 3), dtype=torch.float64) + v2.mean()).acos()
+    return (torch.matmul(v2, v3),)
+
+
+def _matmul(a, b):
+    return (torch.matmul(a, b),)
+
+
+def test_a_batched_matmul_of_nothing_takes_the_second_dtype_as_eager():
+    # eager's bmm path returns before its dtype check when the product is empty, in the second operand's dtype;
+    # thunder refused ("expected m1 and m2 to have the same dtype"). Its folded (mm) path still refuses, as eager's
+    _assert_as_eager(_scatter_clamp_then_matmul, lambda: ([], (torch.zeros(2, 0),)))
+    for a, b in [((2, 0), (1, 0, 3)), ((1, 0, 1), (1, 1, 3)), ((0, 2, 1), (0, 1, 3)), ((1, 2, 0), (0, 3))]:
+
+        def make(a=a, b=b):
+            leaves = [torch.zeros(a, requires_grad=True), torch.ones(b, dtype=torch.float64, requires_grad=True)]
+            return leaves, tuple(leaves)
+
+        _assert_as_eager(_matmul, make)
