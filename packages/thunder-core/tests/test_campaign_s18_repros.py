@@ -242,3 +242,33 @@ def test_a_batched_matmul_of_nothing_takes_the_second_dtype_as_eager():
             return leaves, tuple(leaves)
 
         _assert_as_eager(_matmul, make)
+
+
+# ---------------------------------------------------------------- views of a multi-view op whose base was updated
+
+
+def _chunk_then_update_base(a0):  # (campaign, widened, seed 14008, with the view used after the update)
+    v1 = a0.unsqueeze(0) * 3
+    v2 = v1.chunk(2, -1)[0]
+    v1.div_(a0, rounding_mode="trunc")
+    return (v2 * 2,)
+
+
+def _chunk_then_update_base_under_no_grad(a0):
+    v1 = a0 * 2
+    v2 = v1.chunk(2, -1)[0]
+    with torch.no_grad():
+        v1.mul_(3)
+    return (v2.exp(),)
+
+
+def test_a_multi_view_read_after_its_base_was_updated_raises_as_eager():
+    # eager refuses the history of an output of chunk/split/unbind whose base was updated in place after it (also
+    # under no_grad); thunder re-derived the view from the updated base and computed a gradient
+    def make():
+        leaf = torch.tensor([1.5, -0.25, -2.0, 0.5, -1.0], dtype=torch.float64, requires_grad=True)
+        return [leaf], (leaf,)
+
+    message = "is a view and its base or another view of its base has been modified inplace"
+    _assert_as_eager(_chunk_then_update_base, make, message=message)
+    _assert_as_eager(_chunk_then_update_base_under_no_grad, make, message=message)

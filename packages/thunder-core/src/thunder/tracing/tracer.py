@@ -352,7 +352,7 @@ class Tracer:
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
             if type(out) is tuple:
-                mark_multi_views(func, out)
+                mark_multi_views(func, out, args)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)
