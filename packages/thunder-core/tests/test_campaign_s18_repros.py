@@ -272,3 +272,33 @@ def test_a_multi_view_read_after_its_base_was_updated_raises_as_eager():
     message = "is a view and its base or another view of its base has been modified inplace"
     _assert_as_eager(_chunk_then_update_base, make, message=message)
     _assert_as_eager(_chunk_then_update_base_under_no_grad, make, message=message)
+
+
+# ---------------------------------------------------------------- as_strided of an argument sharing its storage
+
+
+def _as_strided_of_aliased(a0, a1):  # (campaign, both generators, seeds 14001/14003)
+    v = a0.as_strided((2, 2), (1, 2))
+    return (v * torch.arange(1.0, 5.0, dtype=v.dtype).reshape(2, 2), a1 * 3)
+
+
+def _as_strided_then_update(a0, a1):
+    v = torch.as_strided(a0, (2, 2), (1, 2), storage_offset=a0.storage_offset() + 1)
+    v.mul_(2)
+    return (a1.exp(), a0.sin())
+
+
+def test_as_strided_of_an_argument_sharing_its_storage_reads_the_storage():
+    # thunder refused as_strided of an argument aliasing another one when one requires grad (its value is a copy of
+    # its own elements); reading only its elements, the result is taken from the storage, as eager's
+    def make(offset):
+        def make_inputs():
+            leaf = torch.arange(-4.0, 8.0, dtype=torch.float64).reshape(4, 3).requires_grad_()
+            a0 = (leaf * 1)[offset:]
+            return [leaf], (a0, a0[..., :1])
+
+        return make_inputs
+
+    for offset in (0, 1):
+        _assert_as_eager(_as_strided_of_aliased, make(offset))
+        _assert_as_eager(_as_strided_then_update, make(offset))

@@ -349,7 +349,7 @@ class _InputBuilder:
             expr = f"torch.as_strided({first_ti.expr}, ({n},), (1,), 0)"
             self.prologue.check_tensor(expr, proxy, storage)
             root = TracingTensor(proxy)
-            root._tt_whole_storage = True  # (see views.refuse_strided_on_shared_storage)
+            root._tt_whole_storage = True  # (see views.strided_on_shared_storage)
             set_input_layout(root, storage)
             self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
             self.shared_storages.append((proxy.name, tuple(ti.proxy.name for ti, _ in members)))

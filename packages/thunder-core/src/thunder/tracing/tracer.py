@@ -121,10 +121,10 @@ from thunder.tracing.views import (
     matmul_returning_a_view,
     may_alias,
     refuse_restride_past_elements,
-    refuse_strided_on_shared_storage,
     run_on_shadows,
     set_input_layout,
     shadow,
+    strided_on_shared_storage,
     write_into_overlapping_root,
 )
 from thunder.tracing.views import (
@@ -285,7 +285,7 @@ class Tracer:
             return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
-        refuse_strided_on_shared_storage(func, args)
+        args, kwargs = strided_on_shared_storage(func, args, kwargs)
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(

@@ -324,21 +324,49 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
 _STORAGE_STRIDED = frozenset((torch.as_strided, T.as_strided, torch.as_strided_copy))
 
 
-def refuse_strided_on_shared_storage(func, args) -> None:
-    """Raises for ``torch.as_strided(x, ...)`` of an argument ``x`` sharing its storage with other arguments where
-    one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
-    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address (eager's
+def strided_on_shared_storage(func, args, kwargs) -> tuple[tuple, dict]:
+    """The arguments to run ``torch.as_strided(x, ...)`` with, for an argument ``x`` sharing its storage with other
+    arguments where one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
+    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address. Where ``x``
+    requires grad and the result reads only ``x``'s elements, it is taken from the storage itself (whose elements
+    hold the gradient path of the arguments covering them, views of one base as ``x``); otherwise raises (eager's
     values come from the storage, its gradient reaches ``x``'s elements only)."""
     w = args[0] if args else None
     if func not in _STORAGE_STRIDED or type(w) is not TracingTensor or w._tt_view is None:
-        return
+        return args, kwargs
     root, step = w._tt_view
-    if step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad:
-        raise TracingError(
-            f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
-            "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
-            + describe_location(user_frame(3))
-        )
+    if not (step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad):
+        return args, kwargs
+    on_root = _strided_on_root(w, root, args, kwargs)
+    if on_root is not None:
+        return on_root
+    raise TracingError(
+        f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
+        "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
+        + describe_location(user_frame(3))
+    )
+
+
+def _strided_on_root(w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
+    """``(root, size, stride, offset)`` for ``torch.as_strided(w, size, stride[, offset])`` when ``w`` requires
+    grad and the result's elements are among ``w``'s, else None."""
+    if not w._tt_value.requires_grad or len(args) > 4 or set(kwargs) - {"size", "stride", "storage_offset"}:
+        return None
+    names = ("size", "stride", "storage_offset")
+    given = dict(zip(names, args[1:]), **kwargs)
+    wm = shadow(w)
+    given.setdefault("storage_offset", wm.storage_offset())  # (eager's default: x's own offset)
+    size, stride, offset = (given.get(n) for n in names)
+    if size is None or stride is None or not all(type(n) is int for n in (*size, *stride, offset)):
+        return None
+    try:
+        with torch._C.DisableTorchFunction():
+            read = shadow(root).as_strided(tuple(size), tuple(stride), offset)
+    except RuntimeError:
+        return None
+    if not _positions(read) <= _positions(wm):
+        return None
+    return (root, tuple(size), tuple(stride), offset), {}
 
 
 def _positions(m: torch.Tensor) -> set[int]:
