@@ -302,3 +302,19 @@ def test_as_strided_of_an_argument_sharing_its_storage_reads_the_storage():
     for offset in (0, 1):
         _assert_as_eager(_as_strided_of_aliased, make(offset))
         _assert_as_eager(_as_strided_then_update, make(offset))
+
+
+def _as_strided_copy_past_its_elements(a0, a1, a2):  # (campaign, widened, seed 14007)
+    v0 = torch.as_strided_copy(a0, (2, 2), (1, 2), storage_offset=0)
+    return (v0.gather(-1, torch.zeros_like(v0, dtype=torch.int64)) * 3, a1 * 2)
+
+
+def test_as_strided_copy_past_an_aliased_arguments_elements_gives_them_no_gradient():
+    # the copy reads storage elements a0 (expanded from a row) does not hold: their values come from the storage,
+    # their gradient is dropped, as eager's as_strided backward does
+    def make():
+        leaf = torch.tensor([[0.25, 0.5, -2.0], [-0.5, -2.5, 1.5], [-1.0, 1.5, 3.0]], requires_grad=True)
+        a0 = (leaf * 1)[0:1].expand(3, -1)
+        return [leaf], (a0, a0[..., :1], a0[..., :1])
+
+    _assert_as_eager(_as_strided_copy_past_its_elements, make)

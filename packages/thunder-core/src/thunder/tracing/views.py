@@ -337,7 +337,7 @@ def strided_on_shared_storage(func, args, kwargs) -> tuple[tuple, dict]:
     root, step = w._tt_view
     if not (step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad):
         return args, kwargs
-    on_root = _strided_on_root(w, root, args, kwargs)
+    on_root = _strided_on_root(func, w, root, args, kwargs)
     if on_root is not None:
         return on_root
     raise TracingError(
@@ -347,7 +347,7 @@ def strided_on_shared_storage(func, args, kwargs) -> tuple[tuple, dict]:
     )
 
 
-def _strided_on_root(w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
+def _strided_on_root(func, w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
     """``(root, size, stride, offset)`` for ``torch.as_strided(w, size, stride[, offset])`` when ``w`` requires
     grad and the result's elements are among ``w``'s, else None."""
     if not w._tt_value.requires_grad or len(args) > 4 or set(kwargs) - {"size", "stride", "storage_offset"}:
@@ -365,8 +365,27 @@ def _strided_on_root(w: TracingTensor, root: TracingTensor, args, kwargs) -> tup
     except RuntimeError:
         return None
     if not _positions(read) <= _positions(wm):
-        return None
+        if func is not torch.as_strided_copy:
+            return None  # (a view: an update through it reaches the storage, whose gradient paths stay)
+        root = _storage_with_gradient_of(root, w, wm)  # (a copy: its elements past w's get no gradient)
     return (root, tuple(size), tuple(stride), offset), {}
+
+
+def _storage_with_gradient_of(root: TracingTensor, w: TracingTensor, wm: torch.Tensor) -> TracingTensor:
+    """A tensor of the storage ``root``'s elements in which only those of ``w`` (of shadow ``wm``) carry a gradient
+    path, as eager's ``as_strided`` of ``w`` (its backward reaches ``w``'s elements only)."""
+    from thunder import clang
+    from thunder.core import prims
+
+    value, rm = root._tt_value, shadow(root)
+    with _recording_directly():
+        idx = clang.reshape(_strided_index(rm, wm, value.device), (wm.numel(),))
+        n = value.shape[0]
+        none = clang.full((n,), False, device=value.device, dtype=dtypes.bool8)
+        inside = prims.scatter(none, idx, clang.full((wm.numel(),), True, device=value.device, dtype=dtypes.bool8), 0)
+        out = TracingTensor(clang.where(inside, value, _detached(value)))
+    out._thunder_proxy.requires_grad = True
+    return out
 
 
 def _positions(m: torch.Tensor) -> set[int]:
