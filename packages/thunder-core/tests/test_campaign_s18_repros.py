@@ -318,3 +318,24 @@ def test_as_strided_copy_past_an_aliased_arguments_elements_gives_them_no_gradie
         return [leaf], (a0, a0[..., :1], a0[..., :1])
 
     _assert_as_eager(_as_strided_copy_past_its_elements, make)
+
+
+def _masked_fill_(a0, m):  # (campaign, widened, seed 14006)
+    a0.masked_fill_(m, -1.5)
+    return (a0 * 2,)
+
+
+@pytest.mark.filterwarnings("ignore:Use of masked_fill_ on expanded tensors is deprecated")
+def test_masked_fill_of_an_expanded_tensor_fills_each_memory_location_as_eager():
+    # eager runs masked_fill_ on an expanded tensor (a memory location takes the value when the mask holds for any of
+    # its elements); thunder refused it as most in-place ops on such a tensor
+    for mask in ([[True, False, False], [False, False, True]], [[False] * 3, [False] * 3]):
+        inputs = []
+
+        def make(mask=mask):
+            a0 = torch.tensor([[0.5, 1.0, 2.0]], dtype=torch.float64).expand(2, 3)
+            inputs.append(a0)
+            return [], (a0, torch.tensor(mask))
+
+        _assert_as_eager(_masked_fill_, make)
+        torch.testing.assert_close(inputs[1]._base, inputs[0]._base)

@@ -116,6 +116,7 @@ from thunder.tracing.views import (
     _written_region,
     adopt_shadows,
     checked_written_region,
+    eager_arguments,
     layout_query,
     mark_multi_views,
     matmul_returning_a_view,
@@ -124,7 +125,6 @@ from thunder.tracing.views import (
     run_on_shadows,
     set_input_layout,
     shadow,
-    strided_on_shared_storage,
     write_into_overlapping_root,
 )
 from thunder.tracing.views import (
@@ -285,7 +285,7 @@ class Tracer:
             return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
-        args, kwargs = strided_on_shared_storage(func, args, kwargs)
+        args, kwargs = eager_arguments(func, args, kwargs)
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(

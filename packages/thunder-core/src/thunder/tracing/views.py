@@ -262,6 +262,40 @@ def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | 
     return m
 
 
+def _expanded_dims(m: torch.Tensor | None) -> list[int] | None:
+    """The dims of stride 0 (and size > 1) of ``m`` when they alone make two of its elements one memory location
+    (an expanded tensor), else None."""
+    if m is None:
+        return None
+    dims = [d for d in range(m.ndim) if m.stride(d) == 0 and m.shape[d] > 1]
+    if not dims:
+        return None
+    one = m
+    for d in dims:
+        one = one.narrow(d, 0, 1)
+    return None if _overlaps_itself(one) else dims
+
+
+def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
+    """The arguments to trace ``func`` with where eager's answer is not the op's on its arguments as they are:
+    ``as_strided`` of an argument sharing its storage (``strided_on_shared_storage``), ``x.masked_fill_(mask, v)``
+    on an expanded ``x`` (each memory location takes ``v`` when the mask holds for any of its elements: the mask
+    is made the same for all of them)."""
+    args, kwargs = strided_on_shared_storage(func, args, kwargs)
+    w = args[0] if args else None
+    if getattr(func, "__name__", None) != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2:
+        return args, kwargs
+    if w._tt_view is None:
+        input_shadow(w)
+    dims = _expanded_dims(shadow(w))
+    if dims is None or type(args[1]) is not TracingTensor:
+        return args, kwargs
+    mask = args[1].expand(w.shape)
+    for d in dims:
+        mask = mask.any(d, keepdim=True)
+    return (w, mask.expand(w.shape), *args[2:]), kwargs
+
+
 def _writes_one_value_everywhere(name: str | None, args, kwargs) -> bool:
     """``zero_`` and ``fill_`` with a number: eager's only whole-tensor updates without an internal-overlap check
     (most in-place kernels call ``assert_no_internal_overlap``; ``fill_`` with a tensor runs as a ``copy_``, which
@@ -282,7 +316,12 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
     if w._tt_view is None:
         input_shadow(w)  # (an input's shadow has the caller's strides: made now if not yet)
     region = _written_region(name, w, args)
-    if _overlaps_itself(region) and not _writes_one_value_everywhere(name, args, kwargs):
+    if (
+        _overlaps_itself(region)
+        and not _writes_one_value_everywhere(name, args, kwargs)
+        # (its mask made the same for the elements of one memory location: eager_arguments)
+        and not (name == "masked_fill_" and _expanded_dims(region) is not None)
+    ):
         raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
     return region
 
