@@ -262,6 +262,13 @@ def _chunk_then_update_base_under_no_grad(a0):
     return (v2.exp(),)
 
 
+def _chunk_then_update_base_returned(a0):  # (campaign, widened, seed 14008)
+    v1 = a0.unsqueeze(0) * 3
+    v2 = v1.chunk(2, -1)[0]
+    v1.div_(a0, rounding_mode="trunc")
+    return (v2,)
+
+
 def test_a_multi_view_read_after_its_base_was_updated_raises_as_eager():
     # eager refuses the history of an output of chunk/split/unbind whose base was updated in place after it (also
     # under no_grad); thunder re-derived the view from the updated base and computed a gradient
@@ -272,6 +279,8 @@ def test_a_multi_view_read_after_its_base_was_updated_raises_as_eager():
     message = "is a view and its base or another view of its base has been modified inplace"
     _assert_as_eager(_chunk_then_update_base, make, message=message)
     _assert_as_eager(_chunk_then_update_base_under_no_grad, make, message=message)
+    # returned as it is (the step after the call made it a view of the base's new value, whose gradient ran)
+    _assert_as_eager(_chunk_then_update_base_returned, make, message=message)
 
 
 # ---------------------------------------------------------------- as_strided of an argument sharing its storage
