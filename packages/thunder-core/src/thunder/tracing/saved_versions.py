@@ -327,10 +327,10 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself)
     if type(w) is not TracingTensor or not name.endswith("_") or name[:1] == "_" or name in _LAYOUT_ONLY:
         return
-    from thunder.tracing.views import _overlaps_itself
+    from thunder.tracing.views import overlaps_itself
 
     m = w._tt_meta
-    if m is None or not _overlaps_itself(m):
+    if m is None or not overlaps_itself(m):
         return
     view = w._tt_view
     root = w if view is None else view[0]

@@ -263,6 +263,11 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
         return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
 
 
+def overlaps_itself(m: torch.Tensor | None) -> bool:
+    """Whether two elements of the shadow ``m`` are one memory location (an expanded tensor)."""
+    return _overlaps_itself(m)
+
+
 def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | None:
     """The shadow of the elements an in-place op writes: ``x[key] = v`` writes only ``x[key]`` when that is a view."""
     m = w._tt_meta
