@@ -65,13 +65,32 @@ def test_as_strided_of_arguments_sharing_a_storage_addresses_the_storage(fn):
         assert a._base is not None if e._base is not None else True
 
 
-@pytest.mark.parametrize("fn", _STRIDED)
+@pytest.mark.parametrize("fn", [_as_strided_at_zero, _as_strided_returned])
 def test_as_strided_of_arguments_sharing_a_storage_and_requiring_grad_is_refused(fn):
     # campaign seed 14007: such arguments are copies of their own elements in the program, and as_strided's offset
-    # addressed that copy (the element at the argument's start, not the storage's): silently other values
+    # addressed that copy (the element at the argument's start, not the storage's): silently other values. A view
+    # reading past the argument's elements is still refused (eager's gradient reaches its elements only)
     fn(*_views_of_one_storage(True))  # (eager runs it)
     with pytest.raises(TracingError, match=r"(?s)thunder\.jit cannot run .*test_campaign_s14_repros\.py"):
         thunder.jit(fn)(*_views_of_one_storage(True))
+
+
+@pytest.mark.parametrize("fn", [_as_strided_own_offset, _as_strided_copy_at_zero])
+def test_as_strided_of_an_argument_sharing_a_storage_and_requiring_grad_within_its_elements(fn):
+    # (session 18) a view reading only the argument's elements, or a copy, comes from the storage; the gradient
+    # reaches the argument's elements only
+    (leaf_e, *args_e), (leaf_t, *args_t) = _leaf_and_views(), _leaf_and_views()
+    expected, actual = fn(*args_e), thunder.jit(fn)(*args_t)
+    torch.testing.assert_close(actual, expected)
+    weights = torch.arange(1.0, expected.numel() + 1)
+    (ge,), (ga,) = torch.autograd.grad(expected, leaf_e, weights), torch.autograd.grad(actual, leaf_t, weights)
+    torch.testing.assert_close(ga, ge)
+
+
+def _leaf_and_views():
+    leaf = torch.arange(20, dtype=torch.float32, requires_grad=True)
+    a0 = (leaf * 1)[1:]
+    return leaf, a0, a0[2:], a0[..., :1]
 
 
 def _update_of_an_unbind_output(a):

@@ -26,7 +26,21 @@ def linear(a, w, bias=None):
 
 @torchsymbol(torch.matmul, T.matmul, T.__matmul__, method_name="matmul")
 def matmul(a, b):
+    if a.dtype is not b.dtype and _batched_product_of_nothing(a, b):
+        # eager's batched path (bmm) returns at once, without its dtype check, when the product has no elements or
+        # no terms, and gives b's dtype: then so do we (its values and gradients are zeros or empty)
+        a = clang.maybe_convert_to_dtype(a, b.dtype)
     return prims.matmul(a, b)
+
+
+def _batched_product_of_nothing(a, b) -> bool:
+    """Whether eager's ``torch.matmul(a, b)`` runs as a ``bmm`` (``b`` at least 3-D, ``a`` too or a matrix, which
+    eager does not fold into an ``mm`` then) of an empty product (a size 0 in either: the batch, the rows, the
+    columns or the inner dimension). Sizes not known while tracing: False."""
+    if b.ndim < 3 or a.ndim < 2:
+        return False
+    sizes = (*a.shape, *b.shape)
+    return all(type(n) is int for n in sizes) and 0 in sizes
 
 
 register_torch_alias(T.__rmatmul__, lambda a, b: matmul(b, a))

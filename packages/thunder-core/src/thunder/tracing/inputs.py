@@ -20,6 +20,7 @@ from thunder.tracing.tracer import (
     seed_storage,
     set_input_layout,
 )
+from thunder.tracing.version_counters import same_counter, share_argument_counters
 
 
 def _reject_unusual_tensor(t: torch.Tensor, what: str) -> None:
@@ -324,16 +325,25 @@ class _InputBuilder:
         An update through one then reaches the others, as in eager. Returns whether there were any.
         """
         groups: dict[int, list[tuple[_TensorInput, torch.Tensor]]] = {}
+        empty: dict[int, list[tuple[_TensorInput, torch.Tensor]]] = {}
         for ti in self.tensors:
             value = ti.original if ti.is_module_state else ti.example
             if value is None or value.is_meta or not value.layout == torch.strided:
                 continue
             ptr = value.untyped_storage().data_ptr()
             if ptr == 0:  # (no allocation: empty tensors made on their own share no memory)
+                if not ti.is_module_state:  # (but views of one base share eager's version counter)
+                    base = value if value._base is None else value._base
+                    members = empty.setdefault(id(base), [])
+                    if all(m[1] is not value for m in members):
+                        members.append((ti, value))
                 continue
             members = groups.setdefault(ptr, [])
             if all(m[1] is not value for m in members):
                 members.append((ti, value))
+        for members in empty.values():
+            if len(members) > 1:
+                self._share_counters(members[0][0].wrapper, members)
         aliased = False
         for members in groups.values():
             if len(members) < 2 or any(ti.is_module_state for ti, _ in members):
@@ -348,14 +358,25 @@ class _InputBuilder:
             expr = f"torch.as_strided({first_ti.expr}, ({n},), (1,), 0)"
             self.prologue.check_tensor(expr, proxy, storage)
             root = TracingTensor(proxy)
-            root._tt_whole_storage = True  # (see views.refuse_strided_on_shared_storage)
+            root._tt_whole_storage = True  # (see views.strided_on_shared_storage)
             set_input_layout(root, storage)
             self.tensors.append(_TensorInput(expr, proxy, root, False, example=storage))
             self.shared_storages.append((proxy.name, tuple(ti.proxy.name for ti, _ in members)))
             for ti, value in members:
                 alias_of_storage(ti.wrapper, root, value)
             seed_storage(root, [ti.wrapper for ti, _ in members])
+            self._share_counters(root, members)
         return aliased
+
+    def _share_counters(self, root: TracingTensor, members: list) -> None:
+        """The stand-ins of ``members`` (arguments sharing a storage, or empty views of one base) share one version
+        count where eager's tensors share one counter; the prologue checks that sharing at each call."""
+        sharing = share_argument_counters(root, [(ti.wrapper, value) for ti, value in members])
+        self.prologue.trace.constants["_same_counter"] = same_counter
+        for (ti, _), shares in zip(members[1:], sharing):
+            self.prologue.fail_unless(
+                f"_same_counter({members[0][0].expr}, {ti.expr}) is {shares}", "arguments sharing a version counter"
+            )
 
     def restore(self) -> list[tuple[_TensorInput, Any]]:
         """Entries whose slot the program reassigned (the shadows are discarded; the user's module was untouched)."""

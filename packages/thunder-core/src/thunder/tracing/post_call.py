@@ -31,6 +31,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import has_symbolic
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
+from thunder.tracing.views import rebased_multi_view
 
 __all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
 
@@ -327,6 +328,8 @@ class PostCall:
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
             return  # (a view of an input is the step's other business; a root that changed its layout in place)
+        if rebased_multi_view(leaf) and leaf._thunder_proxy.requires_grad:
+            return  # (eager refuses its history: the program's value, whose backward raises that, is returned)
         with torch._C.DisableTorchFunction():
             if root.is_inference():  # (a tensor made under inference_mode: eager's views of it have no ``_base``)
                 self.inference_views.append(i)

@@ -335,10 +335,15 @@ def trace_program(
     # (an argument requiring grad that eager's in-place ops reached but the program neither writes back nor
     # restrides, x.squeeze_() without a size-1 dim: its version is set before the call, at which the program's
     # autograd node saves it)
+    # (an argument sharing its counter with a written one, a1 = a0[..., :1], gets its bumps from that write)
+    written_counters = {id(ti.wrapper._tt_counter) for ti in tensor_inputs if ti.proxy.name in written}
     unwritten = {
         ti.expr
         for ti in tensor_inputs
-        if ti.proxy.requires_grad and ti.proxy.name not in written and not layout_steps[ti.expr]
+        if ti.proxy.requires_grad
+        and ti.proxy.name not in written
+        and not layout_steps[ti.expr]
+        and (ti.wrapper._tt_counter is None or id(ti.wrapper._tt_counter) not in written_counters)
     }
     version_bumps = [(expr, n, expr in unwritten and n > 0) for expr, n in version_bumps]
     return TracedProgram(

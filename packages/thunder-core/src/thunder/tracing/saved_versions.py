@@ -34,6 +34,8 @@ class StaleSaves:
         self.entries: list[tuple] = []
         # (what saved them, [(stand-in, its count when saved)], node, where): a Function's ctx.save_for_backward
         self.known: list[tuple] = []
+        # (node, eager's error, where): updates whose node's backward raises in eager whatever comes after them
+        self.raising: list[tuple] = []
 
     def stale(self) -> list[tuple[str, str]]:
         """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
@@ -42,6 +44,10 @@ class StaleSaves:
 
         out = []
         seen = set()
+        for node, message, where in self.raising:
+            if node.name not in seen:
+                seen.add(node.name)
+                out.append((node.name, f"{message} (eager's backward raises this too)\n  {describe_location(*where)}"))
         for saver, saved, node, where in self.known:
             node = node.name
             stale = next((i for i, (w, c) in enumerate(saved) if _count(w) != c), None)
@@ -205,15 +211,22 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
     message = None
     try:
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
+            leaves = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
+            metas = {k: _non_leaf(m) for k, m in leaves.items()}
             mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
             outs = mout if isinstance(mout, (tuple, list)) else (mout,)
             node = next((o for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-            if node is not None and type(node.grad_fn).__name__ == "NotImplemented":
+            # (an in-place op's node may be a real one whose backward raises: x.acosh_()'s AcoshBackward1)
+            if node is not None and (type(node.grad_fn).__name__ == "NotImplemented" or _in_place(func)):
                 try:
-                    torch.autograd.grad(node, [m for m in metas.values() if m.requires_grad], torch.ones_like(node))
-                except RuntimeError as e:
-                    message = str(e).split("\n")[0]
+                    # (to the leaves the arguments are made from: an in-place op's target is its output)
+                    torch.autograd.grad(node, [m for m in leaves.values() if m.requires_grad], torch.ones_like(node))
+                except RuntimeError as e:  # (NotImplementedError is one)
+                    # (not a meta kernel missing: the derivative itself)
+                    if type(node.grad_fn).__name__ == "NotImplemented" or re.search(
+                        r"derivative for .* not impl", str(e)
+                    ):
+                        message = str(e).split("\n")[0]
     except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
         return None
     _missing_cache[key] = message
@@ -221,6 +234,11 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
 
 
 _missing_cache: dict = {}
+
+
+def _in_place(func) -> bool:
+    name = getattr(func, "__name__", "")
+    return name.endswith("_") and not name.startswith("_")
 
 
 def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
@@ -284,6 +302,44 @@ def _counter_of(w):
     return root._tt_counter if root is not None else None
 
 
+_OVERLAP_ERROR = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
+
+
+# in-place ops that change a tensor's sizes, strides or flags, not its elements (eager records no CopySlices)
+_LAYOUT_ONLY = frozenset(
+    (
+        "t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_",
+        "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_", "rename_", "refine_names_",
+    )
+)  # fmt: skip
+
+
+def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
+    """An update autograd records of a view two of whose elements are one memory location (an expanded tensor:
+    ``x.zero_()``, ``x.fill_(1.5)``, ``x.masked_fill_(m, v)``, the updates eager runs on one) makes eager's
+    backward raise when it reaches the update's node (``CopySlices`` copies the gradient into that view):
+    noted with the new value of the tensor the view is of."""
+    name = getattr(func, "__name__", "")
+    w = args[0] if args else None
+    # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself)
+    if type(w) is not TracingTensor or not name.endswith("_") or name[:1] == "_" or name in _LAYOUT_ONLY:
+        return
+    from thunder.tracing.views import overlaps_itself
+
+    m = w._tt_meta
+    if m is None or not overlaps_itself(m):
+        return
+    view = w._tt_view
+    root = w if view is None else view[0]
+    from thunder.tracing.errors import user_frame
+
+    frame = user_frame(4)
+    saves.raising.append((root._thunder_proxy, _OVERLAP_ERROR, (frame, frame.f_lineno if frame is not None else None)))
+
+
 def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_count=None) -> None:
     """Notes the call ``func(*args, **kwargs)`` (which gave ``out``) with the version counts of its tensors, for
     :meth:`StaleSaves.stale` to ask eager which of them it saved if one is updated later. ``first``: the proxy the
@@ -292,6 +348,7 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_cou
     flat = _flat_tensors(args) + _flat_tensors(kwargs.values())
     if not any(w._thunder_proxy.requires_grad for w in flat):
         return
+    _note_overlapping_update(saves, func, args)
     outs = out if type(out) is tuple else (out,)
     # (an in-place op, relu_, is noted too: the result it saves is its updated argument, counted after the update)
     node_out = next((o for o in outs if type(o) is TracingTensor), None)

@@ -116,12 +116,12 @@ from thunder.tracing.views import (
     _written_region,
     adopt_shadows,
     checked_written_region,
+    eager_arguments,
     layout_query,
     mark_multi_views,
     matmul_returning_a_view,
     may_alias,
     refuse_restride_past_elements,
-    refuse_strided_on_shared_storage,
     run_on_shadows,
     set_input_layout,
     shadow,
@@ -285,7 +285,7 @@ class Tracer:
             return call_with_out(self.handle, func, args, kwargs)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
-        refuse_strided_on_shared_storage(func, args)
+        args, kwargs = eager_arguments(func, args, kwargs)
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(
@@ -352,7 +352,7 @@ class Tracer:
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
             if type(out) is tuple:
-                mark_multi_views(func, out)
+                mark_multi_views(func, out, args)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
                     _view_made_without_grad(self.trace, out, args)

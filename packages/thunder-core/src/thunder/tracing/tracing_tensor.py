@@ -90,6 +90,8 @@ class TracingTensor(torch.Tensor):
                     value.requires_grad = True  # (recorded as prims, which leave the flag unset)
                 self._tt_value = value
                 self._tt_seen = base._tt_version
+                if self._tt_multi_view is not None:
+                    _views.note_rebased_multi_view(self, value)
         return self._tt_value
 
     @_thunder_proxy.setter

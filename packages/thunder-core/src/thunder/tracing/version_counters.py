@@ -12,8 +12,8 @@ argument, of its views and of its ``detach()`` share one count; ``.data`` and ev
 their own), and the program's call sets each counted argument's version to what it was before the call
 plus eager's count (``versions_after``). Arguments no update reached are not touched.
 
-Two arguments that are views of one base share a counter in eager; the tracer sees them as two tensors,
-each with its own count, so only the last one's count is kept for their shared counter. A tensor requiring grad
+Two arguments that share a storage and eager's counter (views of one base, ``detach()``) share one count
+(``share_argument_counters``), as the storage they are traced as views of does. A tensor requiring grad
 that an update autograd records reached keeps the version the program's write-back gave it (at least one bump, as
 eager), since autograd rebuilds a view's history from its base when its version changes.
 """
@@ -25,7 +25,15 @@ import torch
 T = torch.Tensor
 _DATA = frozenset((T.data.__get__,))  # (each T.data.__get__ is a new method wrapper: compared by equality)
 
-__all__ = ["bump", "counts_of", "share_counter", "versions_after", "versions_before"]
+__all__ = [
+    "bump",
+    "counts_of",
+    "same_counter",
+    "share_argument_counters",
+    "share_counter",
+    "versions_after",
+    "versions_before",
+]
 
 
 def _counter(w) -> list[int]:
@@ -74,6 +82,37 @@ def share_counter(func, out, args) -> None:
         if candidates is None:
             candidates = tuple(a for a in args if type(a) is TracingTensor)
         o._tt_counter_of = candidates
+
+
+def same_counter(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the tensors ``a`` and ``b`` share eager's version counter (views of one base, ``detach()``; not
+    ``.data``): asked by moving ``a``'s version and reading ``b``'s (then put back)."""
+    try:
+        va, vb = a._version, b._version
+        torch._C._autograd._unsafe_set_version_counter((a,), (va + 1,))
+        try:
+            return b._version != vb
+        finally:
+            torch._C._autograd._unsafe_set_version_counter((a,), (va,))
+    except RuntimeError:  # (an inference tensor: no counter)
+        return False
+
+
+def share_argument_counters(root, members: list[tuple]) -> list[bool]:
+    """The stand-ins of arguments sharing one storage (``members``: (stand-in, the caller's tensor)) and of that
+    storage (``root``, a view of the first argument) share one count where eager's tensors share one counter
+    (``a1 = a0[..., :1]``: an update of ``a0`` bumps ``a1``'s version, and a value saved from ``a1`` before it is
+    then stale for eager's backward). Returns, for each member after the first, whether it shares the first's
+    counter (the prologue checks it: the program's counts hold for those calls only)."""
+    first = members[0][1]
+    shared = _counter(members[0][0])
+    root._tt_counter = shared
+    answers = []
+    for w, t in members[1:]:
+        answers.append(same_counter(first, t))
+        # (one of its own otherwise: as a view of the storage it would read the storage's)
+        w._tt_counter = shared if answers[-1] else [0]
+    return answers
 
 
 def counts_of(wrappers) -> list[int | None]:

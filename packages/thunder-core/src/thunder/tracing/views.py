@@ -167,15 +167,49 @@ MULTI_VIEW_OPS = frozenset(
 )
 
 
-def mark_multi_views(func, out) -> None:
+def mark_multi_views(func, out, args=()) -> None:
     """Marks the outputs of ``func`` (``x.unbind(0)``, ``x.split(2)`` ...) as views eager refuses to update in
-    place with grad (``_refuse_update_of_grad_leaf``)."""
+    place with grad (``_refuse_update_of_grad_leaf``), with the version count of their base then (an update of
+    the base after it makes eager refuse their history: ``note_rebased_multi_view``)."""
     name = getattr(func, "__name__", None)
     if name not in MULTI_VIEW_OPS or type(out) is not tuple:
         return
+    from thunder.tracing.saved_versions import version_count
+
+    count = version_count(args[0]) if args else None
+    frame = user_frame(3)
+    made = (frame, frame.f_lineno if frame is not None else None)
     for i, o in enumerate(out):
         if type(o) is TracingTensor and (o._tt_view is not None or o._tt_pending is not None):
-            o._tt_multi_view = (name[0].upper() + name[1:], i)
+            o._tt_multi_view = (name[0].upper() + name[1:], i, count, made)
+
+
+def rebased_multi_view(w: TracingTensor) -> bool:
+    """Whether ``w`` is an output of a view op returning several views whose base (or another view of it) was
+    updated in place since (eager refuses its history then)."""
+    from thunder.tracing.saved_versions import version_count
+
+    multi = w._tt_multi_view
+    return multi is not None and multi[2] is not None and version_count(w) != multi[2]
+
+
+def note_rebased_multi_view(w: TracingTensor, value: TensorProxy) -> None:
+    """``w``, an output of a view op returning several views that requires grad, re-derived as ``value`` after its
+    base or another view of it was updated in place: eager refuses its history (the error comes where a gradient
+    needs it), so the program's backward raises eager's error where a gradient reaches ``value``."""
+    name, index, _, made = w._tt_multi_view
+    tracer = w._tt_owner
+    if not rebased_multi_view(w) or not value.requires_grad or tracer is None:
+        return
+    frame = user_frame(3)
+    if frame is None or frame.f_code.co_filename.startswith("<thunder"):  # (read by the step after the call)
+        frame = made[0]
+    message = (
+        f"Output {index} of {name} is a view and its base or another view of its base has been modified inplace. "
+        "This view is the output of a function that returns multiple views. Such functions do not allow the output "
+        "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
+    )
+    tracer.saves.raising.append((value, message, (frame, frame.f_lineno if frame is not None else None)))
 
 
 def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
@@ -229,6 +263,11 @@ def _overlaps_itself(m: torch.Tensor | None) -> bool:
         return torch.as_strided(positions, m.shape, m.stride(), m.storage_offset()).unique().numel() < m.numel()
 
 
+def overlaps_itself(m: torch.Tensor | None) -> bool:
+    """Whether two elements of the shadow ``m`` are one memory location (an expanded tensor)."""
+    return _overlaps_itself(m)
+
+
 def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | None:
     """The shadow of the elements an in-place op writes: ``x[key] = v`` writes only ``x[key]`` when that is a view."""
     m = w._tt_meta
@@ -237,6 +276,40 @@ def _written_region(name: str | None, w: TracingTensor, args) -> torch.Tensor | 
         if isinstance(region, torch.Tensor) and _storage_id(region) == _storage_id(m):
             return region
     return m
+
+
+def _expanded_dims(m: torch.Tensor | None) -> list[int] | None:
+    """The dims of stride 0 (and size > 1) of ``m`` when they alone make two of its elements one memory location
+    (an expanded tensor), else None."""
+    if m is None:
+        return None
+    dims = [d for d in range(m.ndim) if m.stride(d) == 0 and m.shape[d] > 1]
+    if not dims:
+        return None
+    one = m
+    for d in dims:
+        one = one.narrow(d, 0, 1)
+    return None if _overlaps_itself(one) else dims
+
+
+def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
+    """The arguments to trace ``func`` with where eager's answer is not the op's on its arguments as they are:
+    ``as_strided`` of an argument sharing its storage (``strided_on_shared_storage``), ``x.masked_fill_(mask, v)``
+    on an expanded ``x`` (each memory location takes ``v`` when the mask holds for any of its elements: the mask
+    is made the same for all of them)."""
+    args, kwargs = strided_on_shared_storage(func, args, kwargs)
+    w = args[0] if args else None
+    if getattr(func, "__name__", None) != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2:
+        return args, kwargs
+    if w._tt_view is None:
+        input_shadow(w)
+    dims = _expanded_dims(shadow(w))
+    if dims is None or type(args[1]) is not TracingTensor:
+        return args, kwargs
+    mask = args[1].expand(w.shape)
+    for d in dims:
+        mask = mask.any(d, keepdim=True)
+    return (w, mask.expand(w.shape), *args[2:]), kwargs
 
 
 def _writes_one_value_everywhere(name: str | None, args, kwargs) -> bool:
@@ -259,7 +332,12 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
     if w._tt_view is None:
         input_shadow(w)  # (an input's shadow has the caller's strides: made now if not yet)
     region = _written_region(name, w, args)
-    if _overlaps_itself(region) and not _writes_one_value_everywhere(name, args, kwargs):
+    if (
+        _overlaps_itself(region)
+        and not _writes_one_value_everywhere(name, args, kwargs)
+        # (its mask made the same for the elements of one memory location: eager_arguments)
+        and not (name == "masked_fill_" and _expanded_dims(region) is not None)
+    ):
         raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
     return region
 
@@ -301,21 +379,68 @@ def alias_of_storage(w: TracingTensor, root: TracingTensor, t: torch.Tensor) -> 
 _STORAGE_STRIDED = frozenset((torch.as_strided, T.as_strided, torch.as_strided_copy))
 
 
-def refuse_strided_on_shared_storage(func, args) -> None:
-    """Raises for ``torch.as_strided(x, ...)`` of an argument ``x`` sharing its storage with other arguments where
-    one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
-    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address (eager's
+def strided_on_shared_storage(func, args, kwargs) -> tuple[tuple, dict]:
+    """The arguments to run ``torch.as_strided(x, ...)`` with, for an argument ``x`` sharing its storage with other
+    arguments where one of them requires grad: the program's value of ``x`` is then a copy of its own elements (see
+    ``seed_storage``), which the sizes, strides and offset, addressing eager's storage, do not address. Where ``x``
+    requires grad and the result reads only ``x``'s elements, it is taken from the storage itself (whose elements
+    hold the gradient path of the arguments covering them, views of one base as ``x``); otherwise raises (eager's
     values come from the storage, its gradient reaches ``x``'s elements only)."""
     w = args[0] if args else None
     if func not in _STORAGE_STRIDED or type(w) is not TracingTensor or w._tt_view is None:
-        return
+        return args, kwargs
     root, step = w._tt_view
-    if step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad:
-        raise TracingError(
-            f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
-            "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
-            + describe_location(user_frame(3))
-        )
+    if not (step is None and getattr(root, "_tt_whole_storage", False) and root._tt_value.requires_grad):
+        return args, kwargs
+    on_root = _strided_on_root(func, w, root, args, kwargs)
+    if on_root is not None:
+        return on_root
+    raise TracingError(
+        f"thunder.jit cannot run {_func_name(func)} on an argument that shares its storage with other arguments "
+        "when one of them requires grad: pass the base tensor itself, or clone the arguments\n  "
+        + describe_location(user_frame(3))
+    )
+
+
+def _strided_on_root(func, w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
+    """``(root, size, stride, offset)`` for ``torch.as_strided(w, size, stride[, offset])`` when ``w`` requires
+    grad and the result's elements are among ``w``'s, else None."""
+    if not w._tt_value.requires_grad or len(args) > 4 or set(kwargs) - {"size", "stride", "storage_offset"}:
+        return None
+    names = ("size", "stride", "storage_offset")
+    given = dict(zip(names, args[1:]), **kwargs)
+    wm = shadow(w)
+    given.setdefault("storage_offset", wm.storage_offset())  # (eager's default: x's own offset)
+    size, stride, offset = (given.get(n) for n in names)
+    if size is None or stride is None or not all(type(n) is int for n in (*size, *stride, offset)):
+        return None
+    try:
+        with torch._C.DisableTorchFunction():
+            read = shadow(root).as_strided(tuple(size), tuple(stride), offset)
+    except RuntimeError:
+        return None
+    if not _positions(read) <= _positions(wm):
+        if func is not torch.as_strided_copy:
+            return None  # (a view: an update through it reaches the storage, whose gradient paths stay)
+        root = _storage_with_gradient_of(root, w, wm)  # (a copy: its elements past w's get no gradient)
+    return (root, tuple(size), tuple(stride), offset), {}
+
+
+def _storage_with_gradient_of(root: TracingTensor, w: TracingTensor, wm: torch.Tensor) -> TracingTensor:
+    """A tensor of the storage ``root``'s elements in which only those of ``w`` (of shadow ``wm``) carry a gradient
+    path, as eager's ``as_strided`` of ``w`` (its backward reaches ``w``'s elements only)."""
+    from thunder import clang
+    from thunder.core import prims
+
+    value, rm = root._tt_value, shadow(root)
+    with _recording_directly():
+        idx = clang.reshape(_strided_index(rm, wm, value.device), (wm.numel(),))
+        n = value.shape[0]
+        none = clang.full((n,), False, device=value.device, dtype=dtypes.bool8)
+        inside = prims.scatter(none, idx, clang.full((wm.numel(),), True, device=value.device, dtype=dtypes.bool8), 0)
+        out = TracingTensor(clang.where(inside, value, _detached(value)))
+    out._thunder_proxy.requires_grad = True
+    return out
 
 
 def _positions(m: torch.Tensor) -> set[int]:

@@ -637,12 +637,15 @@ def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
     ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
     the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
 
+    # (eager raises NotImplementedError for a derivative it does not have: x.acosh_())
+    error = NotImplementedError if "is not implemented" in message.split("\n")[0] else RuntimeError
+
     def backward(saved, cotangents):
         for i in reaching:
             g = cotangents[i] if i < len(cotangents) else None
             # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
             if isinstance(g, torch.Tensor) and (not g.numel() or bool(g.ne(0).any())):
-                raise RuntimeError(message)
+                raise error(message)
         return backward_fn(saved, cotangents)
 
     return backward
@@ -697,9 +700,16 @@ def _record_view_updates(dirty, inputs, outs) -> None:
             continue
         if id(t._base) in whole and not _views_whole_storage(t):
             continue
-        if t.numel() == 0:
-            continue  # (no element to copy: the copy would only bump the version the program's saved inputs hold)
         new = outs[out_index]
+        if t.numel() == 0:
+            # no element to copy, but the view takes the update's history as in eager (a gradient through it reaches
+            # the program's backward, which may have to raise eager's error); the copy's bump is undone, as it would
+            # only make the program's saved inputs, which share the view's counter, look updated
+            version = t._version
+            with torch.enable_grad():
+                t.copy_(new)
+            torch._C._autograd._unsafe_set_version_counter((t,), (version,))
+            continue
         # an expanded view: each memory location once (its elements along a 0-stride dim hold one value)
         for d in range(t.dim()):
             if t.stride(d) == 0 and t.shape[d] > 1:
