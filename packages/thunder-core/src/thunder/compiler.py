@@ -278,8 +278,8 @@ class _Executable:
     pruned_backwards: dict[frozenset, TraceCtx | None] = field(default_factory=dict)
     # the backwards that ran, by their ``absent`` sets (the full backward's is empty)
     backwards_run: set[frozenset] = field(default_factory=set)
-    # the backward traces whose fusion regions the background fusion compiles with the forward's
-    backwards_to_compile: list[TraceCtx] | None = None
+    # the backward traces whose fusion regions the background fusion compiles with the forward's (set by its build)
+    backwards_to_compile: list[TraceCtx] = field(default_factory=list)
 
 
 def _executable_program(
@@ -394,8 +394,7 @@ def _start_fusion_tier(
     entry.fusion = tiers.UNFUSED
 
     def regions(executable: _Executable) -> list:
-        backwards = executable.backwards_to_compile
-        final = [executable.traces[-1], *(executable.backward_traces[-1:] if backwards is None else backwards)]
+        final = [executable.traces[-1], *executable.backwards_to_compile]
         return [call for t in final for call in tiers.region_calls(t, slow.__contains__)]
 
     def install(executable: _Executable) -> None:
