@@ -328,22 +328,28 @@ def compile_graph(fn, inputs: list):
     """``fn`` traced to an aten graph for ``inputs`` (their sizes, strides, dtypes) and compiled by Inductor; a callable
     taking the inputs as one list. The one recipe of both processes: the worker's compile reads the subprocess's from
     Inductor's cache only if both make the same graph under the same configuration."""
-    import torch._guards
-    from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+    graph = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
+    # Inductor's FX graph cache needs a tracing context with a shape environment
+    return compile_aten_graph(graph, inputs, FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True))
+
+
+def compile_aten_graph(graph, inputs: list, fake_mode):
+    """An aten graph (``make_fx`` with Inductor's decompositions) compiled by Inductor for ``inputs`` (real or fake:
+    ``fake_mode``'s), in the tracing context Inductor's FX graph cache needs; a callable taking the inputs as one list.
+    Also the compile of graphs with symbolic sizes (``symbolic_graphs``)."""
+    import torch._guards
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx_inner
+
     # (no size asserts in the compiled code: torch_compile's region wrapper and the program's prologue check what
     # they would, and they cost ~0.7 µs per input and call)
-    with inductor_config.patch(size_asserts=False):
-        graph = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
-        # Inductor's FX graph cache needs a tracing context with a shape environment
-        fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
-        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
-            return compile_fx_inner(graph, inputs)
+    with inductor_config.patch(size_asserts=False), torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+        return compile_fx_inner(graph, inputs)
 
 
 def _serve() -> None:  # pragma: no cover - runs in the subprocess (tests check its effects)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from thunder.executors import inductor_subprocess
+
 __all__ = ["SYMBOLIC_INT", "SymbolicGraph", "compile_symbolic_graph"]
 
 SYMBOLIC_INT = "int"  # an input dimension spec: the input is an int (a size) the graph takes as a symbol
@@ -43,10 +45,7 @@ def compile_symbolic_graph(fn: Callable, inputs: Sequence, dynamic: Sequence) ->
     that is a symbol (a size); None for an input the graph holds as a constant (a number: the guard checks it).
     Tensor inputs must be contiguous (the guard checks the strides of the symbolic ones only).
     """
-    import torch._guards
     from torch._dynamo.source import LocalSource
-    from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -66,11 +65,9 @@ def compile_symbolic_graph(fn: Callable, inputs: Sequence, dynamic: Sequence) ->
             fakes.append(shape_env.create_symintnode(symbol, hint=value, source=source))
         else:
             fakes.append(value)
-    with inductor_config.patch(size_asserts=False):
-        with fake_mode:
-            graph = make_fx(fn, decomposition_table=select_decomp_table())(*fakes)
-        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
-            compiled = compile_fx_inner(graph, fakes)
+    with fake_mode:
+        graph = make_fx(fn, decomposition_table=select_decomp_table())(*fakes)
+    compiled = inductor_subprocess.compile_aten_graph(graph, fakes, fake_mode)
     expression = shape_env.produce_guards_expression(fakes)
     guard, source = _guard_function(expression, fakes, len(inputs))
     return SymbolicGraph(compiled, guard, source)
