@@ -393,15 +393,20 @@ def _jit_with_symbolic_sizes(f):
     )
 
 
+def _check_rows_against_eager(jf, f, rows, columns: int) -> None:
+    """``jf`` gives ``f``'s answer (without gradients) on inputs of each number of ``rows``."""
+    with torch.no_grad():
+        for n in rows:
+            a = torch.randn(n, columns)
+            torch.testing.assert_close(jf(a), f(a))
+
+
 def test_a_region_with_symbolic_sizes_is_not_static():
     def f(a):
         return torch.tanh(a * 2 + 1)
 
     jf = _jit_with_symbolic_sizes(f)
-    for n in (3, 5, 7):
-        a = torch.randn(n, 4)
-        with torch.no_grad():
-            torch.testing.assert_close(jf(a), f(a))
+    _check_rows_against_eager(jf, f, (3, 5, 7), columns=4)
     regions = _compiled_regions(jf)
     assert regions and not any(r.static for r in regions)
 
@@ -439,10 +444,8 @@ def test_sizes_a_symbolic_graph_does_not_serve_get_another_graph_in_the_backgrou
         return torch.tanh(a * 2 + 1).sum(0)
 
     jf = _jit_with_symbolic_sizes(f)
+    _check_rows_against_eager(jf, f, (3, 4), columns=5)
     with torch.no_grad():
-        for n in (3, 4):
-            a = torch.randn(n, 5)
-            torch.testing.assert_close(jf(a), f(a))
         region = _symbolic_region(jf)
         assert len(region._symbolic) == 1
         # a size of 1 is a case of its own (it broadcasts), which the first graph's guard excludes (and for which
@@ -489,9 +492,6 @@ def test_a_region_whose_symbolic_compile_fails_compiles_per_signature(monkeypatc
         return torch.tanh(a * 2 + 1)
 
     jf = _jit_with_symbolic_sizes(f)
-    with torch.no_grad():
-        for n in (3, 5):
-            a = torch.randn(n, 4)
-            torch.testing.assert_close(jf(a), f(a))
+    _check_rows_against_eager(jf, f, (3, 5), columns=4)
     region = _symbolic_region(jf)
     assert region._symbolic_failed and len(region.compiled) == 2
