@@ -37,8 +37,9 @@ class StaleSaves:
         # (node, eager's error, where): updates whose node's backward raises in eager whatever comes after them
         self.raising: list[tuple] = []
 
-    def stale(self) -> list[tuple[str, str]]:
-        """(name of the node's output, eager's error message) for each call whose saved tensor was updated since.
+    def stale(self) -> list[tuple[str, str, type[Exception]]]:
+        """(name of the node's output, eager's error message, its exception type) for each call whose saved tensor
+        was updated since, or whose backward eager does not have.
         Which tensors a call saves is asked of eager only for the calls one of whose tensors was updated."""
         from thunder.tracing.errors import describe_location
 
@@ -47,7 +48,13 @@ class StaleSaves:
         for node, message, where in self.raising:
             if node.name not in seen:
                 seen.add(node.name)
-                out.append((node.name, f"{message} (eager's backward raises this too)\n  {describe_location(*where)}"))
+                out.append(
+                    (
+                        node.name,
+                        f"{message} (eager's backward raises this too)\n  {describe_location(*where)}",
+                        RuntimeError,
+                    )
+                )
         for saver, saved, node, where in self.known:
             node = node.name
             stale = next((i for i, (w, c) in enumerate(saved) if _count(w) != c), None)
@@ -60,6 +67,7 @@ class StaleSaves:
                     "one of the variables needed for gradient computation has been modified by an inplace operation: "
                     f"tensor {stale} that {saver} saved for backward (ctx.save_for_backward) was updated in place "
                     f"after the call (eager's backward raises this too)\n  {describe_location(*where)}",
+                    RuntimeError,
                 )
             )
         for func, args, kwargs, flat, spec, outs, counts, node, where in self.entries:
@@ -69,10 +77,9 @@ class StaleSaves:
             missing = _missing_derivative(func, args, kwargs, flat, spec)
             if missing is not None:  # (x // y: eager's backward raises there; thunder's rule would give zeros)
                 seen.add(node)
-                frame, lineno = where
-                out.append(
-                    (node, f"{missing} (eager's backward raises this too)\n  {describe_location(frame, lineno)}")
-                )
+                error, message = missing
+                where_text = describe_location(*where)
+                out.append((node, f"{message} (eager's backward raises this too)\n  {where_text}", error))
                 continue
             tensors = flat + outs
             if all(_count(w) == c for w, c in zip(tensors, counts)):
@@ -94,6 +101,7 @@ class StaleSaves:
                     "one of the variables needed for gradient computation has been modified by an inplace operation: "
                     f"the {stale} that {func_name} saved for its gradient was updated in place after the call (eager's "
                     f"backward raises this too)\n  {describe_location(frame, lineno)}",
+                    RuntimeError,
                 )
             )
         return out
@@ -197,9 +205,12 @@ def _non_leaf(m: torch.Tensor) -> torch.Tensor:
     return m.clone() if m.requires_grad else m
 
 
-def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]) -> str | None:
-    """Eager's error where its autograd has no derivative for ``func`` (its node is ``NotImplemented``: floor_divide,
-    heaviside), else None. Asked once per function and argument dtypes (on meta tensors; the error the meta node's
+def _missing_derivative(
+    func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]
+) -> tuple[type[Exception], str] | None:
+    """Eager's error (its type and message) where its autograd has no derivative for ``func`` (its node is
+    ``NotImplemented``: floor_divide, heaviside, a RuntimeError; an in-place op whose node's backward raises:
+    x.acosh_(), a NotImplementedError), else None. Asked once per function and argument dtypes (on meta tensors; the error the meta node's
     backward raises)."""
     key = (func, tuple(sp[1:] for sp in spec))  # (the dtypes and flags decide it: an int x // y has no node)
     try:
@@ -226,7 +237,7 @@ def _missing_derivative(func, args, kwargs, flat: list[TracingTensor], spec: lis
                     if type(node.grad_fn).__name__ == "NotImplemented" or re.search(
                         r"derivative for .* not impl", str(e)
                     ):
-                        message = str(e).split("\n")[0]
+                        message = type(e), str(e).split("\n")[0]
     except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
         return None
     _missing_cache[key] = message

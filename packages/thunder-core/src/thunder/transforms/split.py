@@ -57,7 +57,7 @@ class ForwardBackward:
     non_differentiable: frozenset = frozenset()
     # eager's error at backward, (message, indices of the outputs whose gradient reaches the call): a tensor a call
     # saved for its gradient was updated in place after it (None: none)
-    backward_error: tuple[str, tuple[int, ...]] | None = None
+    backward_error: tuple[str, tuple[int, ...], type[Exception]] | None = None
     # the positions of the outputs whose cotangent the backward reads, and, given the positions among them that
     # receive no gradient (None), the backward trace leaving those branches out, or None where it cannot (see
     # ``_pruned_backward``)
@@ -632,13 +632,10 @@ def _static(p) -> bool:
     return isinstance(p, TensorProxy) and all(type(s) is int for s in p.shape)
 
 
-def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
-    """``backward_fn``, raising eager's error ``message`` instead when a gradient comes through one of the outputs
+def _raising(backward_fn, message: str, reaching: tuple[int, ...], error: type[Exception]):
+    """``backward_fn``, raising eager's error (``error`` with ``message``) instead when a gradient comes through one of the outputs
     ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
     the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
-
-    # (eager raises NotImplementedError for a derivative it does not have: x.acosh_())
-    error = NotImplementedError if "is not implemented" in message.split("\n")[0] else RuntimeError
 
     def backward(saved, cotangents):
         for i in reaching:
@@ -651,17 +648,18 @@ def _raising(backward_fn, message: str, reaching: tuple[int, ...]):
     return backward
 
 
-def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...]] | None:
-    """(eager's error, the outputs whose gradient reaches the call) for the first call the backward reaches whose
-    saved tensor was updated in place after it (``stale_saves``, found while tracing: saved_versions.py)."""
-    for name, message in trace.tags.get("stale_saves", ()):
+def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...], type[Exception]] | None:
+    """(eager's error message, the outputs whose gradient reaches the call, the error's type) for the first call the
+    backward reaches whose saved tensor was updated in place after it, or whose derivative eager does not have
+    (``stale_saves``, found while tracing: saved_versions.py)."""
+    for name, message, error in trace.tags.get("stale_saves", ()):
         if name not in acc:
             continue
         reached = {name}
         for b in trace.bound_symbols:
             if any(getattr(a, "name", None) in reached for a in b.flat_args):
                 reached.update(o.name for o in b.flat_outs if hasattr(o, "name"))
-        return message, tuple(i for i, o in enumerate(outputs) if o.name in reached)
+        return message, tuple(i for i, o in enumerate(outputs) if o.name in reached), error
     return None
 
 
