@@ -47,7 +47,8 @@ def test_results_and_grads_equal_eager():
     # the whole program is one region, compiled by torch.compile
     text = str(thunder.last_traces(jf)[-1])
     code = [line.strip() for line in text.splitlines() if not line.strip().startswith("#")]
-    assert sum("= torchCompile0(a, b)" in line for line in code) == 1
+    assert sum("= torchCompile0.call_boxed(_torchCompile0_inputs)" in line for line in code) == 1
+    assert "_torchCompile0_inputs = [a, b]; del a" in code  # (b is saved for the backward)
     assert not [line for line in code if "torch.tanh" in line or "torch.mul" in line]
     assert "# c = ltorch.add(t0, 1)" in text
 
@@ -356,6 +357,27 @@ def test_a_region_running_its_own_operations_frees_each_value_after_its_last_use
         # eager's peak for one call; the check above calls eager once more, after the region returned
         assert region_peak <= eager_peak + 512 * 4, (region_peak, eager_peak)
         assert thunder.wait_for_fusion(jf, timeout=120)
+
+
+def test_a_region_frees_an_input_that_dies_inside_it_before_it_returns():
+    # the program called a region with its inputs as arguments, so its own frame held every input until the region
+    # returned: a value whose last use was the region's first kernel stayed alive beside the region's later buffers
+    # (a training step's cotangents in its fused backward). The call is boxed now and Inductor's graph frees it.
+    def f(x, w, z, m):
+        y = torch.nn.functional.conv2d(x, w)  # (stays with the torch executor: y is the program's own value)
+        s = y.sum()  # y's last use, in the region's first kernel
+        return torch.sigmoid((z @ m) * s)  # a matmul's buffer, as large as y, made after it
+
+    jf = thunder.jit(f, executors=[any_size, *thunder.get_default_executors()], fusion="wait")
+    shapes = ((8, 4, 32, 32), (16, 4, 1, 1), (128, 1024), (1024, 1024))
+    x, w, z, m = (torch.randn(*shape, dtype=torch.float64) for shape in shapes)
+    with torch.no_grad():
+        torch.testing.assert_close(jf(x, w, z, m), f(x, w, z, m))
+        assert "torchCompile0.call_boxed(" in str(thunder.last_traces(jf)[-1])
+        peak = _peak_allocated_bytes(lambda: jf(x, w, z, m))
+    # y and the matmul's result are 1 MiB each: both alive at once would be 2 MiB
+    nbytes = z.numel() * z.element_size()
+    assert peak < 1.5 * nbytes, (peak, nbytes)
 
 
 def test_a_chain_of_regions_learns_its_layouts_in_one_call_and_one_wait():

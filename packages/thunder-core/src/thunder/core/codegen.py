@@ -144,7 +144,7 @@ def _emit_bsym(bsym: BoundSymbol, lines: list, indent: int, printer: _Printer, i
     if bsym.header:  # (why a pass put this call here)
         lines.append(f"{_INDENT * indent}# {bsym.header}")
     lines.extend(bsym_lines(bsym, indent, printer))
-    if include_decomposition and bsym.sym.python_printer is None:
+    if include_decomposition and (bsym.sym.python_printer is None or "fusion" in bsym.sym.tags):
         _emit_subsymbols(bsym, lines, indent + 1, printer)
 
 

@@ -32,7 +32,7 @@ from thunder.core.dce import has_side_effects
 from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
-from thunder.executors.passes import EXECUTORS_TAG, claim_bound_symbols, fusion_claims
+from thunder.executors.passes import BOXED_TAG, EXECUTORS_TAG, boxed_region_call, claim_bound_symbols, fusion_claims
 
 __all__ = ["Region", "partition", "fusion_pass", "region_trace"]
 
@@ -234,7 +234,7 @@ def _region_bsym(region: Region, fn: Callable, executor) -> BoundSymbol:
         print_name=region.name,
         call_ctx={region.name: fn},
         executor=executor,
-        tags=("fusion",),
+        tags=("fusion", BOXED_TAG) if boxed_region_call(fn) else ("fusion",),
     )
     source = next((b.source for b in region.bound_symbols if b.source is not None), None)
     return BoundSymbol(sym, tuple(region.inputs), {}, tuple(region.outputs), list(region.bound_symbols), source)

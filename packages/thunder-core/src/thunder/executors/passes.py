@@ -6,12 +6,23 @@ from collections.abc import Sequence
 
 from thunder.core import prims
 from thunder.core.dce import eliminate_dead_code
-from thunder.core.symbol import BoundSymbol, flat_proxies
+from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.executors.base import Executor, FusionExecutor
 
-__all__ = ["claim_executors", "claim_bound_symbols", "fusion_claims", "dce", "del_last_used", "NoExecutorError"]
+__all__ = [
+    "claim_executors",
+    "claim_bound_symbols",
+    "fusion_claims",
+    "dce",
+    "del_last_used",
+    "boxed_region_call",
+    "BOXED_TAG",
+    "NoExecutorError",
+]
 
+# the tag of a fused region's symbol whose callable has ``call_boxed`` (see boxed_region_call)
+BOXED_TAG = "boxed_inputs"
 # trace.tags keys written by claim_executors and read by fusion passes
 FUSION_CLAIMS_TAG = "fusion_claims"
 EXECUTORS_TAG = "executors"
@@ -137,7 +148,11 @@ def dce(trace: TraceCtx) -> TraceCtx:
 
 
 def del_last_used(trace: TraceCtx) -> TraceCtx:
-    """Inserts ``del`` after each value's last use, so memory is freed as early as in eager code."""
+    """Inserts ``del`` after each value's last use, so memory is freed as early as in eager code.
+
+    A fused region whose callable takes its inputs boxed (see :func:`boxed_region_call`) gets them in a list,
+    and the inputs that die there are deleted before the call: the region frees each of them after its own
+    last use of it, not when it returns."""
     with timed_pass("Delete Last Used") as t:
         seen: set[str] = set(trace.constants)  # constants are the compiled function's globals: never deleted
         out: list[BoundSymbol] = []
@@ -152,6 +167,9 @@ def del_last_used(trace: TraceCtx) -> TraceCtx:
                     seen.add(p.name)
                     dead.append(p)
             seen.update(p.name for p in bsym.flat_outs)
+            if dead and BOXED_TAG in bsym.sym.tags:
+                out.append(_boxed_call(bsym, dead))
+                continue
             if dead:
                 out.append(prims.python_del.bind(*dead, output=None))
             out.append(bsym)
@@ -159,3 +177,36 @@ def del_last_used(trace: TraceCtx) -> TraceCtx:
         new.bound_symbols = out[::-1]
         new.scopes = [new.bound_symbols]
         return t.stamp(new)
+
+
+def boxed_region_call(region_fn) -> bool:
+    """Whether a fused region's callable takes its inputs boxed: ``region_fn.call_boxed(args)`` with ``args`` a list
+    it may empty (as Inductor's compiled graphs do), so that an input the caller no longer holds is freed inside the
+    region after its last use there. The program's code calls it so when inputs die at the region."""
+    return callable(getattr(region_fn, "call_boxed", None))
+
+
+def _boxed_call(bsym: BoundSymbol, dead: list) -> BoundSymbol:
+    """``bsym`` (a fused region's call) printed as a boxed call that deletes ``dead`` (inputs used last there) first."""
+    sym = bsym.sym
+    dead_names = {p.name for p in dead}
+
+    def printer(b: BoundSymbol, p) -> list[str]:
+        box = f"_{sym.print_name}_inputs"
+        call = f"{sym.print_name}.call_boxed({box})"
+        out = f"{p.outputs(b.output)} = {call}" if b.flat_outs else call
+        dels = ", ".join(p.name(x) for x in b.flat_args if x.name in dead_names)
+        return [f"{box} = [{', '.join(p.value(a) for a in b.args)}]; del {dels}", out]
+
+    boxed = Symbol(
+        sym.name,
+        sym.meta,
+        id=sym.id,
+        is_prim=sym.is_prim,
+        print_name=sym.print_name,
+        call_ctx=sym.call_ctx,
+        executor=sym.executor,
+        tags=sym.tags,
+        python_printer=printer,
+    )
+    return bsym.from_bsym(sym=boxed)

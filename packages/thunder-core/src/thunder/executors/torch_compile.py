@@ -254,30 +254,39 @@ class _InductorRegion:
         self._layouts: dict[tuple, Callable | None] = {}
 
     def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list):
+        """The call with the inputs in a list, which the compiled graph empties: each input the caller no longer
+        holds (the program deletes those it used last here before the call) is freed after the graph's last use of
+        it, as eager frees it after its last operation (``passes.boxed_region_call``)."""
         graph = self._graph
         if graph is not None and not torch.is_grad_enabled():
             for a in args:
                 if not a.is_contiguous():
                     return self._call_strided(graph, args)
-            return graph(list(args))
+            return graph(args)
         if self.symbolic_dims is not None and not self._symbolic_failed:
             return self._call_symbolic(args)
-        return self._call_per_signature([_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
+        plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+        args.clear()
+        return self._call_per_signature(plain)
 
     def _call_per_signature(self, plain: list):
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in plain)
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self._compile(key, plain)
-        return compiled(*plain)
+        return compiled(plain)
 
-    def _call_symbolic(self, args: tuple):
+    def _call_symbolic(self, args: list):
         """A symbolic region's call: the first graph whose guard the inputs pass. The first graph compiles at once
         (at the background worker's example call under ``fusion="background"``); for inputs no graph serves, one
         more is compiled on the background worker while the region's own torch operations run, up to
         ``MAX_SYMBOLIC_GRAPHS``, and past that, or if compiling with symbolic sizes fails, the region compiles one
         graph per signature as a region without symbolic sizes does."""
         plain = [_plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+        args.clear()
         for graph in self._symbolic:
             if graph.guard(*plain):
                 return graph.graph(plain)
@@ -328,14 +337,14 @@ class _InductorRegion:
                 self.portable, [(tuple(sh), tuple(st), dt, dev.type) for sh, st, dt, dev in examples]
             )
 
-    def _call_strided(self, graph: Callable, args: tuple):
+    def _call_strided(self, graph: Callable, args: list):
         """A static region's call with non-contiguous inputs: the graph compiled for their strides if there is one;
         else, while a compile for these strides is queued, the region's own torch operations (see the class
         docstring); past ``MAX_LAYOUTS``, the contiguous graph on copies."""
         strides = tuple(a.stride() for a in args)
         strided = self._layouts.get(strides, False)
         if strided:
-            return strided(list(args))
+            return strided(args)
         if strided is False and len(self._layouts) < self.MAX_LAYOUTS:
             self._layouts[strides] = None
             examples = inductor_subprocess.example_metadata(args)
@@ -343,7 +352,9 @@ class _InductorRegion:
             strided = None
         if strided is None:
             return self.fn(*args)
-        return graph([a if a.is_contiguous() else a.contiguous() for a in args])
+        contiguous = [a if a.is_contiguous() else a.contiguous() for a in args]
+        args.clear()
+        return graph(contiguous)
 
     def _compile_layout(self, strides: tuple, examples: list) -> None:
         graph = self._inductor_graph(inductor_subprocess.example_tensors(examples))
@@ -373,19 +384,16 @@ class _InductorRegion:
                 return compiled
             if len(self.compiled) >= self.MAX_SIGNATURES:
                 if self.dynamic is None:
-                    self.dynamic = torch.compile(self.fn, dynamic=True)
+                    dynamic = torch.compile(self.fn, dynamic=True)
+                    self.dynamic = lambda args: dynamic(*args)
                 return self.dynamic
             graph_call = self._inductor_graph(plain)
-
-            def compiled(*args):
-                return graph_call(list(args))
-
-            self.compiled[key] = compiled
+            self.compiled[key] = graph_call
             if self.static:
                 self._graph = graph_call
             global _graphs_compiled
             _graphs_compiled += 1
-            return compiled
+            return graph_call
 
 
 _graphs_compiled = 0
