@@ -156,6 +156,42 @@ def test_a_network_leaving_the_chain_after_each_convolution_is_left_as_given():
     assert not _converts(jm)
 
 
+def test_a_network_of_convolution_blocks_between_permuting_blocks_runs_channels_last():
+    # MaxViT: MBConv blocks (1x1, depthwise 3x3, squeeze-excitation on 1x1 maps, 1x1) between attention blocks that
+    # permute the map: 5 convolutions per 2 conversions of a feature map, which its fused step gains from (1.10 of
+    # torch.compile's step contiguous, 1.00 channels-last); it was left contiguous when 4 were asked for
+    class MBConvThenPermute(torch.nn.Module):
+        def __init__(self, c=8, blocks=2):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, c, 3, padding=1)
+            self.blocks = torch.nn.ModuleList(
+                torch.nn.ModuleDict(
+                    {
+                        "expand": torch.nn.Conv2d(c, 2 * c, 1),
+                        "dw": torch.nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c),
+                        "se_reduce": torch.nn.Conv2d(2 * c, 4, 1),
+                        "se_expand": torch.nn.Conv2d(4, 2 * c, 1),
+                        "project": torch.nn.Conv2d(2 * c, c, 1),
+                        "norm": torch.nn.LayerNorm(c),
+                    }
+                )
+                for _ in range(blocks)
+            )
+
+        def forward(self, x):
+            x = self.stem(x)
+            for b in self.blocks:
+                y = torch.nn.functional.gelu(b["dw"](b["expand"](x)))
+                y = y * torch.sigmoid(b["se_expand"](torch.relu(b["se_reduce"](y.mean((2, 3), keepdim=True)))))
+                x = x + b["project"](y)
+                x = x + b["norm"](x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (the attention block's permute)
+            return x.mean((2, 3))
+
+    assert CONVOLUTIONS_PER_CONVERSION <= 5 / 2
+    jm = _matches_eager(MBConvThenPermute(), torch.randn(2, 3, 12, 12))
+    assert _converts(jm)
+
+
 def test_contiguous_with_a_memory_format_matches_eager():
     def f(x):
         y = x.contiguous(memory_format=torch.channels_last)

@@ -28,8 +28,11 @@ batch norms, elementwise operations and pooling the same layout, so the layout f
 any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
 program returns it, a value is converted back to contiguous, as eager would have it. A program where that would
 take a conversion of a feature map (in either direction) for fewer than ``CONVOLUTIONS_PER_CONVERSION``
-convolutions running in channels-last (a network that leaves the convolution chain in every block, as ConvNeXt's
-blocks do) is left as it is: the copies would cost what the format saves.
+convolutions running in channels-last (a network that leaves the convolution chain after every convolution, as
+ConvNeXt's blocks do) is left as it is: the copies would cost what the format saves. With a fusion executor most
+conversions run inside its regions, so MaxViT, whose MBConv blocks of five convolutions sit between attention blocks
+that permute the map (2.35 convolutions per conversion), gains: its fused training step goes from 1.10 of
+``torch.compile``'s to 1.00 (ConvNeXt, at 1.21, stays level either way).
 Values only change by the order of floating-point sums inside the kernels.
 
 ``conv_layout="channels_last"`` applies the conversions to any program with a 2-D convolution (on any device),
@@ -57,8 +60,9 @@ CONV_LAYOUTS = ("auto", "channels_last", "as_given")
 POINTWISE_SHARE = 2 / 3
 
 # a program is converted only where at least this many convolutions run in channels-last per conversion of a
-# feature map (into channels-last, or back to contiguous)
-CONVOLUTIONS_PER_CONVERSION = 4
+# feature map (into channels-last, or back to contiguous): MaxViT (2.35: MBConv blocks between attention blocks
+# that permute the map) is, ConvNeXt (1.21: a permute after every depthwise convolution) is not
+CONVOLUTIONS_PER_CONVERSION = 2
 
 _CONVOLUTIONS = frozenset({"conv2d", "convolution", "_convolution"})
 
