@@ -1,0 +1,87 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14001..14008, session 19) found, each against eager.
+
+Besides values, dtypes and gradients, these compare what the campaign's ``output_aliasing`` check compares: whether
+each output is a view and which outputs share a storage (an in-place update of a copy must not reach the tensor it
+was made from, nor miss it when eager's result is a view)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+
+_CACHES = ("constant values", "symbolic values")
+
+
+def _relations(out) -> set:
+    """Which outputs are views and which share an earlier output's storage, and their strides (but for dimensions
+    of size 1, whose strides no index reads)."""
+    rel = set()
+    for i, o in enumerate(out):
+        strides = tuple(s if n != 1 else None for n, s in zip(o.shape, o.stride()))
+        rel.add(("view", i, o._is_view(), strides))
+        for j in range(i):
+            if o.untyped_storage().data_ptr() == out[j].untyped_storage().data_ptr():
+                rel.add(("shares", i, j))
+    return rel
+
+
+def _assert_layouts_as_eager(fn, make_inputs, cache: str) -> None:
+    expected = fn(*make_inputs())
+    actual = thunder.jit(fn, cache=cache)(*make_inputs())
+    assert len(expected) == len(actual)
+    for e, a in zip(expected, actual):
+        assert (a.dtype, a.shape, a.requires_grad) == (e.dtype, e.shape, e.requires_grad)
+        torch.testing.assert_close(a, e, equal_nan=True)
+    assert _relations(actual) == _relations(expected)
+
+
+# ------------------------------------------- the layout of a result computed from another pending result (TensorIterator)
+
+
+def _transposed(dtype=torch.float16):
+    return (torch.arange(6, dtype=dtype).reshape(1, 3, 1, 2) / 7).transpose(1, 3)
+
+
+def _clamp_then_flatten(x, lo):  # (campaign, widened, seed 14007)
+    v = torch.clamp(x, lo, lo + 1)  # lo + 1 has x's order; clamp follows it: flatten copies in eager
+    return (v.flatten(),)
+
+
+def _exp_of_scaled_then_reshape(x):
+    return ((x * 2).exp().reshape(-1),)
+
+
+def _add_then_select(x):  # (campaign, widened, seed 14006)
+    v = x.new_zeros((3,)).sum() + x * 2.0
+    return v.select(0, -1), v
+
+
+def _chain_then_view_updated(x):
+    v = ((x + 1) * 3).sin()
+    w = v.reshape(-1)  # a copy in eager: the update below must not reach v
+    w.mul_(2)
+    return v, w
+
+
+def _chain_then_contiguous(x):
+    v = (x - 1).abs().neg()
+    return v, v.contiguous()
+
+
+@pytest.mark.parametrize("cache", _CACHES)
+@pytest.mark.parametrize(
+    "fn, make_inputs",
+    [
+        (_clamp_then_flatten, lambda: (_transposed(), _transposed())),
+        (_exp_of_scaled_then_reshape, lambda: (_transposed(torch.float32),)),
+        (_add_then_select, lambda: (_transposed(torch.bfloat16),)),
+        (_chain_then_view_updated, lambda: (_transposed(torch.float64),)),
+        (_chain_then_contiguous, lambda: (torch.arange(12.0).reshape(3, 4)[:, ::2],)),
+    ],
+)
+def test_a_result_of_a_pending_result_has_eagers_layout(fn, make_inputs, cache):
+    # the layout run of a result whose arguments' layouts were themselves pending was skipped (the result was taken
+    # as contiguous): reshapes of it were views in thunder and copies in eager, and its strides differed
+    _assert_layouts_as_eager(fn, make_inputs, cache)
