@@ -85,3 +85,34 @@ def test_a_result_of_a_pending_result_has_eagers_layout(fn, make_inputs, cache):
     # the layout run of a result whose arguments' layouts were themselves pending was skipped (the result was taken
     # as contiguous): reshapes of it were views in thunder and copies in eager, and its strides differed
     _assert_layouts_as_eager(fn, make_inputs, cache)
+
+
+# ------------------------------------------- a returned view of a result updated after it, with symbolic sizes
+
+
+def _mT_then_update(x):  # (campaign, widened, seed 14005, symbolic sizes)
+    v = x * 1
+    w = v.double().mT  # (double() of a float64 tensor is the tensor itself)
+    v *= 0.5
+    return w, v
+
+
+def _select_then_update(x):
+    v = x + 1
+    w = v[1:].transpose(0, 1)
+    v.add_(2)
+    return w, v
+
+
+@pytest.mark.parametrize("cache", _CACHES)
+@pytest.mark.parametrize("fn", [_mT_then_update, _select_then_update])
+def test_a_returned_view_of_a_result_updated_later_views_it_with_symbolic_sizes(fn, cache):
+    # the view, re-derived from the updated result by a gather (which specialises the sizes), was returned as the
+    # gather's copy with symbolic sizes: it shared no storage with the result it views in eager
+    jfn = thunder.jit(fn, cache=cache)
+    for shape in ((3, 2, 2), (3, 1, 2), (4, 3, 2)):  # (other sizes: the specialised trace is not reused for them)
+        x = torch.randn(shape, dtype=torch.float64)
+        expected, actual = fn(x.clone()), jfn(x.clone())
+        for e, a in zip(expected, actual):
+            torch.testing.assert_close(a, e)
+        assert _relations(actual) == _relations(expected)
