@@ -87,6 +87,23 @@ def test_a_result_of_a_pending_result_has_eagers_layout(fn, make_inputs, cache):
     _assert_layouts_as_eager(fn, make_inputs, cache)
 
 
+def _product_of_a_chain_then_copy_into_itself(x):  # (campaign, widened, seed 14007, after the chain of layout runs)
+    v = (torch.arange(3.0, dtype=x.dtype) + x.mean()).cos()
+    w = v * v
+    w.copy_(w)  # (its shadow is asked for: the chain's runs resolve, one of them meanwhile through another's)
+    return (w,)
+
+
+@pytest.mark.parametrize("cache", _CACHES)
+def test_a_chain_of_layout_runs_resolved_through_a_deferred_view_runs_each_once(cache):
+    # a pending run resolved while the chain was resolving (a deferred view's run read its shadow) ran again, without
+    # its outputs: its layouts became empty and the run reading them raised IndexError
+    def make():
+        return (torch.arange(24.0, dtype=torch.float64).reshape(4, 6)[:, ::2],)
+
+    _assert_layouts_as_eager(_product_of_a_chain_then_copy_into_itself, make, cache)
+
+
 # ------------------------------------------- a returned view of a result updated after it, with symbolic sizes
 
 

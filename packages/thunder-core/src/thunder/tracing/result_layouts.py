@@ -82,7 +82,8 @@ class _EarlierLayout:
         self.shape, self.dtype = hints(p.shape), p.dtype.torch_dtype
 
     def meta(self) -> torch.Tensor:
-        m = self.run.layouts[self.index] if self.run.layouts is not None else None
+        layouts = self.run.layouts
+        m = layouts[self.index] if layouts is not None and self.index < len(layouts) else None
         if m is None or tuple(m.shape) != self.shape or m.dtype != self.dtype:
             with torch._C.DisableTorchFunction():
                 m = torch.empty(self.shape, dtype=self.dtype, device="meta")
@@ -149,19 +150,24 @@ class PendingLayout(DeferredMetaRun):
     def resolve(self) -> None:
         if self.layouts is not None:
             return
-        # the earlier pending runs this one reads, oldest first, without recursion (chains may be long)
-        order, stack, seen = [], [self], {id(self)}
+        # the earlier pending runs this one reads, oldest first (a post-order walk without recursion: chains may be
+        # long)
+        order, state, stack = [], {}, [(self, False)]
         while stack:
-            run = stack[-1]
-            waiting = [e.run for e in _earlier((run.args, run.kwargs)) if e.run.layouts is None]
-            waiting = [r for r in waiting if id(r) not in seen]
-            if waiting:
-                seen.update(id(r) for r in waiting)
-                stack.extend(waiting)
-            else:
-                order.append(stack.pop())
+            run, expanded = stack.pop()
+            if expanded:
+                order.append(run)
+                continue
+            if id(run) in state:
+                continue
+            state[id(run)] = run
+            stack.append((run, True))
+            for e in _earlier((run.args, run.kwargs)):
+                if e.run.layouts is None and id(e.run) not in state:
+                    stack.append((e.run, False))
         for run in order:
-            run._resolve_one()
+            if run.layouts is None:  # (a deferred view's run may have resolved it meanwhile, reading its shadow)
+                run._resolve_one()
 
     def _resolve_one(self) -> None:
         self.args, self.kwargs = _materialize(self.args), _materialize(self.kwargs)
