@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import thunder
+from thunder.tracing.errors import TracingError
 
 _CACHES = ("constant values", "symbolic values")
 
@@ -133,3 +134,106 @@ def test_a_returned_view_of_a_result_updated_later_views_it_with_symbolic_sizes(
         for e, a in zip(expected, actual):
             torch.testing.assert_close(a, e)
         assert _relations(actual) == _relations(expected)
+
+
+# ------------------------------------------- as_strided_ past a tensor's elements while it requires grad (eager's
+# AsStridedBackward1: the gradient reaches the former elements only)
+
+
+def _strided_inputs():
+    leaf, scale = torch.arange(20.0, requires_grad=True), torch.tensor([-0.5, 2.0, 3.0, 1.5], requires_grad=True)
+    return [leaf, scale], ((leaf * 1)[::2], (scale * 1).reshape(2, 2))
+
+
+def _own_storage_inputs():  # (a tensor of its own over a larger storage: restrided in place before the call)
+    leaf, scale = torch.arange(20.0, requires_grad=True), torch.tensor([-0.5, 2.0, 3.0, 1.5], requires_grad=True)
+    x = leaf * 1
+    x.as_strided_((5,), (2,))
+    return [leaf, scale], (x, (scale * 1).reshape(2, 2))
+
+
+def _restride_then_masked_fill(where, m):  # (campaign, old features, seed 14008)
+    v = m.masked_fill(m > 0, 0.25)
+    where.as_strided_((2, 2), (1, 2))
+    return (v,)
+
+
+def _restride_then_mul(where, m):
+    where.as_strided_((2, 2), (1, 2))
+    return (where * m,)
+
+
+def _restride_with_offset_then_read(where, m):
+    where.as_strided_((3,), (1,), 1)
+    return where.exp(), where[1:] * m[0, 0]
+
+
+def _contiguous_inputs():
+    leaf, scale = torch.arange(20.0, requires_grad=True), torch.tensor([-0.5, 2.0, 3.0, 1.5], requires_grad=True)
+    return [leaf, scale], (leaf * 1, (scale * 1).reshape(2, 2))
+
+
+def _restride_view_then_mul(b, m):
+    w = b[::2]
+    w.as_strided_((2, 2), (1, 2))
+    return (w * m,)
+
+
+def _restride_view_twice_then_update_base(b, m):
+    w = b[::2]
+    w.as_strided_((3,), (1,), 1)
+    w.as_strided_((2,), (2,), 1)
+    r = w.exp()
+    b.mul_(m[0, 0])  # (eager makes w's history again from its base: all of it)
+    return r, w * 2, b
+
+
+_PAST_ELEMENTS = [
+    (fn, make)
+    for fn in (_restride_then_masked_fill, _restride_then_mul, _restride_with_offset_then_read)
+    for make in (_strided_inputs, _own_storage_inputs)
+] + [(fn, _contiguous_inputs) for fn in (_restride_view_then_mul, _restride_view_twice_then_update_base)]
+
+
+@pytest.mark.parametrize("fn, make_inputs", _PAST_ELEMENTS)
+def test_as_strided_past_a_tensors_elements_gives_eagers_gradient(fn, make_inputs):
+    # refused before ("eager's gradient follows its former elements"); the campaign takes the gradient through the
+    # restrided input after the call too
+    from test_campaign_s18_repros import _assert_as_eager
+
+    _assert_as_eager(fn, make_inputs)
+
+
+def _restride_then_update(where, m):
+    where.as_strided_((2, 2), (1, 2))
+    where.mul_(m)
+    return (where.sum(0),)
+
+
+def _restride_view_then_update(b, m):
+    w = b[::2]
+    w.as_strided_((2, 2), (1, 2))
+    w.mul_(m)
+    return w.sum(0), b
+
+
+def _no_grad_inputs():
+    return [], (torch.arange(20.0)[::2], torch.tensor([[-0.5, 2.0], [3.0, 1.5]]))
+
+
+@pytest.mark.parametrize(
+    "fn, make_inputs",
+    [
+        (_restride_then_update, _strided_inputs),
+        (_restride_then_update, _no_grad_inputs),  # (wrote the wrong elements of the caller's base, silently)
+        (_restride_view_then_update, _contiguous_inputs),
+    ],
+)
+def test_an_update_through_a_tensor_restrided_past_its_elements_is_refused(fn, make_inputs):
+    # its root holds its former elements only (or eager's CopySlices routes the update's gradient to the storage's
+    # elements under the new layout): it wrote wrong elements and gradients before; refused, naming the line
+    _, args = make_inputs()
+    fn(*args)  # (eager runs it)
+    _, args = make_inputs()
+    with pytest.raises(TracingError, match=rf"(?s)cannot update in place .*in {fn.__name__}"):
+        thunder.jit(fn)(*args)

@@ -443,27 +443,25 @@ def _storage_with_gradient_of(root: TracingTensor, w: TracingTensor, wm: torch.T
     return out
 
 
+def _refuse_write_past_root(rm: torch.Tensor, vm: torch.Tensor) -> None:
+    """Raises when a view restrided past its elements (``x.as_strided_`` of a tensor over a larger storage) is updated
+    in place: its root holds the tensor's former elements only, not the storage elements the update writes."""
+    with torch._C.DisableTorchFunction():
+        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
+        if rm.storage_offset() == 0 and rm.numel() == n and rm.is_contiguous():
+            return  # (the root holds its whole storage)
+        if _positions(vm) <= _positions(rm):
+            return
+    raise TracingError(
+        "thunder.jit cannot update in place a tensor restrided (as_strided_) to storage elements past its own: "
+        "its storage is not an argument of the program; restride its base, or clone before the update\n  "
+        + describe_location(user_frame(2))
+    )
+
+
 def _positions(m: torch.Tensor) -> set[int]:
     n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
     return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
-
-
-def refuse_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None) -> None:
-    """Raises for ``x.as_strided_(...)`` reaching storage elements ``x`` did not hold while ``x`` requires grad:
-    eager's gradient then follows ``x``'s former geometry (the new elements get none), which thunder does not
-    model. Without grad, the values come from the storage, as in eager."""
-    if getattr(func, "__name__", None) != "as_strided_" or new is None or not torch.is_grad_enabled():
-        return
-    if not w._tt_value.requires_grad:
-        return
-    with torch._C.DisableTorchFunction():
-        if _positions(new) <= _positions(old):
-            return
-    raise TracingError(
-        "thunder.jit cannot run as_strided_ reaching past a tensor's elements while it requires grad (eager's "
-        "gradient follows its former elements): use torch.as_strided on its base, or run it under no_grad\n  "
-        + describe_location(user_frame(4))
-    )
 
 
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
@@ -838,6 +836,10 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
 
     base, rm, as_pairs = _root_for(root, view)
     vm = shadow(view)
+    _refuse_write_past_root(rm, vm)
+    from thunder.tracing.restrided_gradients import refuse_update_of_bounded_view
+
+    refuse_update_of_bounded_view(root, view)
     specialize(base.shape)  # (as in _derive_strided_impl)
     specialize(value.shape)
     idx = _strided_index(rm, vm, base.device)
