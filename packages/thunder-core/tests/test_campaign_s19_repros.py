@@ -237,3 +237,59 @@ def test_an_update_through_a_tensor_restrided_past_its_elements_is_refused(fn, m
     _, args = make_inputs()
     with pytest.raises(TracingError, match=rf"(?s)cannot update in place .*in {fn.__name__}"):
         thunder.jit(fn)(*args)
+
+
+# ------------------------------------------- index_put_(accumulate=True) on an expanded tensor: every contribution
+# is added into the memory location it reaches (eager runs it, with a deprecation warning)
+
+
+def _fmod_then_index_put_(x, unused):  # (campaign, widened, seed 14001)
+    v = torch.fmod(x, x).detach()
+    x.index_put_((torch.tensor([-1, 0, -1]),), x[:1] * 3, accumulate=True)
+    return (v,)
+
+
+def _index_put_rows(x, v):
+    x.index_put_((torch.tensor([0, 2, 0]),), v, accumulate=True)
+    return (x * 1,)
+
+
+def _index_put_both_dims(x, v):
+    x.index_put_((torch.tensor([1, 0, 1]), torch.tensor([3, 3, 0])), v[0], accumulate=True)
+    return (x + 0,)
+
+
+def _expanded_rows(expand=(4, -1)):
+    def make():
+        leaf = torch.tensor([[-2.5], [-0.0], [-2.5], [1.5], [-0.0]], dtype=torch.float16, requires_grad=True)
+        return [leaf], ((leaf * 1)[0:1].expand(*expand), torch.zeros(3))
+
+    return make
+
+
+@pytest.mark.filterwarnings("ignore:Use of index_put_ on expanded tensors is deprecated")
+def test_index_put_accumulating_into_an_expanded_view_with_grad_matches_eager():
+    # refused in forward with eager's backward error ("more than one element ... single memory location"): eager runs
+    # the forward and raises in backward
+    from test_campaign_s18_repros import _assert_as_eager
+
+    _assert_as_eager(_fmod_then_index_put_, _expanded_rows(), message="single memory location")
+
+
+@pytest.mark.filterwarnings("ignore:Use of index_put_ on expanded tensors is deprecated")
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_index_put_rows, lambda: (torch.arange(3.0).reshape(3, 1).expand(3, 4), torch.arange(12.0).reshape(3, 4))),
+        (_index_put_rows, lambda: (torch.arange(4.0)[None].expand(3, 4), torch.arange(12.0).reshape(3, 4))),
+        (_index_put_both_dims, lambda: (torch.arange(2.0)[:, None].expand(2, 5), torch.tensor([[1.0, 10.0, 100.0]]))),
+        (_index_put_both_dims, lambda: (torch.tensor([[7.0]]).expand(2, 5), torch.tensor([[1.0, 10.0, 100.0]]))),
+    ],
+)
+def test_index_put_accumulating_into_an_expanded_tensor_adds_every_contribution_to_its_location(fn, make):
+    xe, ve = make()
+    xt, vt = make()
+    expected, actual = fn(xe, ve), thunder.jit(fn)(xt, vt)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(xt, xe)
+    torch.testing.assert_close(xt._base, xe._base)

@@ -296,9 +296,14 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
     """The arguments to trace ``func`` with where eager's answer is not the op's on its arguments as they are:
     ``as_strided`` of an argument sharing its storage (``strided_on_shared_storage``), ``x.masked_fill_(mask, v)``
     on an expanded ``x`` (each memory location takes ``v`` when the mask holds for any of its elements: the mask
-    is made the same for all of them)."""
+    is made the same for all of them), ``x.index_put_(..., accumulate=True)`` on an expanded ``x``
+    (``expanded_updates.py``)."""
     args, kwargs = strided_on_shared_storage(func, args, kwargs)
     w = args[0] if args else None
+    if getattr(func, "__name__", None) == "index_put_":
+        from thunder.tracing.expanded_updates import index_put_on_expanded
+
+        return index_put_on_expanded(args, kwargs) or (args, kwargs)
     if getattr(func, "__name__", None) != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2:
         return args, kwargs
     if w._tt_view is None:
@@ -337,6 +342,8 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
         and not (name == "masked_fill_" and _expanded_dims(region) is not None)
+        # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
+        and not (name == "index_put_" and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
         raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
     return region
