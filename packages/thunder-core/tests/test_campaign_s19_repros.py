@@ -293,3 +293,61 @@ def test_index_put_accumulating_into_an_expanded_tensor_adds_every_contribution_
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(xt, xe)
     torch.testing.assert_close(xt._base, xe._base)
+
+
+# ------------------------------------------- an out= tensor of another shape is resized as eager resizes it
+
+
+def _add_into_a_row_of_itself(a0, a1):  # (campaign, widened, seed 14002)
+    v1 = torch.sin(a0)
+    v2 = torch.sin(a1)
+    torch.add(v2[0], v1, out=v2[0])  # (the resized v2[0] covers its argument v2[0]: eager reads what it wrote)
+    return v1, v2
+
+
+def _add_into_a_row_of_another(a0, a1):
+    v1 = torch.sin(a0)
+    v2 = torch.sin(a1)
+    torch.add(v1[1], v1, out=v2[0])  # (grows the view v2[0] within v2's storage: v2 sees the result)
+    return v1, v2
+
+
+def _add_of_transposed_into_other_shape(x, o):
+    torch.add(x.t(), 1, out=o)  # (TensorIterator gives the resized output its input's memory order)
+    return (o,)
+
+
+def _mul_into_smaller(x, o):
+    torch.mul(x, 2, out=o)  # (grows o's storage)
+    return (o * 1,)
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_add_into_a_row_of_another, lambda: ((torch.arange(18.0).reshape(2, 3, 3) / 5)[:, ::2],) * 2),
+        (_add_of_transposed_into_other_shape, lambda: (torch.arange(6.0).reshape(2, 3), torch.zeros(2, 3))),
+        (_mul_into_smaller, lambda: (torch.arange(6.0).reshape(2, 3), torch.zeros(2))),
+    ],
+)
+def test_an_out_tensor_of_another_shape_is_resized_as_eager(fn, make):
+    # refused before ("thunder.jit does not resize an out= tensor")
+    ae, at = make(), make()
+    expected, actual = fn(*ae), thunder.jit(fn)(*at)
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e)
+    assert _relations(actual) == _relations(expected)
+    for e, a in zip(ae, at):
+        torch.testing.assert_close(a, e)
+        assert (a.shape, a.stride()) == (e.shape, e.stride())
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_an_out_tensor_resized_over_an_argument_is_refused_naming_the_line():
+    # eager's kernel reads the argument's elements after writing some of them (an answer of its loop order)
+    args = ((torch.arange(18.0).reshape(2, 3, 3) / 5)[:, ::2],) * 2
+    with pytest.raises(
+        NotImplementedError, match=r"(?s)resizes over one of its arguments.*in _add_into_a_row_of_itself"
+    ):
+        thunder.jit(_add_into_a_row_of_itself)(*args)

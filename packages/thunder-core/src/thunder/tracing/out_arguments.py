@@ -4,7 +4,7 @@ The result is traced as the call without ``out=`` (a symbol, or the opaque fallb
 in-place ``copy_`` of the result into ``out``, so the trace knows ``out``'s new value (an opaque call that wrote
 into ``out`` behind the trace's back left the traced value stale). Eager's rules come first: no ``out=`` when
 autograd would have to record the call, and a result dtype that can be cast to ``out``'s. Eager resizes an
-``out`` of another shape; changing a tensor's shape in place is not traced, so that is refused, naming the line.
+``out`` of another shape (``resize_``, then the strides its kernel gives a resized output), and so does the trace.
 """
 
 from __future__ import annotations
@@ -109,6 +109,49 @@ def _take_value(o: TracingTensor, new: TracingTensor) -> None:
         o.data = TracingTensor(value)
 
 
+def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTensor) -> None:
+    """Resizes ``o`` to the result's shape as eager's ``resize_output`` does (with its warning when ``o`` had
+    elements), then gives it the strides eager's kernel gives a resized output: the result's own (TensorIterator
+    restrides it to its inputs' memory order, as the call without ``out=``; other kernels leave it contiguous, as
+    their results are). Refused, naming the line, when an argument shares memory with the resized ``o``: eager's
+    kernel then reads elements it has written already."""
+    import warnings
+
+    from thunder.core.symbolic import hints
+    from thunder.tracing.views import _positions, _storage_id, shadow
+
+    if o.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(o.shape)}, which does not "
+            f"match the required output shape {list(r.shape)}. This behavior is deprecated, and in a future PyTorch "
+            "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=2,
+        )
+    handle(T.resize_, (o, tuple(r.shape)), {})
+    with torch._C.DisableTorchFunction():
+        rm = shadow(r)
+        if tuple(rm.shape) == hints(r.shape) and not rm.is_contiguous():
+            layout = (tuple(rm.shape), tuple(rm.stride()), shadow(o).storage_offset())
+        else:
+            layout = None
+    if layout is not None:
+        handle(T.as_strided_, (o, *layout), {})
+    with torch._C.DisableTorchFunction():
+        om = shadow(o)
+        written = None
+        for a in tree_flatten((args, rest))[0]:
+            if isinstance(a, TracingTensor) and _storage_id(shadow(a)) == _storage_id(om):
+                written = _positions(om) if written is None else written
+                if written & _positions(shadow(a)):
+                    raise NotImplementedError(
+                        f"thunder.jit does not run {_name(func)}() into an out= tensor it resizes over one of its "
+                        "arguments' elements (eager's kernel then reads elements it has already written); pass an "
+                        f"out= tensor of the result's shape, or a new one\n  {describe_location(user_frame(3))}"
+                    )
+
+
 def call_with_out(handle, func, args, kwargs):
     """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
     out = kwargs["out"]
@@ -136,11 +179,7 @@ def call_with_out(handle, func, args, kwargs):
             if _rebindable(o):
                 _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
                 continue
-            raise NotImplementedError(
-                f"thunder.jit does not resize an out= tensor: {_name(func)}() gives shape {tuple(r.shape)}, out= has "
-                f"shape {tuple(o.shape)} (eager resizes it in place, which changes the shape of a tensor in place); "
-                f"allocate out= with the result's shape\n  {describe_location(user_frame(3))}"
-            )
+            _resize_as_eager(handle, func, args, rest, o, r)
         handle(T.copy_, (o, r), {})
     if isinstance(out, (tuple, list)):
         return type(result)(outs) if type(result) not in (tuple, list) else type(out)(outs)
