@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunder
 from thunder.tracing.errors import TracingError
@@ -351,3 +352,32 @@ def test_an_out_tensor_resized_over_an_argument_is_refused_naming_the_line():
         NotImplementedError, match=r"(?s)resizes over one of its arguments.*in _add_into_a_row_of_itself"
     ):
         thunder.jit(_add_into_a_row_of_itself)(*args)
+
+
+# ------------------------------------------- softmax over a size known only when the program runs
+
+
+def _log_softmax_of_unique_mean(x, unused):  # (campaign, widened, seed 14005)
+    v = torch.unique(torch.tensor(0.0, dtype=torch.float64) + x.mean(), sorted=False)
+    return (F.log_softmax(v, dim=0),)
+
+
+def _softmaxes_of_unique(x):
+    v = torch.unique(x)
+    return F.log_softmax(v, dim=0), F.softmax(v * 2, dim=0), torch.amax(v, 0, keepdim=True) if len(x) else v
+
+
+def test_log_softmax_over_a_data_dependent_size_matches_eager():
+    # amax's check asked whether the number of elements (data-dependent) is > 0 before whether a dim was given:
+    # refused with "thunder.jit needs whether u0 > 0 holds"
+    from test_campaign_s18_repros import _assert_as_eager
+
+    def make():
+        leaf = torch.zeros(2, 0, dtype=torch.float64, requires_grad=True)
+        return [leaf], (leaf * 1, torch.zeros(2, dtype=torch.int64))
+
+    _assert_as_eager(_log_softmax_of_unique_mean, make)
+    jfn = thunder.jit(_softmaxes_of_unique)
+    for x in (torch.tensor([1.0, 2.0, 2.0, -1.0]), torch.tensor([3.0, 3.0])):
+        for e, a in zip(_softmaxes_of_unique(x), jfn(x)):
+            torch.testing.assert_close(a, e)
