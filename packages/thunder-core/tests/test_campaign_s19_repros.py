@@ -381,3 +381,36 @@ def test_log_softmax_over_a_data_dependent_size_matches_eager():
     for x in (torch.tensor([1.0, 2.0, 2.0, -1.0]), torch.tensor([3.0, 3.0])):
         for e, a in zip(_softmaxes_of_unique(x), jfn(x)):
             torch.testing.assert_close(a, e)
+
+
+# ------------------------------------------- factories from a tensor (x.new_zeros, zeros_like ...) take no gradient
+
+
+_FACTORIES = {
+    "new_zeros": lambda a: a.new_zeros(1),
+    "new_ones": lambda a: a.new_ones(2, 1),
+    "new_empty": lambda a: a.new_empty(2),
+    "new_full": lambda a: a.new_full((2,), 1.5),
+    "zeros_like": torch.zeros_like,
+    "ones_like": torch.ones_like,
+    "empty_like": torch.empty_like,
+    "full_like": lambda a: torch.full_like(a, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FACTORIES))
+def test_a_tensor_made_from_anothers_metadata_does_not_require_grad_inside_the_program(name):
+    # (found by the widened generator's out= statements) the new tensor's requires_grad, read inside the program,
+    # was its argument's: a branch on it took the other way (silently), and out= into it was refused
+    make = _FACTORIES[name]
+
+    def fn(a):
+        return a * 2 if make(a).requires_grad else a * 3
+
+    def out_into(a):
+        torch.mul(a.detach(), 2, out=make(a).resize_(0))
+        return (a * 2,)
+
+    a = torch.ones(2, requires_grad=True)
+    torch.testing.assert_close(thunder.jit(fn)(a), fn(a))
+    torch.testing.assert_close(thunder.jit(out_into)(a), out_into(a))
