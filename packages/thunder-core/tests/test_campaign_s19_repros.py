@@ -414,3 +414,25 @@ def test_a_tensor_made_from_anothers_metadata_does_not_require_grad_inside_the_p
     a = torch.ones(2, requires_grad=True)
     torch.testing.assert_close(thunder.jit(fn)(a), fn(a))
     torch.testing.assert_close(thunder.jit(out_into)(a), out_into(a))
+
+
+# ------------------------------------------- an explicit all-zero cotangent reaches the backward (eager raises)
+
+
+def _sin_then_update_of_its_input(x):
+    y = x * 1
+    z = y.sin()  # (saves y)
+    y.mul_(2)
+    return z, y * 1
+
+
+def test_an_explicit_zero_cotangent_reaches_a_stale_save_as_in_eager():
+    # the check for eager's error took an all-zero cotangent for one autograd materialised (an output not
+    # differentiated), so the backward ran where eager raises
+    for fn in (_sin_then_update_of_its_input, thunder.jit(_sin_then_update_of_its_input)):
+        x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        z, w = fn(x)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad((z, w), x, (torch.zeros_like(z), torch.ones_like(w)))
+        z, w = fn(x)
+        torch.autograd.grad(w, x, torch.ones_like(w))  # (z not differentiated: no error, as in eager)
