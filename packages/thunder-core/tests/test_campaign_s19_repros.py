@@ -436,3 +436,25 @@ def test_an_explicit_zero_cotangent_reaches_a_stale_save_as_in_eager():
             torch.autograd.grad((z, w), x, (torch.zeros_like(z), torch.ones_like(w)))
         z, w = fn(x)
         torch.autograd.grad(w, x, torch.ones_like(w))  # (z not differentiated: no error, as in eager)
+
+
+# ------------------------------------------- as_strided_copy(out=) of an argument sharing its storage reads the storage
+
+
+def _as_strided_copy_into_out(a0, a1):  # (campaign, widened generator of this session, seed 19002)
+    v0 = torch.empty((2, 2), dtype=torch.float64)
+    torch.as_strided_copy(a1, (2, 2), (1, 2), storage_offset=1, out=v0)  # (storage elements outside a0 and a1)
+    return (v0 * 1,)
+
+
+def test_as_strided_copy_into_out_of_an_aliased_argument_reads_the_storage():
+    # with out=, the call went around the rewrite that makes it read the storage (the program reads a copy of the
+    # argument's own elements): silently wrong values
+    from test_campaign_s18_repros import _assert_as_eager
+
+    def make():
+        base = torch.arange(18.0, dtype=torch.float64).reshape(2, 3, 3).requires_grad_()
+        a0 = (base * 1)[1:]
+        return [base], (a0, a0[0])
+
+    _assert_as_eager(_as_strided_copy_into_out, make)

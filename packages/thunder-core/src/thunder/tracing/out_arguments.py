@@ -161,6 +161,10 @@ def call_with_out(handle, func, args, kwargs):
     if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
         untracked = _autograd_refusal(func, args, kwargs)
     if untracked and len(outs) == 1 and isinstance(outs[0], torch.Tensor):
+        from thunder.tracing.views import strided_on_shared_storage
+
+        # (as the call without out= reads them: as_strided_copy of an argument sharing its storage reads the storage)
+        args, rest = strided_on_shared_storage(func, args, rest)
         result = handle(_call_into_new_out(func, outs[0]), args, rest)  # (no symbol: the opaque fallback)
     else:
         result = handle(func, args, rest)
