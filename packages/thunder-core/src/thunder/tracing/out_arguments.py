@@ -85,6 +85,12 @@ def _rebindable(o) -> bool:
     """Whether ``o`` is an empty tensor the program made (not an input, a global, a view or viewed through a
     layout change): eager's resize of it to the result's shape gives it new elements only, which nothing else
     sees (its views, if any, are empty and stay so)."""
+    return _own_tensor(o) and any(known(s == 0) for s in o.shape)
+
+
+def _own_tensor(o) -> bool:
+    """Whether ``o`` is a tensor the program made (not an input, a global, a view or viewed through a layout
+    change)."""
     return (
         isinstance(o, TracingTensor)
         and o._tt_owner is not None
@@ -92,7 +98,6 @@ def _rebindable(o) -> bool:
         and not getattr(o, "_tt_constant", False)
         and o._tt_view is None
         and o._tt_former is None
-        and any(known(s == 0) for s in o.shape)
     )
 
 
@@ -129,6 +134,13 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
             UserWarning,
             stacklevel=2,
         )
+    with torch._C.DisableTorchFunction():
+        om = shadow(o)
+        held = om.untyped_storage().nbytes() // max(om.element_size(), 1) - om.storage_offset()
+    if _own_tensor(o) and r.numel() > held:
+        # (its storage is too small: eager gives it a new one, the result in the result's layout; no view)
+        _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+        return
     handle(T.resize_, (o, tuple(r.shape)), {})
     with torch._C.DisableTorchFunction():
         rm = shadow(r)
