@@ -408,7 +408,7 @@ def test_a_tensor_made_from_anothers_metadata_does_not_require_grad_inside_the_p
         return a * 2 if make(a).requires_grad else a * 3
 
     def out_into(a):
-        torch.mul(a.detach(), 2, out=make(a).resize_(0))
+        torch.mul(a.detach(), 2, out=make(a))
         return (a * 2,)
 
     a = torch.ones(2, requires_grad=True)
@@ -484,3 +484,20 @@ def test_an_out_tensor_of_the_program_outgrowing_its_storage_is_no_view(fn):
     for e, t in zip(expected, actual):
         torch.testing.assert_close(t, e)
     assert _relations(actual) == _relations(expected)
+
+
+def _add_into_a_row_growing_the_storage(t, b):
+    x = t * 1
+    torch.add(x[0], b, out=x[0])  # (the result outgrows x's storage: eager grows it, x sees the result)
+    return (x,)
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_an_out_view_resized_past_its_storage_is_refused_naming_the_line():
+    # the resize_ that grows a storage is traced as a new storage: x kept its old values, silently
+    make = lambda: (torch.arange(6.0).reshape(2, 3), torch.ones(4, 2, 3))  # noqa: E731
+    _add_into_a_row_growing_the_storage(*make())  # (eager runs it)
+    with pytest.raises(
+        NotImplementedError, match=r"(?s)past that storage's end.*in _add_into_a_row_growing_the_storage"
+    ):
+        thunder.jit(_add_into_a_row_growing_the_storage)(*make())

@@ -137,10 +137,19 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
     with torch._C.DisableTorchFunction():
         om = shadow(o)
         held = om.untyped_storage().nbytes() // max(om.element_size(), 1) - om.storage_offset()
-    if _own_tensor(o) and r.numel() > held:
-        # (its storage is too small: eager gives it a new one, the result in the result's layout; no view)
-        _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
-        return
+    if r.numel() > held:
+        if o._tt_view is not None or o._tt_former is not None:
+            # (eager grows the storage in place: the tensors sharing it see the result, which a resize_ traced as a
+            # new storage would hide from them; an argument is resized after the call, in the caller's storage)
+            raise NotImplementedError(
+                f"thunder.jit does not resize an out= tensor that shares its storage past that storage's end: "
+                f"{_name(func)}() gives shape {tuple(r.shape)}, out= has shape {tuple(o.shape)}; allocate out= with "
+                f"the result's shape\n  {describe_location(user_frame(3))}"
+            )
+        if _own_tensor(o):
+            # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
+            _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+            return
     handle(T.resize_, (o, tuple(r.shape)), {})
     with torch._C.DisableTorchFunction():
         rm = shadow(r)
