@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import thunder
-from thunder.tracing.errors import TracingError
 
 
 def _squeeze_without_size_one(a):
@@ -108,11 +107,17 @@ def test_as_strided_reaching_past_a_views_elements_matches_eager(fn, make):
     torch.testing.assert_close(at._base if at._base is not None else at, ae._base if ae._base is not None else ae)
 
 
-def test_as_strided_reaching_past_the_elements_of_a_tensor_requiring_grad_is_refused():
-    # eager's gradient follows the tensor's former elements (the new ones get none): refused, naming the line
+def test_as_strided_reaching_past_the_elements_of_a_tensor_requiring_grad_gets_eagers_gradient():
+    # eager's gradient follows the tensor's former elements (the new ones get none); once refused, now modelled
+    # (thunder/tracing/restrided_gradients.py)
     def make():
-        return (torch.arange(6.0, requires_grad=True) * 1)[3:4]
+        leaf = torch.arange(6.0, requires_grad=True)
+        return leaf, (leaf * 1)[3:4]
 
-    _restride_past_then_read(make())  # (eager runs it)
-    with pytest.raises(TracingError, match=r"(?s)thunder\.jit cannot run as_strided_ .*test_layout_update_repros\.py"):
-        thunder.jit(_restride_past_then_read)(make())
+    (le, ae), (lt, at) = make(), make()
+    expected, actual = _restride_past_then_read(ae), thunder.jit(_restride_past_then_read)(at)
+    torch.testing.assert_close(actual, expected)
+    seeds = torch.tensor([3.0, 5.0])
+    ge = torch.autograd.grad((expected, ae), le, (seeds, seeds * 7))
+    gt = torch.autograd.grad((actual, at), lt, (seeds, seeds * 7))
+    torch.testing.assert_close(gt, ge)

@@ -56,9 +56,6 @@ def test_contiguous_of_a_strided_result_is_contiguous(make):
     actual.view(-1)  # (a view of a transposed tensor would raise)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 25: layouts of chained strided results are not learned (result_layouts.py)"
-)
 @pytest.mark.parametrize("make", sorted(CHAINED))
 def test_contiguous_of_a_chained_strided_result_is_a_new_tensor(make):
     def fn(x):

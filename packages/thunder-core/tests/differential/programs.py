@@ -61,6 +61,9 @@ FEATURES = {
     "views of the tensor read",
     "strided_inputs": "rank-4 inputs, and inputs of every dtype but bool made non-contiguous: channels_last, "
     "permuted, stepped and expanded (stride 0) layouts",
+    "layout_chains": "chains of elementwise ops on (often non-contiguous) tensors, then a reshape/flatten/"
+    "contiguous of the result (a view or a copy as the chain's layout decides in eager), and out= tensors of "
+    "another shape (resized)",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -227,6 +230,17 @@ _SCATTER_VALUES = [
     "torch.clamp({a}, max={b})",
     "{a}.scatter({d}, torch.zeros_like({a}, dtype=torch.int64), {b}.expand_as({a}))",
     "{a}.index_put((torch.tensor([0, 0]),), {b}, accumulate=True)",
+]
+# results of results of elementwise ops, reshaped: eager's layout of each follows its arguments' (TensorIterator)
+_LAYOUT_CHAINS = [
+    "{a}.exp().flatten()",
+    "torch.clamp({a}, {a} * 0.5, {a} + 1).flatten()",
+    "(({a} * 2).sin() + 1).reshape(-1)",
+    "({a} - 1).abs().neg().contiguous()",
+    "({a}.transpose(0, -1) * 2).exp().reshape(-1)",
+    "(({a} + 1) * 3).sigmoid().view(-1)",
+    "torch.mul({a}.detach(), 2, out={a}.new_zeros(1))",
+    "torch.add({a}.detach().transpose(0, -1), 1, out={a}.new_empty(0))",
 ]
 # non-contiguous layouts of an input (``strided_inputs``), by rank; ``{b}`` is ``leaf * 1``
 _STRIDED_INPUTS = {
@@ -562,6 +576,9 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
             return draw(st.sampled_from(_SCATTER_INPLACE)).format(t=t, b=pick(tensors), d=dim(target))
         a = pick(tensors)
         return a and f"{new} = " + draw(st.sampled_from(_SCATTER_VALUES)).format(a=a, b=pick(tensors), d=dim(a))
+    if feature == "layout_chains":
+        a = pick(floats)
+        return a and f"{new} = " + draw(st.sampled_from(_LAYOUT_CHAINS)).format(a=a)
     if feature == "op_db":
         return _op_db_statement(draw, env, new, floats)
     raise ValueError(f"unknown feature {feature!r}")

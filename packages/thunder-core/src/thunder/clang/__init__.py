@@ -434,12 +434,13 @@ def sum_result_dtype(a, dtype):
 
 
 def amax(a, dim=None, keepdim=False):
-    check(a.numel() > 0 or dim is not None, "amax(): Expected reduction dim to be specified for input.numel() == 0.")
+    # (dim first: the number of elements may be known only when the program runs)
+    check(dim is not None or a.numel() > 0, "amax(): Expected reduction dim to be specified for input.numel() == 0.")
     return reduction(a, prims.amax, dim, keepdim, kind=TypePromotionKind.NO_OPMATH)
 
 
 def amin(a, dim=None, keepdim=False):
-    check(a.numel() > 0 or dim is not None, "amin(): Expected reduction dim to be specified for input.numel() == 0.")
+    check(dim is not None or a.numel() > 0, "amin(): Expected reduction dim to be specified for input.numel() == 0.")
     return reduction(a, prims.amin, dim, keepdim, kind=TypePromotionKind.NO_OPMATH)
 
 

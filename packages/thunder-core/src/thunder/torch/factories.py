@@ -55,6 +55,7 @@ def _factory(fill):
         device, dtype = _canonical(device, dtype, torch.get_default_dtype())
         return full(_shape(size), fill, device=device, dtype=dtype)
 
+    adapter.grad_args = 0  # (a new tensor: no gradient from ``a``, whatever it requires)
     return adapter
 
 
@@ -83,6 +84,7 @@ def _like(fill):
         dtype = dtype if dtype is not None else dtypes.to_torch_dtype(a.dtype)
         return full(a.shape, fill if fill is not None else 0, device=torch.device(device), dtype=dtype)
 
+    adapter.grad_args = 0  # (a new tensor: no gradient from ``a``, whatever it requires)
     return adapter
 
 
@@ -97,6 +99,7 @@ def _full_like(
     return _like(fill_value)(a, dtype=dtype, device=device)
 
 
+_full_like.grad_args = 0
 register_torch_alias(torch.full_like, _full_like)
 
 
@@ -107,6 +110,7 @@ def _new(fill):
         dtype = dtype if dtype is not None else dtypes.to_torch_dtype(a.dtype)
         return full(_shape(size), fill, device=device, dtype=dtype)
 
+    adapter.grad_args = 0  # (a new tensor: no gradient from ``a``, whatever it requires)
     return adapter
 
 
@@ -119,6 +123,7 @@ def _new_full(a, size, fill_value, *, dtype=None, device=None, layout=None, requ
     return _new(fill_value)(a, tuple(size), dtype=dtype, device=device)
 
 
+_new_full.grad_args = 0
 register_torch_alias(T.new_full, _new_full)
 
 

@@ -4,7 +4,7 @@ The result is traced as the call without ``out=`` (a symbol, or the opaque fallb
 in-place ``copy_`` of the result into ``out``, so the trace knows ``out``'s new value (an opaque call that wrote
 into ``out`` behind the trace's back left the traced value stale). Eager's rules come first: no ``out=`` when
 autograd would have to record the call, and a result dtype that can be cast to ``out``'s. Eager resizes an
-``out`` of another shape; changing a tensor's shape in place is not traced, so that is refused, naming the line.
+``out`` of another shape (``resize_``, then the strides its kernel gives a resized output), and so does the trace.
 """
 
 from __future__ import annotations
@@ -85,6 +85,12 @@ def _rebindable(o) -> bool:
     """Whether ``o`` is an empty tensor the program made (not an input, a global, a view or viewed through a
     layout change): eager's resize of it to the result's shape gives it new elements only, which nothing else
     sees (its views, if any, are empty and stay so)."""
+    return _own_tensor(o) and any(known(s == 0) for s in o.shape)
+
+
+def _own_tensor(o) -> bool:
+    """Whether ``o`` is a tensor the program made (not an input, a global, a view or viewed through a layout
+    change)."""
     return (
         isinstance(o, TracingTensor)
         and o._tt_owner is not None
@@ -92,7 +98,6 @@ def _rebindable(o) -> bool:
         and not getattr(o, "_tt_constant", False)
         and o._tt_view is None
         and o._tt_former is None
-        and any(known(s == 0) for s in o.shape)
     )
 
 
@@ -109,6 +114,65 @@ def _take_value(o: TracingTensor, new: TracingTensor) -> None:
         o.data = TracingTensor(value)
 
 
+def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTensor) -> None:
+    """Resizes ``o`` to the result's shape as eager's ``resize_output`` does (with its warning when ``o`` had
+    elements), then gives it the strides eager's kernel gives a resized output: the result's own (TensorIterator
+    restrides it to its inputs' memory order, as the call without ``out=``; other kernels leave it contiguous, as
+    their results are). Refused, naming the line, when an argument shares memory with the resized ``o``: eager's
+    kernel then reads elements it has written already."""
+    import warnings
+
+    from thunder.core.symbolic import hints
+    from thunder.tracing.views import _positions, _storage_id, shadow
+
+    if o.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(o.shape)}, which does not "
+            f"match the required output shape {list(r.shape)}. This behavior is deprecated, and in a future PyTorch "
+            "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=2,
+        )
+    with torch._C.DisableTorchFunction():
+        om = shadow(o)
+        held = om.untyped_storage().nbytes() // max(om.element_size(), 1) - om.storage_offset()
+    if r.numel() > held:
+        if o._tt_view is not None or o._tt_former is not None:
+            # (eager grows the storage in place: the tensors sharing it see the result, which a resize_ traced as a
+            # new storage would hide from them; an argument is resized after the call, in the caller's storage)
+            raise NotImplementedError(
+                f"thunder.jit does not resize an out= tensor that shares its storage past that storage's end: "
+                f"{_name(func)}() gives shape {tuple(r.shape)}, out= has shape {tuple(o.shape)}; allocate out= with "
+                f"the result's shape\n  {describe_location(user_frame(3))}"
+            )
+        if _own_tensor(o):
+            # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
+            _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+            return
+    handle(T.resize_, (o, tuple(r.shape)), {})
+    with torch._C.DisableTorchFunction():
+        rm = shadow(r)
+        if tuple(rm.shape) == hints(r.shape) and not rm.is_contiguous():
+            layout = (tuple(rm.shape), tuple(rm.stride()), shadow(o).storage_offset())
+        else:
+            layout = None
+    if layout is not None:
+        handle(T.as_strided_, (o, *layout), {})
+    with torch._C.DisableTorchFunction():
+        om = shadow(o)
+        written = None
+        for a in tree_flatten((args, rest))[0]:
+            if isinstance(a, TracingTensor) and _storage_id(shadow(a)) == _storage_id(om):
+                written = _positions(om) if written is None else written
+                if written & _positions(shadow(a)):
+                    raise NotImplementedError(
+                        f"thunder.jit does not run {_name(func)}() into an out= tensor it resizes over one of its "
+                        "arguments' elements (eager's kernel then reads elements it has already written); pass an "
+                        f"out= tensor of the result's shape, or a new one\n  {describe_location(user_frame(3))}"
+                    )
+
+
 def call_with_out(handle, func, args, kwargs):
     """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
     out = kwargs["out"]
@@ -118,6 +182,10 @@ def call_with_out(handle, func, args, kwargs):
     if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
         untracked = _autograd_refusal(func, args, kwargs)
     if untracked and len(outs) == 1 and isinstance(outs[0], torch.Tensor):
+        from thunder.tracing.views import strided_on_shared_storage
+
+        # (as the call without out= reads them: as_strided_copy of an argument sharing its storage reads the storage)
+        args, rest = strided_on_shared_storage(func, args, rest)
         result = handle(_call_into_new_out(func, outs[0]), args, rest)  # (no symbol: the opaque fallback)
     else:
         result = handle(func, args, rest)
@@ -136,11 +204,7 @@ def call_with_out(handle, func, args, kwargs):
             if _rebindable(o):
                 _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
                 continue
-            raise NotImplementedError(
-                f"thunder.jit does not resize an out= tensor: {_name(func)}() gives shape {tuple(r.shape)}, out= has "
-                f"shape {tuple(o.shape)} (eager resizes it in place, which changes the shape of a tensor in place); "
-                f"allocate out= with the result's shape\n  {describe_location(user_frame(3))}"
-            )
+            _resize_as_eager(handle, func, args, rest, o, r)
         handle(T.copy_, (o, r), {})
     if isinstance(out, (tuple, list)):
         return type(result)(outs) if type(result) not in (tuple, list) else type(out)(outs)

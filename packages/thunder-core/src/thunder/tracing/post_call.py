@@ -28,7 +28,7 @@ import torch
 from thunder.core import pytree
 from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbolic import has_symbolic
+from thunder.core.symbolic import is_symbolic
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 from thunder.tracing.views import rebased_multi_view
@@ -352,9 +352,10 @@ class PostCall:
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
         layout_of = None
+        # (sizes the trace specialised, as a strided re-derivation of the view does, are its numbers at every call)
         if (
-            has_symbolic(value.shape)
-            or has_symbolic(leaf._thunder_proxy.shape)
+            any(is_symbolic(s) for s in value.shape)
+            or any(is_symbolic(s) for s in leaf._thunder_proxy.shape)
             or not all(type(n) is int for n in numbers)
         ):
             if restrided:

@@ -6,13 +6,15 @@ their arguments (TensorIterator): ``y = x.t() * 2`` is a transposed tensor in ea
 copies and ``y.contiguous()`` is a new tensor, where a contiguous shadow would make them a view of ``y`` and
 ``y`` itself (an in-place update of the reshape would then wrongly reach ``y``).
 
-So when an argument's layout is not known to be contiguous (a strided input or view, a deferred view), the
-op's run on the arguments' shadows is recorded here and made only when something asks for the result's shadow
-(a view op, a layout query, an in-place update), as PyTorch answers it. Running PyTorch's meta kernels costs up
-to milliseconds per op (elementwise ops go through Python references on ``meta``; SDPA about 8 ms), and most
-results' shadows are never asked for; so an answer costs one such run, never a chain of them: the result of an
-op reading another pending result is taken as contiguous, as before this module existed (a gap: ``y`` in
-``y = (x.t() * 2).exp()`` is contiguous for thunder and transposed in eager).
+So when an argument's layout is not known to be contiguous (a strided input or view, a deferred view, the
+result of another such op), the op's run on the arguments' shadows is recorded here and made only when
+something asks for the result's shadow (a view op, a layout query, an in-place update), as PyTorch answers
+it. Running PyTorch's meta kernels costs up to milliseconds per op (elementwise ops go through Python
+references on ``meta``; SDPA about 8 ms), and most results' shadows are never asked for, so nothing runs
+before a question. An argument that is itself a pending result enters the record as ``_EarlierLayout`` (that
+run and the output's position): an answer runs the chain of pending runs it reads, oldest first, each once
+(``y`` in ``y = (x.t() * 2).exp()`` is transposed, as in eager). Programs whose inputs are contiguous record
+nothing.
 """
 
 from __future__ import annotations
@@ -26,25 +28,14 @@ from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, shadow
 __all__ = ["PendingLayout", "defer_result_layout"]
 
 
-_UNKNOWN = None  # (an argument whose layout waits on another op's pending run: the result is taken as contiguous)
-
-
-def _layout_kind(w: TracingTensor):
-    """True when ``w``'s shadow is known not to be contiguous or is a deferred view that may not be (its run is
-    cheap and made with the result's), False when it is contiguous, ``_UNKNOWN`` when it waits on a pending
-    result's run: layouts are learned one pending run at a time, never as a chain of meta runs."""
+def _layout_kind(w: TracingTensor) -> bool:
+    """True when ``w``'s shadow is known not to be contiguous or may not be (a deferred view, a result whose
+    layout run is pending: their runs are made with the result's), False when it is contiguous."""
     if w._tt_layout_pending is not None:
-        return _UNKNOWN
+        return True
     pending = w._tt_pending
     if pending is not None:
-        if _same_order_view_of_contiguous(pending):
-            return False  # (x.view(...) of a contiguous x: contiguous)
-        base = pending.args[0] if pending.args else None
-        while type(base) is TracingTensor and base._tt_pending is not None:
-            base = base._tt_pending.args[0] if base._tt_pending.args else None
-        if type(base) is TracingTensor and base._tt_layout_pending is not None:
-            return _UNKNOWN
-        return True
+        return not _same_order_view_of_contiguous(pending)  # (x.view(...) of a contiguous x: contiguous)
     m = w._tt_meta
     if m is None:
         t = w._tt_layout_of  # an input whose shadow is not made yet: the caller's tensor
@@ -79,12 +70,61 @@ def _tensor_arguments(args, kwargs):
             yield a
 
 
+class _EarlierLayout:
+    """In a pending run's arguments: output ``index`` of the earlier pending run ``run``, whose layout that run
+    gives (its own tensor's shadow may change later, through an in-place ``t_()`` or ``as_strided_``)."""
+
+    __slots__ = ("run", "index", "shape", "dtype")
+
+    def __init__(self, run: PendingLayout, index: int, w: TracingTensor) -> None:
+        self.run, self.index = run, index
+        p = w._tt_value
+        self.shape, self.dtype = hints(p.shape), p.dtype.torch_dtype
+
+    def meta(self) -> torch.Tensor:
+        layouts = self.run.layouts
+        m = layouts[self.index] if layouts is not None and self.index < len(layouts) else None
+        if m is None or tuple(m.shape) != self.shape or m.dtype != self.dtype:
+            with torch._C.DisableTorchFunction():
+                m = torch.empty(self.shape, dtype=self.dtype, device="meta")
+        return m
+
+
+def _earlier(x):
+    """The ``_EarlierLayout`` entries of a recorded argument structure."""
+    t = type(x)
+    if t is _EarlierLayout:
+        yield x
+    elif t is tuple or t is list:
+        for y in x:
+            yield from _earlier(y)
+    elif t is dict:
+        for y in x.values():
+            yield from _earlier(y)
+
+
+def _materialize(x):
+    t = type(x)
+    if t is _EarlierLayout:
+        return x.meta()
+    if t is tuple or t is list:
+        return t(_materialize(y) for y in x)
+    if t is dict:
+        return {k: _materialize(v) for k, v in x.items()}
+    return x
+
+
 def _as_shadows(x):
-    """``x`` with its stand-ins replaced by their shadows as known now (contiguous for a pending result)."""
+    """``x`` with its stand-ins replaced by their shadows as known now, a pending result by ``_EarlierLayout``."""
     t = type(x)
     if t is TracingTensor:
         if x._tt_pending is not None:
             return x  # (a deferred view: its shadow is made with this op's, when asked for)
+        run = x._tt_layout_pending
+        if run is not None:
+            for i, r in enumerate(run.outputs):
+                if r() is x:
+                    return _EarlierLayout(run, i, x)
         return shadow(x)
     if t is tuple or t is list:
         return t(_as_shadows(y) for y in x)
@@ -95,18 +135,46 @@ def _as_shadows(x):
 
 class PendingLayout(DeferredMetaRun):
     """An op's run on its arguments' shadows (taken when it was called), made when a result's shadow is first
-    needed: one meta run, never a chain of them."""
+    needed, after the earlier pending runs it reads (``_EarlierLayout``). ``layouts`` keeps each output's
+    strided shadow (None: contiguous) once it ran, for the later runs that read it."""
 
-    __slots__ = ()
+    __slots__ = ("layouts",)
     marker = "_tt_layout_pending"
 
     def __init__(self, func, args, kwargs, outputs: tuple[TracingTensor, ...]) -> None:
         self.func = func
         self.args, self.kwargs = _as_shadows(args), _as_shadows(kwargs)
+        self.layouts = None
         self._hold(outputs)
 
     def resolve(self) -> None:
+        if self.layouts is not None:
+            return
+        # the earlier pending runs this one reads, oldest first (a post-order walk without recursion: chains may be
+        # long)
+        order, state, stack = [], {}, [(self, False)]
+        while stack:
+            run, expanded = stack.pop()
+            if expanded:
+                order.append(run)
+                continue
+            if id(run) in state:
+                continue
+            state[id(run)] = run
+            stack.append((run, True))
+            for e in _earlier((run.args, run.kwargs)):
+                if e.run.layouts is None and id(e.run) not in state:
+                    stack.append((e.run, False))
+        for run in order:
+            if run.layouts is None:  # (a deferred view's run may have resolved it meanwhile, reading its shadow)
+                run._resolve_one()
+
+    def _resolve_one(self) -> None:
+        self.args, self.kwargs = _materialize(self.args), _materialize(self.kwargs)
+        n = len(self.outputs) if self.outputs is not None else 0
+        layouts = [None] * n
         ran = self._run()
+        self.layouts = tuple(layouts)
         if ran is None:
             return
         outs, mout = ran
@@ -115,15 +183,19 @@ class PendingLayout(DeferredMetaRun):
         if not isinstance(mout, (tuple, list)) or len(mout) != len(outs):
             return  # (PyTorch cannot run it on meta, or returns another structure: contiguous, as before)
         with torch._C.DisableTorchFunction():
-            for w, m in zip(outs, mout):
-                if w is None or w._tt_meta is not None or not isinstance(m, torch.Tensor):
-                    continue
-                p = w._tt_value
-                if m.dtype != p.dtype.torch_dtype or tuple(m.shape) != hints(p.shape) or m.is_contiguous():
+            for i, (w, m) in enumerate(zip(outs, mout)):
+                if not isinstance(m, torch.Tensor) or m.is_contiguous():
                     continue
                 # a storage of its own with eager's strides (the result is not a view of an argument: its
                 # symbol says so, whatever the meta kernel shares)
-                w._tt_meta = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
+                layouts[i] = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
+                if w is None or w._tt_meta is not None:
+                    continue
+                p = w._tt_value
+                if m.dtype == p.dtype.torch_dtype and tuple(m.shape) == hints(p.shape):
+                    w._tt_meta = layouts[i]
+        self.args = self.kwargs = None  # (the shadows it read are not needed any more)
+        self.layouts = tuple(layouts)
 
 
 def defer_result_layout(func, args, kwargs, wrapped) -> None:
@@ -138,9 +210,8 @@ def defer_result_layout(func, args, kwargs, wrapped) -> None:
     strided = "memory_format" in kwargs
     with torch._C.DisableTorchFunction():
         for a in _tensor_arguments(args, kwargs):
-            kind = _layout_kind(a)
-            if kind is _UNKNOWN:
-                return
-            strided = strided or kind
+            if strided:
+                break
+            strided = _layout_kind(a)
         if strided:
             PendingLayout(func, args, kwargs, outs)  # (held by the results)

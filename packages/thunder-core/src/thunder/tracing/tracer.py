@@ -73,6 +73,7 @@ from thunder.tracing.known_values import (
 )
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
+from thunder.tracing.restrided_gradients import note_restride_past_elements
 from thunder.tracing.result_layouts import defer_result_layout
 from thunder.tracing.saved_versions import StaleSaves, note_saved, version_count
 from thunder.tracing.tracing_tensor import (
@@ -121,7 +122,6 @@ from thunder.tracing.views import (
     mark_multi_views,
     matmul_returning_a_view,
     may_alias,
-    refuse_restride_past_elements,
     run_on_shadows,
     set_input_layout,
     shadow,
@@ -899,7 +899,7 @@ class Tracer:
         with torch._C.DisableTorchFunction():
             old_nbytes = old_meta.untyped_storage().nbytes()
         new_meta = run_on_shadows(func, (old_meta.detach(), *args[1:]), kwargs) if callable(func) else None
-        refuse_restride_past_elements(func, wrapper, old_meta, new_meta)
+        value = note_restride_past_elements(func, wrapper, old_meta, new_meta, value)
         if new_meta is None or tuple(new_meta.shape) != hints(value.shape):
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
         with torch._C.DisableTorchFunction():

@@ -42,6 +42,7 @@ class TracingTensor(torch.Tensor):
     _tt_layout_pending = None  # the run giving this result eager's strides, until needed (result_layouts.py)
     _tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
     _tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
+    _tt_grad_geometry = None  # (root, former shadows) bounding its gradient after as_strided_ (restrided_gradients.py)
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
     _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)
@@ -81,7 +82,7 @@ class TracingTensor(torch.Tensor):
                 self._tt_seen = -1
             if base._tt_version != self._tt_seen:
                 if view[1] is None:
-                    value = _views._derive_strided(base, self)
+                    value = _views._derive_strided(base, self, _restrided.root_value_for(self, base))
                 else:
                     value = _views._derive_view(base._tt_value, view[1])
                 if self._tt_nondiff:
@@ -248,4 +249,5 @@ _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
 # tracing mode patches torch.from_numpy (numpy_arrays) at run time (imported last, as modules, so either module
 # may be imported first)
 import thunder.tracing.numpy_arrays as _numpy_arrays  # noqa: E402
+import thunder.tracing.restrided_gradients as _restrided  # noqa: E402
 import thunder.tracing.views as _views  # noqa: E402

@@ -296,9 +296,14 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
     """The arguments to trace ``func`` with where eager's answer is not the op's on its arguments as they are:
     ``as_strided`` of an argument sharing its storage (``strided_on_shared_storage``), ``x.masked_fill_(mask, v)``
     on an expanded ``x`` (each memory location takes ``v`` when the mask holds for any of its elements: the mask
-    is made the same for all of them)."""
+    is made the same for all of them), ``x.index_put_(..., accumulate=True)`` on an expanded ``x``
+    (``expanded_updates.py``)."""
     args, kwargs = strided_on_shared_storage(func, args, kwargs)
     w = args[0] if args else None
+    if getattr(func, "__name__", None) == "index_put_":
+        from thunder.tracing.expanded_updates import index_put_on_expanded
+
+        return index_put_on_expanded(args, kwargs) or (args, kwargs)
     if getattr(func, "__name__", None) != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2:
         return args, kwargs
     if w._tt_view is None:
@@ -337,6 +342,8 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
         and not (name == "masked_fill_" and _expanded_dims(region) is not None)
+        # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
+        and not (name == "index_put_" and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
         raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
     return region
@@ -443,27 +450,25 @@ def _storage_with_gradient_of(root: TracingTensor, w: TracingTensor, wm: torch.T
     return out
 
 
+def _refuse_write_past_root(rm: torch.Tensor, vm: torch.Tensor) -> None:
+    """Raises when a view restrided past its elements (``x.as_strided_`` of a tensor over a larger storage) is updated
+    in place: its root holds the tensor's former elements only, not the storage elements the update writes."""
+    with torch._C.DisableTorchFunction():
+        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
+        if rm.storage_offset() == 0 and rm.numel() == n and rm.is_contiguous():
+            return  # (the root holds its whole storage)
+        if _positions(vm) <= _positions(rm):
+            return
+    raise TracingError(
+        "thunder.jit cannot update in place a tensor restrided (as_strided_) to storage elements past its own: "
+        "its storage is not an argument of the program; restride its base, or clone before the update\n  "
+        + describe_location(user_frame(2))
+    )
+
+
 def _positions(m: torch.Tensor) -> set[int]:
     n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
     return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
-
-
-def refuse_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None) -> None:
-    """Raises for ``x.as_strided_(...)`` reaching storage elements ``x`` did not hold while ``x`` requires grad:
-    eager's gradient then follows ``x``'s former geometry (the new elements get none), which thunder does not
-    model. Without grad, the values come from the storage, as in eager."""
-    if getattr(func, "__name__", None) != "as_strided_" or new is None or not torch.is_grad_enabled():
-        return
-    if not w._tt_value.requires_grad:
-        return
-    with torch._C.DisableTorchFunction():
-        if _positions(new) <= _positions(old):
-            return
-    raise TracingError(
-        "thunder.jit cannot run as_strided_ reaching past a tensor's elements while it requires grad (eager's "
-        "gradient follows its former elements): use torch.as_strided on its base, or run it under no_grad\n  "
-        + describe_location(user_frame(4))
-    )
 
 
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
@@ -838,6 +843,10 @@ def _write_strided_impl(root: TracingTensor, view: TracingTensor, value: TensorP
 
     base, rm, as_pairs = _root_for(root, view)
     vm = shadow(view)
+    _refuse_write_past_root(rm, vm)
+    from thunder.tracing.restrided_gradients import refuse_update_of_bounded_view
+
+    refuse_update_of_bounded_view(root, view)
     specialize(base.shape)  # (as in _derive_strided_impl)
     specialize(value.shape)
     idx = _strided_index(rm, vm, base.device)

@@ -540,14 +540,13 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
         for i, p in enumerate(fb.output_proxies)
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
-    if fb.backward_error is not None:
-        backward_fn = _raising(backward_fn, *fb.backward_error)
     if build_backward is not None and fb.seeded and all(_static(fb.output_proxies[i]) for i in fb.seeded):
-        error = fb.backward_error
-        backward_fn = _PrunedBackwards(
-            backward_fn, fb, build_backward, (lambda f: _raising(f, *error)) if error is not None else (lambda f: f)
-        )
+        backward_fn = _PrunedBackwards(backward_fn, fb, build_backward, fb.backward_error)
+    elif fb.backward_error is not None:
+        backward_fn = _raising(backward_fn, *fb.backward_error)
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
+        if backward_fn.__class__ is _PrunedBackwards:
+            backward_fn.given_none = False  # (wrapped: autograd materialises the zeros, see ThunderFunction)
         forward_fn, backward_fn = _with_grad_source(forward_fn, backward_fn)
     index = {p.name if isinstance(p, TensorProxy) else id(p): i for i, p in enumerate(fb.output_proxies)}
     structure = fb.structure
@@ -598,15 +597,19 @@ class _PrunedBackwards:
     the first time that set comes (``build``); where none can be made, the full backward with zeros for the missing
     cotangents (what autograd would have materialised)."""
 
-    def __init__(self, full, fb: ForwardBackward, build, wrap):
+    def __init__(self, full, fb: ForwardBackward, build, error):
         self.full = full
-        self.wrap = wrap  # (eager's error at backward, as the full backward raises it)
+        self.error = error  # (eager's error at backward: see _raising)
+        self.given_none = True  # (autograd gives None for the outputs not differentiated)
         self.seeded = fb.seeded
         self.outputs = fb.output_proxies
         self.build = build
         self.variants: dict[frozenset, object] = {}
 
     def __call__(self, saved, cotangents):
+        if self.error is not None:
+            # (the outputs not differentiated come as None: every cotangent given is the caller's, zeros too)
+            _raise_if_reached(cotangents, *self.error, zeros_reach=self.given_none)
         for i in self.seeded:
             if cotangents[i] is None:
                 break
@@ -616,7 +619,7 @@ class _PrunedBackwards:
         fn = self.variants.get(absent)
         if fn is None:
             built = self.build(absent)
-            fn = self.variants[absent] = self._with_zeros if built is None else self.wrap(built)
+            fn = self.variants[absent] = self._with_zeros if built is None else built
         return fn(saved, cotangents)
 
     def _with_zeros(self, saved, cotangents):
@@ -634,18 +637,26 @@ def _static(p) -> bool:
 
 def _raising(backward_fn, message: str, reaching: tuple[int, ...], error: type[Exception]):
     """``backward_fn``, raising eager's error (``error`` with ``message``) instead when a gradient comes through one of the outputs
-    ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Autograd gives
-    the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call."""
+    ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Here autograd gives
+    the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call (where
+    it gives None, ``_PrunedBackwards`` tells the caller's zeros apart)."""
 
     def backward(saved, cotangents):
-        for i in reaching:
-            g = cotangents[i] if i < len(cotangents) else None
-            # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
-            if isinstance(g, torch.Tensor) and (not g.numel() or bool(g.ne(0).any())):
-                raise error(message)
+        _raise_if_reached(cotangents, message, reaching, error)
         return backward_fn(saved, cotangents)
 
     return backward
+
+
+def _raise_if_reached(cotangents, message: str, reaching: tuple[int, ...], error: type[Exception], zeros_reach=False):
+    """Raises ``error(message)`` when a cotangent comes through one of the outputs ``reaching`` the failing call: any
+    given one where autograd passes None for the outputs not differentiated (``zeros_reach``), else one that is not
+    all zeros (autograd's materialised zeros cannot be told from the caller's)."""
+    for i in reaching:
+        g = cotangents[i] if i < len(cotangents) else None
+        # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
+        if isinstance(g, torch.Tensor) and (zeros_reach or not g.numel() or bool(g.ne(0).any())):
+            raise error(message)
 
 
 def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...], type[Exception]] | None:
