@@ -501,3 +501,85 @@ def test_an_out_view_resized_past_its_storage_is_refused_naming_the_line():
         NotImplementedError, match=r"(?s)past that storage's end.*in _add_into_a_row_growing_the_storage"
     ):
         thunder.jit(_add_into_a_row_growing_the_storage)(*make())
+
+
+def _expanded_row(*, requires_grad: bool = False):
+    leaf = torch.tensor([[0.5, -1.5, 2.0]], requires_grad=requires_grad)
+    return leaf, (leaf * 1).expand(4, -1)
+
+
+def _rows_where_first_is_positive(x):
+    x[x[:, 0] > 0] = 3.0
+    return x.sum(0)
+
+
+def _elements_over_zero(x):
+    x[x > 0] = 7.0
+    return x * 2
+
+
+def _elements_under_zero_by_a_tuple_key(x):
+    x[(x < 0,)] = torch.tensor(0.25)
+    return x + 1
+
+
+def _one_element_by_a_one_element_vector(x):
+    m = torch.zeros(4, 3, dtype=torch.bool)
+    m[1, 0] = True
+    x[m] = torch.tensor([5.0])
+    return x * 1
+
+
+def _trailing_mask_fill(x):
+    x.masked_fill_(torch.tensor([True, False, True]), -2.0)  # (masked_fill_'s mask broadcasts from the right)
+    return x * 3
+
+
+@pytest.mark.filterwarnings("ignore:Use of (masked_fill_|index_put_) on expanded tensors is deprecated")
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _rows_where_first_is_positive,
+        _elements_over_zero,
+        _elements_under_zero_by_a_tuple_key,
+        _one_element_by_a_one_element_vector,
+        _trailing_mask_fill,
+    ],
+)
+def test_a_boolean_masked_assignment_of_one_value_to_an_expanded_tensor_runs_as_eagers_masked_fill(fn):
+    # eager runs x[mask] = v (one value) as x.masked_fill_(mask, v), which it allows on an expanded x: every memory
+    # location whose elements the mask selects any of takes v. Thunder refused it as an index_put_ into overlapping
+    # memory (campaign widened 14006/14007)
+    _, want_x = _expanded_row()
+    want = fn(want_x)
+    _, got_x = _expanded_row()
+    got = thunder.jit(fn)(got_x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x, want_x)  # (the caller's base row, through the expanded view)
+
+
+def test_a_boolean_masked_assignment_to_a_plain_tensor_still_indexes_its_leading_dims():
+    def f(x, m):
+        x[m] = 9.0
+        return x * 2
+
+    x, m = torch.randn(4, 3), torch.tensor([True, False, False, True])
+    want_x = x.clone()
+    torch.testing.assert_close(thunder.jit(f)(x, m), f(want_x, m))
+    torch.testing.assert_close(x, want_x)
+
+
+@pytest.mark.filterwarnings("ignore:Use of masked_fill_ on expanded tensors is deprecated")
+def test_a_boolean_masked_assignment_to_an_expanded_view_with_grad_raises_eagers_backward_error():
+    # eager's backward reaches the masked_fill_'s copy into the expanded view and raises; thunder's computed one
+    def run(f):
+        leaf, x = _expanded_row(requires_grad=True)
+        out = f(x)
+        with pytest.raises(RuntimeError, match="single memory location") as info:
+            (out.sum() + x.sum()).backward()
+        return out.detach(), type(info.value)
+
+    want, want_type = run(_elements_over_zero)
+    got, got_type = run(thunder.jit(_elements_over_zero))
+    torch.testing.assert_close(got, want)
+    assert got_type is want_type

@@ -333,12 +333,17 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     ``x.zero_()``, ``x.fill_(1.5)``, ``x.masked_fill_(m, v)``, the updates eager runs on one) makes eager's
     backward raise when it reaches the update's node (``CopySlices`` copies the gradient into that view):
     noted with the new value of the tensor the view is of."""
+    from thunder.tracing.views import is_masked_fill, overlaps_itself
+
     name = getattr(func, "__name__", "")
     w = args[0] if args else None
-    # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself)
-    if type(w) is not TracingTensor or not name.endswith("_") or name[:1] == "_" or name in _LAYOUT_ONLY:
+    # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself; but x[mask] = v with one
+    # value is eager's x.masked_fill_(mask, v))
+    masked_fill = name == "__setitem__" and is_masked_fill(args)
+    if type(w) is not TracingTensor or not (masked_fill or name.endswith("_")):
         return
-    from thunder.tracing.views import overlaps_itself
+    if not masked_fill and (name[:1] == "_" or name in _LAYOUT_ONLY):
+        return
 
     m = w._tt_meta
     if m is None or not overlaps_itself(m):

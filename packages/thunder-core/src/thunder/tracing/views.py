@@ -296,7 +296,8 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
     """The arguments to trace ``func`` with where eager's answer is not the op's on its arguments as they are:
     ``as_strided`` of an argument sharing its storage (``strided_on_shared_storage``), ``x.masked_fill_(mask, v)``
     on an expanded ``x`` (each memory location takes ``v`` when the mask holds for any of its elements: the mask
-    is made the same for all of them), ``x.index_put_(..., accumulate=True)`` on an expanded ``x``
+    is made the same for all of them), and so ``x[mask] = v`` with one value, which eager runs as that
+    ``masked_fill_``; ``x.index_put_(..., accumulate=True)`` on an expanded ``x``
     (``expanded_updates.py``)."""
     args, kwargs = strided_on_shared_storage(func, args, kwargs)
     w = args[0] if args else None
@@ -304,17 +305,36 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
         from thunder.tracing.expanded_updates import index_put_on_expanded
 
         return index_put_on_expanded(args, kwargs) or (args, kwargs)
-    if getattr(func, "__name__", None) != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2:
+    name = getattr(func, "__name__", None)
+    # (eager's x[mask] = v with a boolean mask and one value is x.masked_fill_(mask, v))
+    setitem = name == "__setitem__" and is_masked_fill(args)
+    if not setitem and (name != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2):
         return args, kwargs
     if w._tt_view is None:
         input_shadow(w)
     dims = _expanded_dims(shadow(w))
-    if dims is None or type(args[1]) is not TracingTensor:
+    mask = args[1][0] if setitem and isinstance(args[1], tuple) else args[1]
+    if dims is None or type(mask) is not TracingTensor:
         return args, kwargs
-    mask = args[1].expand(w.shape)
+    if setitem:  # (x[mask] indexes x's leading dims; masked_fill_'s mask broadcasts against its trailing ones)
+        mask = mask.reshape((*mask.shape, *(1,) * (w.ndim - mask.ndim)))
+    mask = mask.expand(w.shape)
     for d in dims:
         mask = mask.any(d, keepdim=True)
     return (w, mask.expand(w.shape), *args[2:]), kwargs
+
+
+def is_masked_fill(args) -> bool:
+    """``x[mask] = v`` with a boolean ``mask`` of ``x``'s leading sizes and one value ``v``: a ``masked_fill_``."""
+    if len(args) != 3 or type(args[0]) is not TracingTensor:
+        return False
+    w, key, value = args
+    mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if type(mask) is not TracingTensor or mask.dtype is not torch.bool or mask.ndim > w.ndim:
+        return False
+    if tuple(mask.shape) != tuple(w.shape[: mask.ndim]):
+        return False
+    return not isinstance(value, torch.Tensor) or value.numel() == 1
 
 
 def _writes_one_value_everywhere(name: str | None, args, kwargs) -> bool:
@@ -341,7 +361,7 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         _overlaps_itself(region)
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
-        and not (name == "masked_fill_" and _expanded_dims(region) is not None)
+        and not ((name == "masked_fill_" or is_masked_fill(args)) and _expanded_dims(region) is not None)
         # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
         and not (name == "index_put_" and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
