@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbolic import hints
 from thunder.tracing.tracing_tensor import TracingTensor
 from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, shadow
@@ -90,28 +91,14 @@ class _EarlierLayout:
         return m
 
 
-def _earlier(x):
+def _earlier(x) -> list[_EarlierLayout]:
     """The ``_EarlierLayout`` entries of a recorded argument structure."""
-    t = type(x)
-    if t is _EarlierLayout:
-        yield x
-    elif t is tuple or t is list:
-        for y in x:
-            yield from _earlier(y)
-    elif t is dict:
-        for y in x.values():
-            yield from _earlier(y)
+    return [y for y in tree_leaves(x) if type(y) is _EarlierLayout]
 
 
 def _materialize(x):
-    t = type(x)
-    if t is _EarlierLayout:
-        return x.meta()
-    if t is tuple or t is list:
-        return t(_materialize(y) for y in x)
-    if t is dict:
-        return {k: _materialize(v) for k, v in x.items()}
-    return x
+    """``x`` with each ``_EarlierLayout`` replaced by the layout its run gave."""
+    return tree_map(lambda y: y.meta() if type(y) is _EarlierLayout else y, x)
 
 
 def _as_shadows(x):
