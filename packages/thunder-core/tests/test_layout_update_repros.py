@@ -121,3 +121,68 @@ def test_as_strided_reaching_past_the_elements_of_a_tensor_requiring_grad_gets_e
     ge = torch.autograd.grad((expected, ae), le, (seeds, seeds * 7))
     gt = torch.autograd.grad((actual, at), lt, (seeds, seeds * 7))
     torch.testing.assert_close(gt, ge)
+
+
+def _as_strided_reaching_row_one(x):
+    return torch.as_strided(x, (2, 2), (1, 2), 0)
+
+
+def _as_strided_after_an_update(x):
+    x.mul_(2)
+    return torch.as_strided(x, (2, 2), (1, 2), 0)
+
+
+def _as_strided_within_elements(x):
+    return torch.as_strided(x, (2,), (2,), 0)
+
+
+def _as_strided_of_a_computed_row(x):
+    return torch.as_strided((x * 3)[0:1], (2, 2), (1, 2), 0)
+
+
+def _as_strided_of_an_updated_row(x):
+    v = x[0:1]
+    v.mul_(2)
+    return torch.as_strided(v, (2, 2), (1, 2), 0)
+
+
+def _as_strided_of_an_updated_computed_row(x):
+    y = x * 1
+    v = y[0:1]
+    v.mul_(2)
+    return torch.as_strided(v, (2, 2), (1, 2), 0) * 1
+
+
+_VIEWED_ARGUMENTS = {
+    "expanded row": (_as_strided_reaching_row_one, lambda b: b[0:1].expand(3, -1)),
+    "row": (_as_strided_reaching_row_one, lambda b: b[0:1]),
+    "strided row": (_as_strided_reaching_row_one, lambda b: b[0:1, ::2]),
+    "row of a computed tensor": (_as_strided_of_a_computed_row, lambda b: b),
+    "updated row of the argument": (_as_strided_of_an_updated_row, lambda b: b),
+    "updated row of a computed tensor": (_as_strided_of_an_updated_computed_row, lambda b: b),
+    "within the row": (_as_strided_within_elements, lambda b: b[0:1].expand(3, -1)),
+}
+
+
+@pytest.mark.parametrize("fn, view", _VIEWED_ARGUMENTS.values(), ids=_VIEWED_ARGUMENTS.keys())
+def test_as_strided_of_a_viewed_argument_reaching_its_bases_elements_gets_eagers_gradient(fn, view):
+    # silently wrong before: the output was re-viewed from the argument's base, whose elements past the argument's
+    # got a gradient; eager's as_strided backward follows the argument's own geometry and drops theirs
+    def make():
+        leaf = torch.tensor([[1.5, -0.25, -2.0], [0.5, -1.0, -1.5]], dtype=torch.float64, requires_grad=True)
+        return leaf, view(leaf * 1)
+
+    (le, ae), (lt, at) = make(), make()
+    expected, actual = fn(ae), thunder.jit(fn)(at)
+    torch.testing.assert_close(actual, expected)
+    assert (actual._base is None) == (expected._base is None)
+    seed = torch.arange(1.0, 1.0 + expected.numel(), dtype=torch.float64).reshape(expected.shape)
+    torch.testing.assert_close(torch.autograd.grad(actual, lt, seed), torch.autograd.grad(expected, le, seed))
+
+
+def test_as_strided_past_an_updated_arguments_elements_is_refused_with_the_users_line():
+    # crashed inside the program before (the updated argument's value holds its own elements only)
+    x = (torch.randn(2, 3, dtype=torch.float64) * 1)[0:1]
+    with pytest.raises(Exception, match="as_strided reading storage elements past") as info:
+        thunder.jit(_as_strided_after_an_update)(x)
+    assert "_as_strided_after_an_update" in str(info.value) or "test_layout_update_repros" in str(info.value)

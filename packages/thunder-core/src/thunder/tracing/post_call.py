@@ -47,6 +47,7 @@ class ReturnedView(NamedTuple):
     updated: bool  # the program writes that storage back
     without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
     alias_not_view: bool = False  # a detach()/.data/view(dtype) output itself: it shares the storage, no ``_base``
+    bounds: tuple = ()  # layouts it is viewed through, as eager's ``as_strided`` backward (``views.gradient_bounds``)
 
 
 class ViewOfResult(NamedTuple):
@@ -64,6 +65,7 @@ class ViewOfResult(NamedTuple):
     # copy of it as the tensor eager's output views (``layout`` None only); None: that tensor itself
     layout_of: int | None = None
     detached: bool = False  # viewed through detach() (``y.detach()[1:]``): a view of eager's alias without grad
+    bounds: tuple = ()  # layouts it is viewed through, as eager's ``as_strided`` backward (``views.gradient_bounds``)
 
 
 class PostCall:
@@ -379,6 +381,7 @@ class PostCall:
                 leaf._tt_leaf_view,
                 layout_of,
                 detached,
+                leaf._tt_bounds if layout is not None else (),
             )
         )
         self.extra.append(value)
@@ -414,7 +417,15 @@ class PostCall:
         alias_not_view = detached and getattr(leaf, "_tt_family", None) is leaf
         self.views.append(
             ReturnedView(
-                i, expr, layout, leaf._thunder_proxy.name, detached, updated, leaf._tt_leaf_view, alias_not_view
+                i,
+                expr,
+                layout,
+                leaf._thunder_proxy.name,
+                detached,
+                updated,
+                leaf._tt_leaf_view,
+                alias_not_view,
+                leaf._tt_bounds,
             )
         )
         return True
@@ -593,7 +604,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _, without_grad, alias_not_view in views:
+    for i, expr, layout, _, detached, _, without_grad, alias_not_view, bounds in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -608,10 +619,18 @@ def _return_views(result, views, args, where, spec):
             view = base.as_strided(size, stride, offset).detach()
         else:
             with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
-                view = (base.detach() if detached else base).as_strided(size, stride, offset)
+                view = _through(base.detach() if detached else base, bounds).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
+
+
+def _through(base: torch.Tensor, bounds: tuple) -> torch.Tensor:
+    """``base`` viewed through each layout of ``bounds`` in turn (each ``as_strided`` backward then drops the gradient of
+    the elements past that layout's, as eager's ``as_strided`` of a view does)."""
+    for size, stride, offset in bounds:
+        base = base.as_strided(size, stride, offset)
+    return base
 
 
 def _return_internal_views(result, internal_views, extra, spec):
@@ -627,7 +646,7 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of, detached in internal_views:
+    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of, detached, bounds in internal_views:
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
@@ -664,7 +683,7 @@ def _return_internal_views(result, internal_views, extra, spec):
                 bases[key] = base.detach()
             base = bases[key]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
-            view = base.as_strided(size, stride, offset)
+            view = _through(base, bounds).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)

@@ -17,9 +17,9 @@ from thunder.core import dtypes
 from thunder.tracing.errors import TracingError, describe_location, user_frame
 from thunder.tracing.inplace_grad import _detached, _recording_directly
 from thunder.tracing.tracing_tensor import TracingTensor
-from thunder.tracing.views import _positions, _strided_index, shadow
+from thunder.tracing.views import _positions, _strided_index, _strided_layout, reads_past, shadow
 
-__all__ = ["note_restride_past_elements", "refuse_update_of_bounded_view", "root_value_for"]
+__all__ = ["note_restride_past_elements", "refuse_update_of_bounded_view", "root_value_for", "strided_past_elements"]
 
 
 def note_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None, value):
@@ -128,4 +128,71 @@ def root_value_for(view: TracingTensor, root: TracingTensor):
         flat = clang.reshape(value, (n,))
         out = clang.reshape(clang.where(inside, flat, _detached(flat)), tuple(value.shape))
     out.requires_grad = True
+    return out
+
+
+def strided_past_elements(func, args, kwargs) -> tuple[tuple, dict]:
+    """The arguments to run ``torch.as_strided(w, size, stride, offset)`` with where the result reads storage elements
+    past ``w``'s own: ``w``'s storage is that of its root, whose value the program holds as one tensor of the whole
+    storage when the root is a tensor the program made (contiguous, at offset 0) or an argument it did not update;
+    the op then reads the root, whose elements past ``w``'s carry no gradient path (eager's ``as_strided`` backward
+    follows ``w``'s geometry). ``w``'s own value is no view of that storage after an in-place update of it (or of
+    its root). Raises where the root's value is not the whole storage (an argument updated in place)."""
+    w = args[0] if args else None
+    if type(w) is not TracingTensor:
+        return args, kwargs
+    layout = _strided_layout(w, args, kwargs)
+    if layout is None:
+        return args, kwargs
+    wm = shadow(w)
+    try:
+        with torch._C.DisableTorchFunction():
+            read = wm.as_strided(*layout)
+    except RuntimeError:
+        return args, kwargs
+    with torch._C.DisableTorchFunction():
+        if not reads_past(read, wm):
+            return args, kwargs
+    root = w if w._tt_view is None else w._tt_view[0]
+    rm = shadow(root)
+    with torch._C.DisableTorchFunction():
+        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
+        whole = rm.storage_offset() == 0 and rm.numel() == n and rm.is_contiguous()
+    if root is w and w._tt_version == 0 and (whole or root._tt_owner is None):
+        return args, kwargs  # (its value is the storage's tensor itself: an argument as called, or a whole one)
+    if not whole or root._tt_view is not None:
+        raise TracingError(
+            f"thunder.jit cannot run {getattr(func, '__name__', 'as_strided')} reading storage elements past those "
+            "of an argument after an in-place update of it or of a view of it, when the argument does not span its "
+            "whole storage (its base's elements past it are not the program's): run it before the update, or pass "
+            "the base\n  " + describe_location(user_frame(3))
+        )
+    source = root
+    if w._tt_value.requires_grad or root._tt_value.requires_grad:
+        source = _whole_storage_with_gradient_of(root, w, rm, wm)
+    return (source, *layout), {}
+
+
+def _whole_storage_with_gradient_of(root: TracingTensor, w: TracingTensor, rm, wm) -> TracingTensor:
+    """A stand-in viewing ``root``'s storage whose value is ``root``'s with a gradient path only at ``w``'s
+    elements."""
+    from thunder import clang
+    from thunder.core import prims
+    from thunder.tracing.views import _mark_view
+
+    value = root._thunder_proxy
+    device = value.device
+    with _recording_directly():
+        idx = clang.reshape(_strided_index(rm, wm, device), (wm.numel(),))
+        n = rm.numel()
+        none = clang.full((n,), False, device=device, dtype=dtypes.bool8)
+        held = prims.scatter(none, idx, clang.full((wm.numel(),), True, device=device, dtype=dtypes.bool8), 0)
+        flat = clang.reshape(value, (n,))
+        masked = clang.reshape(clang.where(held, flat, _detached(flat)), tuple(value.shape))
+    masked.requires_grad = True
+    out = TracingTensor(masked)
+    out._tt_meta = rm
+    _mark_view(out, root, None)
+    with torch._C.DisableTorchFunction():
+        out._tt_bounds = (*w._tt_bounds, (tuple(wm.shape), tuple(wm.stride()), wm.storage_offset()))
     return out

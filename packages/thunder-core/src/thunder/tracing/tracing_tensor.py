@@ -43,6 +43,7 @@ class TracingTensor(torch.Tensor):
     _tt_nondiff = False  # a view through detach()/.data: updates through it are invisible to autograd
     _tt_former = None  # its elements before an in-place op changed its sizes or strides (t_, unsqueeze_)
     _tt_grad_geometry = None  # (root, former shadows) bounding its gradient after as_strided_ (restrided_gradients.py)
+    _tt_bounds = ()  # layouts bounding its gradient, of the views torch.as_strided read past (views.gradient_bounds)
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
     _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)

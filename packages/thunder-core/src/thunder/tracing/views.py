@@ -21,6 +21,8 @@ from thunder.tracing.errors import (
 )
 from thunder.tracing.fallback import _func_name, fallback_symbol
 from thunder.tracing.inplace_grad import _detached, _recording_directly, recorded_clone
+from thunder.tracing.storage_geometry import positions as _positions
+from thunder.tracing.storage_geometry import reads_past
 from thunder.tracing.tracing_tensor import TracingTensor
 
 T = torch.Tensor
@@ -300,6 +302,10 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
     ``masked_fill_``; ``x.index_put_(..., accumulate=True)`` on an expanded ``x``
     (``expanded_updates.py``)."""
     args, kwargs = strided_on_shared_storage(func, args, kwargs)
+    if func in _STORAGE_STRIDED:
+        from thunder.tracing.restrided_gradients import strided_past_elements
+
+        return strided_past_elements(func, args, kwargs)
     w = args[0] if args else None
     if getattr(func, "__name__", None) == "index_put_":
         from thunder.tracing.expanded_updates import index_put_on_expanded
@@ -429,18 +435,33 @@ def strided_on_shared_storage(func, args, kwargs) -> tuple[tuple, dict]:
     )
 
 
-def _strided_on_root(func, w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
-    """``(root, size, stride, offset)`` for ``torch.as_strided(w, size, stride[, offset])`` when ``w`` requires
-    grad and the result's elements are among ``w``'s, else None."""
-    if not w._tt_value.requires_grad or len(args) > 4 or set(kwargs) - {"size", "stride", "storage_offset"}:
+def _strided_layout(w: TracingTensor, args, kwargs) -> tuple | None:
+    """``(size, stride, storage offset)`` of ``torch.as_strided(w, size, stride[, storage_offset])`` as plain
+    integers (the offset defaults to ``w``'s own), else None."""
+    if len(args) > 4 or set(kwargs) - {"size", "stride", "storage_offset"}:
         return None
     names = ("size", "stride", "storage_offset")
     given = dict(zip(names, args[1:]), **kwargs)
-    wm = shadow(w)
-    given.setdefault("storage_offset", wm.storage_offset())  # (eager's default: x's own offset)
+    if given.get("storage_offset") is None:
+        given["storage_offset"] = shadow(w).storage_offset()  # (eager's default: x's own offset)
     size, stride, offset = (given.get(n) for n in names)
-    if size is None or stride is None or not all(type(n) is int for n in (*size, *stride, offset)):
+    if not isinstance(size, (tuple, list)) or not isinstance(stride, (tuple, list)):
         return None
+    if not all(type(n) is int for n in (*size, *stride, offset)):
+        return None
+    return tuple(size), tuple(stride), offset
+
+
+def _strided_on_root(func, w: TracingTensor, root: TracingTensor, args, kwargs) -> tuple[tuple, dict] | None:
+    """``(root, size, stride, offset)`` for ``torch.as_strided(w, size, stride[, offset])`` when ``w`` requires
+    grad and the result's elements are among ``w``'s, else None."""
+    if not w._tt_value.requires_grad:
+        return None
+    layout = _strided_layout(w, args, kwargs)
+    if layout is None:
+        return None
+    size, stride, offset = layout
+    wm = shadow(w)
     try:
         with torch._C.DisableTorchFunction():
             read = shadow(root).as_strided(tuple(size), tuple(stride), offset)
@@ -484,11 +505,6 @@ def _refuse_write_past_root(rm: torch.Tensor, vm: torch.Tensor) -> None:
         "its storage is not an argument of the program; restride its base, or clone before the update\n  "
         + describe_location(user_frame(2))
     )
-
-
-def _positions(m: torch.Tensor) -> set[int]:
-    n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
-    return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
 
 
 def seed_storage(root: TracingTensor, members: list[TracingTensor]) -> None:
@@ -735,6 +751,7 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
         if src is not None:
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
+            w._tt_bounds = gradient_bounds(func, src, m)
             detaching = func in _DETACHING or _reinterprets_dtype(func, uargs, ukwargs)
             w._tt_nondiff = src._tt_nondiff or detaching
             if w._tt_nondiff:  # the detach() output this view comes from (its own autograd history in eager)
@@ -749,6 +766,25 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
         if t is tuple or t is list:
             return t(items)
     return wrapped
+
+
+_AS_STRIDED_VIEWS = frozenset((torch.as_strided, T.as_strided))
+
+
+def gradient_bounds(func, src: TracingTensor, m: torch.Tensor) -> tuple:
+    """The layouts (over the storage) bounding the gradient of a view ``m`` made by ``func`` of ``src``: ``src``'s
+    own, and ``src``'s layout where ``func`` is ``torch.as_strided`` reading storage elements ``src`` does not hold
+    while it requires grad (eager's ``as_strided`` backward follows ``src``'s geometry: those elements get no
+    gradient). An output re-viewed from its base after the call is viewed through them (``post_call``)."""
+    bounds = src._tt_bounds
+    if func not in _AS_STRIDED_VIEWS or not src._tt_value.requires_grad:
+        return bounds
+    sm = shadow(src)
+    with torch._C.DisableTorchFunction():
+        layout = (tuple(sm.shape), tuple(sm.stride()), sm.storage_offset())
+        if not all(type(n) is int for n in (*layout[0], *layout[1], layout[2])) or not reads_past(m, sm):
+            return bounds
+    return (*bounds, layout)
 
 
 def _mark_view(x: TracingTensor, base: TracingTensor, step) -> None:
