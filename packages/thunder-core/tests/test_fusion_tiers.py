@@ -649,6 +649,46 @@ def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
     assert job.done.wait(300)
 
 
+def test_a_users_compiled_function_runs_while_fxs_tracer_sets_itself_up_for_a_region(monkeypatch):
+    # the flag FX's tracer raises for the whole process is also up while it sets itself up (before the region's
+    # operations run, where thunder lowers it): a user's torch.compile'd function called in another thread then
+    # raised Dynamo's "Detected that you are using FX to symbolically trace a dynamo-optimized function"
+    import threading
+
+    import torch.fx._symbolic_trace as fx_trace
+
+    from thunder.executors import tiers
+    from thunder.executors.torch_compile import _InductorRegion
+
+    def user_fn(x):
+        return torch.cos(x) * 3
+
+    compiled = torch.compile(user_fn, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), user_fn(x))
+    setting_up, release = threading.Event(), threading.Event()
+    create_args = fx_trace.Tracer.create_args_for_root
+
+    def held_open(self, *args, **kwargs):
+        if not setting_up.is_set():
+            assert fx_trace.is_fx_tracing()  # (the window this test is about)
+            setting_up.set()
+            release.wait(60)
+        return create_args(self, *args, **kwargs)
+
+    monkeypatch.setattr(fx_trace.Tracer, "create_args_for_root", held_open)
+    region = _InductorRegion(lambda a: (torch.tanh(a) - 1,), static=True)
+    a = torch.randn(3, 5)
+    job = tiers.submit_compile(lambda: region._inductor_graph([a]))
+    try:
+        assert setting_up.wait(120)
+        torch.testing.assert_close(compiled(x), user_fn(x))
+    finally:
+        release.set()
+    assert job.done.wait(300)
+    torch.testing.assert_close(region._inductor_graph([a])([a.clone()])[0], torch.tanh(a) - 1)
+
+
 @settings(max_examples=8, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(programs(frozenset({"elementwise", "broadcast", "view", "reduction", "softmax", "size_values"})))
 def test_inductor_regions_with_symbolic_sizes_give_eager_answers_on_random_programs(program):

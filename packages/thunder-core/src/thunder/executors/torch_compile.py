@@ -374,7 +374,7 @@ class _InductorRegion:
         from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
 
         _keep_rng_state_on_the_worker()
-        with dynamo_compile_lock, torch.no_grad():
+        with dynamo_compile_lock, torch.no_grad(), _other_threads_compiled_functions_unaffected():
             return compile_fn(_without_the_process_wide_tracing_flag(self.fn), inputs, *options)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
@@ -450,6 +450,45 @@ def _without_the_process_wide_tracing_flag(fn: Callable) -> Callable:
             fx_trace._is_fx_tracing_flag = was
 
     return traced
+
+
+_flag_users = 0
+_flag_users_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _other_threads_compiled_functions_unaffected():
+    """While a region is traced: a ``torch.compile``'d function that another thread calls runs compiled, not raising
+    Dynamo's "Detected that you are using FX to symbolically trace a dynamo-optimized function".
+
+    FX's tracer raises its process-wide flag while it sets itself up and finishes (``_without_the_process_wide_
+    tracing_flag`` lowers it for the trace itself), and a compiled function checks the flag on every call unless
+    Dynamo's ``force_compile_during_fx_trace`` is set. Dynamo's settings are per thread (a ``ContextVar``): only the
+    setting's default reaches the user's threads, so the default is raised meanwhile (counted across this process's
+    concurrent compiles) and restored after. Where Dynamo's config module differs, nothing changes."""
+    global _flag_users
+    try:
+        import torch._dynamo.config as dynamo_config
+
+        entry = dynamo_config._config["force_compile_during_fx_trace"]
+        entry.default  # noqa: B018 (the attribute this relies on)
+    except Exception:
+        entry = None
+    if entry is None:
+        yield
+        return
+    with _flag_users_lock:
+        if _flag_users == 0:
+            entry._thunder_former_default = entry.default
+            entry.default = True
+        _flag_users += 1
+    try:
+        yield
+    finally:
+        with _flag_users_lock:
+            _flag_users -= 1
+            if _flag_users == 0:
+                entry.default = entry._thunder_former_default
 
 
 def graphs_compiled() -> int:
