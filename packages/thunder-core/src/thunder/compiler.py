@@ -305,15 +305,21 @@ def _executable_program(
         pruned_traces: dict[frozenset, TraceCtx | None] = {}
         pruned_callables: dict[frozenset, Callable | None] = {}
         backwards_run: set[frozenset] = set()
-        full = backward_traces[-1].python_callable()
+        # compiled at its first use (a call whose outputs all get gradients; others run a pruned backward). Python
+        # code of a finished trace: no compile lock (a background compile may hold it for seconds), and two threads
+        # racing here compile it twice, harmlessly
+        full: list[Callable] = []
 
         def full_backward(saved, cotangents):
             backwards_run.add(_ALL_OUTPUTS)
-            return full(saved, cotangents)
+            if not full:
+                with _gc_paused():
+                    full.append(backward_traces[-1].python_callable())
+            return full[0](saved, cotangents)
 
         def build_backward(absent: frozenset) -> Callable | None:
             backwards_run.add(absent)
-            with _compile_lock:
+            with _compile_lock, _gc_paused():
                 if absent not in pruned_callables:
                     pruned = fb.prune(absent)
                     final = None if pruned is None else _executable_traces(pruned, executors)[-1]
