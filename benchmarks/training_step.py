@@ -5,8 +5,8 @@ thunder with ``thunder.discover()``'s executors (on CPU: Inductor regions compil
 
 All variants run in one process, each on its own copy of the model (same weights):
 
-1. one variant after the other: its first call (``first_call_s``; ``first_call_overhead_s`` is that less its
-   steady step) and, with ``--wall-steps N``, ``wall_s``, the time its first N steps take from a fresh model,
+1. one variant after the other: its first call (``first_call_s``, after a ``gc.collect()`` of the variants
+   before it; ``first_call_overhead_s`` is that less its steady step) and, with ``--wall-steps N``, ``wall_s``, the time its first N steps take from a fresh model,
    compiles included (for ``thunder_discover`` the steps run unfused until the background compile is done;
    ``fused_after_steps`` says from which step the fused program ran; then its pending fusion is waited for,
    so that it does not run during the next variant's steps);
@@ -28,6 +28,7 @@ compiles of ``thunder_discover`` and ``torch_compile`` are cold, as a new user's
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -179,6 +180,9 @@ class Variant:
     def warm_up(self, wall_steps: int) -> None:
         """The first call, the first ``wall_steps`` steps, and (thunder_discover) the background fusion's end."""
         result, discover = self.result, self.name == "thunder_discover"
+        # (the garbage of the variants before, and of the thunder variant's forward-only compile, collected first: a
+        # full collection it would trigger scans every object of the process, 0.2 s here, in whichever first call)
+        gc.collect()
         start = time.perf_counter()
         result["first_call_s"] = self.timed_step()
         if self.name.startswith("thunder"):
