@@ -380,6 +380,38 @@ def test_norm_decompositions_match_eager(dtype, train):
     assert any(name.startswith("native_group_norm") for name in fusion.fused)
 
 
+@pytest.mark.parametrize("pixels", [(2, 2), (4, 4), (8, 8)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_convolution_of_a_small_channels_last_map_matches_eager(pixels, stride):
+    # the torch executor runs these with contiguous arguments (a faster CPU kernel) and gives the input's gradient
+    # back in channels-last: values, gradients and the gradient's layout as eager's
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(48, 48, 5, stride=stride, padding=2, groups=48, dtype=torch.float64)
+    x = torch.randn(2, 48, *pixels, dtype=torch.float64).to(memory_format=torch.channels_last).requires_grad_()
+
+    def fn(x, weight, bias):
+        y = F.conv2d(x * 2, weight, bias, stride=stride, padding=2, groups=48)
+        return y * y
+
+    args = (x, conv.weight, conv.bias)
+    expected, actual = fn(*args), thunder.jit(fn)(*args)
+    torch.testing.assert_close(actual, expected)
+    seed = torch.randn_like(expected)
+    torch.testing.assert_close(torch.autograd.grad(actual, args, seed), torch.autograd.grad(expected, args, seed))
+    # the kernel itself: eager's values, and its input gradient in eager's layout
+    from thunder.executors.torchex import _convolution_backward
+
+    go = torch.randn_like(conv(x)).contiguous(memory_format=torch.channels_last)
+    args = (go, x.detach(), conv.weight.detach(), [48], (stride, stride), (2, 2), (1, 1), False, (0, 0), 48)
+    for mask in ([True, True, True], [True, False, False], [False, True, True]):
+        ours, eagers = _convolution_backward(*args, mask), torch.ops.aten.convolution_backward(*args, mask)
+        for o, e in zip(ours, eagers):
+            assert (o is None) == (e is None)
+            if e is not None:
+                torch.testing.assert_close(o, e)
+                assert o.stride() == e.stride()
+
+
 def test_examine_reports_native_backward_kernels(capsys):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
     x = torch.randn(2, 3, 8, 8, requires_grad=True)

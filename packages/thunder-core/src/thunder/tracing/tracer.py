@@ -37,6 +37,7 @@ from thunder.tracing.errors import (
     data_dependent_size_error,
     describe_location,
     innermost_frame,
+    refuse_lost_constant_gradients,
     user_frame,
 )
 from thunder.tracing.fallback import (
@@ -208,6 +209,7 @@ class Tracer:
         self.constants: dict[int, TensorProxy] = {}
         # constants the program updates in place: id -> (tensor, stand-in holding its current value)
         self.updated_constants: dict[int, tuple[torch.Tensor, TracingTensor]] = {}
+        self.grad_constants: dict[int, tuple] = {}  # constants requiring grad read with grad enabled: (tensor, frame)
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
         self.input_names: set[str] = set()
@@ -587,6 +589,8 @@ class Tracer:
         if updated is not None:  # updated in place earlier in the program: its current value
             return updated[1]._thunder_proxy
         p = self.constants.get(id(t))
+        if t.requires_grad and torch.is_grad_enabled():  # (refused when tracing ends, see finish)
+            self.grad_constants.setdefault(id(t), (t, user_frame(2)))
         if p is None:
             name = self.trace.add_constant(t, "_tensor_constant")
             p = TensorProxy(name, shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
@@ -981,6 +985,8 @@ class Tracer:
         pending.clear()
 
     def finish(self) -> None:
+        if self.grad_constants:
+            refuse_lost_constant_gradients(self.trace, self.constants, self.grad_constants)
         # deferred shadow runs of views no update reached are not needed: what reads views after tracing
         # (the outputs' checks) resolves its own through view_of
         self.pending_shadows.clear()
