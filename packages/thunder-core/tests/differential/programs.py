@@ -217,7 +217,9 @@ _SCATTER_INPLACE = [
     "{t}.sub_({b}, alpha=2)",
     "{t}.bitwise_not_()",
     "torch.mul({t}[-1], 2, out={t}[0])",
-    "torch.add({t}[0], {b}, out={t}[0])",
+    # (b summed: an out= that the result's broadcast would resize over the argument it reads is undefined in eager,
+    # whose result then depends on its kernel's loop order; thunder refuses it, naming the line)
+    "torch.add({t}[0], {b}.sum(), out={t}[0])",
     "torch.clamp({t}, -1, 1, out={t})",
 ]
 _SCATTER_VALUES = [
