@@ -243,6 +243,10 @@ _LAYOUT_CHAINS = [
     "(({a} + 1) * 3).sigmoid().view(-1)",
     "torch.mul({a}.detach(), 2, out={a}.new_zeros(1))",
     "torch.add({a}.detach().transpose(0, -1), 1, out={a}.new_empty(0))",
+    # composites whose eager result is a view of a tensor made inside them (later updates must keep it one)
+    "torch.cov({a}.reshape(-1))",
+    "torch.einsum('ij,jk->ki', {a}.reshape(-1, 1), {a}.reshape(1, -1))",
+    "torch.tensordot({a}.reshape(-1, 1), {a}.reshape(1, -1)[:, :1], 1)",
 ]
 # non-contiguous layouts of an input (``strided_inputs``), by rank; ``{b}`` is ``leaf * 1``
 _STRIDED_INPUTS = {
