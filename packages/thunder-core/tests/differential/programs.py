@@ -217,7 +217,9 @@ _SCATTER_INPLACE = [
     "{t}.sub_({b}, alpha=2)",
     "{t}.bitwise_not_()",
     "torch.mul({t}[-1], 2, out={t}[0])",
-    "torch.add({t}[0], {b}, out={t}[0])",
+    # (b summed: an out= that the result's broadcast would resize over the argument it reads is undefined in eager,
+    # whose result then depends on its kernel's loop order; thunder refuses it, naming the line)
+    "torch.add({t}[0], {b}.sum(), out={t}[0])",
     "torch.clamp({t}, -1, 1, out={t})",
 ]
 _SCATTER_VALUES = [
@@ -241,6 +243,10 @@ _LAYOUT_CHAINS = [
     "(({a} + 1) * 3).sigmoid().view(-1)",
     "torch.mul({a}.detach(), 2, out={a}.new_zeros(1))",
     "torch.add({a}.detach().transpose(0, -1), 1, out={a}.new_empty(0))",
+    # composites whose eager result is a view of a tensor made inside them (later updates must keep it one)
+    "torch.cov({a}.reshape(-1))",
+    "torch.einsum('ij,jk->ki', {a}.reshape(-1, 1), {a}.reshape(1, -1))",
+    "torch.tensordot({a}.reshape(-1, 1), {a}.reshape(1, -1)[:, :1], 1)",
 ]
 # non-contiguous layouts of an input (``strided_inputs``), by rank; ``{b}`` is ``leaf * 1``
 _STRIDED_INPUTS = {

@@ -246,7 +246,11 @@ def _flatten_literal(data, shape: list, depth: int = 0) -> list:
         for x in data:
             out.extend(_flatten_literal(x, shape, depth + 1))
         return out
-    check(isinstance(data, Number), "tensor literals with tensors inside have no symbol", NotImplementedError)
+    check(
+        isinstance(data, Number) or type(data) in (torch.SymInt, torch.SymFloat),
+        "tensor literals with tensors inside have no symbol",
+        NotImplementedError,
+    )
     return [data]
 
 
@@ -268,7 +272,7 @@ def tensor(data, *, device: torch.device, dtype: torch.dtype):
 def _literal_dtype(flat) -> torch.dtype:
     if any(isinstance(v, complex) for v in flat):
         return torch.complex64
-    if any(isinstance(v, float) for v in flat):
+    if any(isinstance(v, (float, torch.SymFloat)) for v in flat):
         return torch.get_default_dtype()
     if flat and all(isinstance(v, bool) for v in flat):
         return torch.bool

@@ -30,6 +30,12 @@ from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import is_symbolic
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
+from thunder.tracing.hidden_bases import (
+    VIEWS_OF_INTERNAL_RESULTS,
+    HiddenBaseView,
+    hidden_base_view,
+    return_hidden_base_views,
+)
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
 from thunder.tracing.views import rebased_multi_view
 
@@ -98,6 +104,8 @@ class PostCall:
         # outputs viewing a tensor the program computes under inference_mode: eager's are no views (an inference
         # tensor's views have no ``_base``), so they are returned as aliases without one (``detach()``)
         self.inference_views: list[int] = []
+        # outputs eager returns as views of a tensor its composite op made inside (hidden_bases.py)
+        self.hidden_base_views: list[HiddenBaseView] = []
         self.spec = None  # the output's structure (a transform that changes it disables the substitution)
         # the inputs passed as views of one storage with others: the prologue gives the program a view of that
         # whole storage, through which an update's autograd history reaches the caller's tensors
@@ -319,9 +327,11 @@ class PostCall:
         made inside it refuses in-place updates with grad (and one computed as a tensor of its own has no
         ``_base``), where eager's allows them; a view of one of the node's outputs is what eager returns."""
         if leaf._tt_pending is None and leaf._tt_view is None:
+            self._plan_hidden_base_view(i, leaf)
             return  # (the common case: a tensor of its own)
         view = view_of(leaf)
         if view is None:
+            self._plan_hidden_base_view(i, leaf)
             return
         # (detach()'s output itself shares the storage with no ``_base``: a view only of what detach() gives)
         detached = bool(leaf._tt_nondiff)
@@ -385,6 +395,22 @@ class PostCall:
             )
         )
         self.extra.append(value)
+
+    def _plan_hidden_base_view(self, i: int, leaf: TracingTensor) -> None:
+        """Records output leaf ``i`` when eager's is a view of a tensor made inside a composite op (hidden_bases.py)."""
+        if leaf._tt_copied:
+            self.hidden_base_views.append(HiddenBaseView(i, None, None, 0, None, None))
+            return
+        pending = leaf._tt_layout_pending
+        if pending is not None and getattr(pending.func, "__name__", None) in VIEWS_OF_INTERNAL_RESULTS:
+            pending.resolve()
+        m = leaf._tt_meta
+        if m is None or m._base is None:
+            return
+        self.take_layouts()
+        plan = hidden_base_view(i, m, self.storages)
+        if plan is not None:
+            self.hidden_base_views.append(plan)
 
     def _plan_view(self, i: int, leaf: TracingTensor, written_storages: set[int], shared_storages: set[int]) -> bool:
         """Records output leaf ``i`` as a view of the caller's tensor when its shadow views the storage of a
@@ -452,7 +478,7 @@ class PostCall:
     def wrap_output(self, structure, finish, finish_args: list[str]) -> tuple[Any, Any, list[str]]:
         """``(structure, finish, finish_args)`` of ``_collect_output`` extended with this step."""
         if not self.steps and not self.returned and not self.views and not self.internal_views:
-            if not self.inference_views and not self.distinct:
+            if not self.inference_views and not self.distinct and not self.hidden_base_views:
                 return structure, finish, finish_args
         inference_views = tuple(self.inference_views)
         views_of_outputs = tuple(self.views_of_outputs)
@@ -460,6 +486,7 @@ class PostCall:
         repeats = tuple(self.repeats)
         distinct = tuple(self.distinct)
         internal_views = tuple(self.internal_views)
+        hidden_base_views = tuple(self.hidden_base_views)
         steps, returned, views, n_args, spec, nested = (
             tuple(self.steps),
             tuple(self.returned),
@@ -480,6 +507,8 @@ class PostCall:
                 result = _return_internal_views(result, internal_views, extra, spec)
             if inference_views:
                 result = _return_inference_views(result, inference_views, spec)
+            if hidden_base_views:
+                result = return_hidden_base_views(result, hidden_base_views, spec)
             if views:  # (before the layout steps: the views are of the storages as called)
                 result = _return_views(result, views, args, where, spec)
             if views_of_outputs:
@@ -598,9 +627,10 @@ def _return_views(result, views, args, where, spec):
     caller's tensors (``as_strided`` over the storage, after the write-back), as eager returns them.
 
     An output viewing the input through ``detach()`` is a view of the caller's tensor detached: for autograd it
-    is a tensor of its own. An output whose ``requires_grad`` the view would not reproduce (the caller's tensor
-    could not take the update's history; a detached alias that got a history of its own from updates through
-    it) stays the program's output: its values and gradients are right, its storage is not."""
+    is a tensor of its own; one that got a history of its own from updates through it takes the program's output's
+    history (``_detached_alias_with_history``). An output whose ``requires_grad`` the view would not reproduce
+    otherwise (the caller's tensor could not take the update's history) stays the program's output: its values
+    and gradients are right, its storage is not."""
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
@@ -622,6 +652,8 @@ def _return_views(result, views, args, where, spec):
                 view = _through(base.detach() if detached else base, bounds).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+        elif detached and out.requires_grad and not view.requires_grad and torch.is_grad_enabled():
+            leaves[i] = _detached_alias_with_history(view, out, alias_not_view)
     return pytree.tree_unflatten(spec, leaves)
 
 
@@ -631,6 +663,20 @@ def _through(base: torch.Tensor, bounds: tuple) -> torch.Tensor:
     for size, stride, offset in bounds:
         base = base.as_strided(size, stride, offset)
     return base
+
+
+def _detached_alias_with_history(view: torch.Tensor, out: torch.Tensor, alias_not_view: bool) -> torch.Tensor:
+    """Eager's ``v = x.detach(); v.add_(y)`` with ``y`` requiring grad: ``v`` shares the caller's storage and has
+    the update's history. ``view`` is that storage's elements (written back already), ``out`` the program's value
+    with its history: a clone of ``out`` moved onto the storage (no ``_base``: detach()'s output is no view), or the
+    view given the history by copying ``out``'s (equal) elements into it (a view through ``detach()``)."""
+    if alias_not_view:
+        alias = out.clone()
+        with torch.no_grad():
+            alias.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+        return alias
+    view.copy_(out)
+    return view
 
 
 def _return_internal_views(result, internal_views, extra, spec):

@@ -23,8 +23,9 @@ import torch
 
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbolic import hints
+from thunder.tracing.hidden_bases import VIEWS_OF_INTERNAL_RESULTS, eager_view_shadow
 from thunder.tracing.tracing_tensor import TracingTensor
-from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, shadow
+from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, _storage_id, shadow
 
 __all__ = ["PendingLayout", "defer_result_layout"]
 
@@ -165,13 +166,31 @@ class PendingLayout(DeferredMetaRun):
         if ran is None:
             return
         outs, mout = ran
+        if mout is None:  # (no meta kernel: a rule of ours where eager's result is a view, torch.cov)
+            mout = eager_view_shadow(self.func, self.args, outs)
         if isinstance(mout, torch.Tensor):
             mout = (mout,)
         if not isinstance(mout, (tuple, list)) or len(mout) != len(outs):
             return  # (PyTorch cannot run it on meta, or returns another structure: contiguous, as before)
         with torch._C.DisableTorchFunction():
+            hidden = getattr(self.func, "__name__", None) in VIEWS_OF_INTERNAL_RESULTS
+            shared = {_storage_id(a) for a in tree_leaves((self.args, self.kwargs)) if type(a) is torch.Tensor}
             for i, (w, m) in enumerate(zip(outs, mout)):
-                if not isinstance(m, torch.Tensor) or m.is_contiguous():
+                if not isinstance(m, torch.Tensor):
+                    continue
+                if (
+                    hidden
+                    and m._base is not None
+                    and w is not None
+                    and w._tt_meta is None
+                    and _storage_id(m) not in shared
+                ):
+                    # a view of a tensor eager's composite made inside (``torch.cov`` of a vector squeezes its 1x1
+                    # result): the shadow is that view, so the output is returned as eager's (hidden_bases.py)
+                    p = w._tt_value
+                    if m.dtype == p.dtype.torch_dtype and tuple(m.shape) == hints(p.shape):
+                        w._tt_meta = m
+                if m.is_contiguous():
                     continue
                 # a storage of its own with eager's strides (the result is not a view of an argument: its
                 # symbol says so, whatever the meta kernel shares)
@@ -194,7 +213,7 @@ def defer_result_layout(func, args, kwargs, wrapped) -> None:
         outs = tuple(wrapped)
     else:
         return
-    strided = "memory_format" in kwargs
+    strided = "memory_format" in kwargs or getattr(func, "__name__", None) in VIEWS_OF_INTERNAL_RESULTS
     with torch._C.DisableTorchFunction():
         for a in _tensor_arguments(args, kwargs):
             if strided:

@@ -484,8 +484,8 @@ class Tracer:
             # a fresh result: eager's strides follow its arguments' (elementwise ops), learned when needed
             defer_result_layout(func, args, kwargs, wrapped)
             return wrapped
-        for a in args:
-            if isinstance(a, TracingTensor):
+        for a in args:  # (a list of tensors too: linalg.multi_dot's result may view a product made inside)
+            if isinstance(a, TracingTensor) or (type(a) in (tuple, list) and any(type(b) is TracingTensor for b in a)):
                 break
         else:
             return wrapped
@@ -746,9 +746,14 @@ class Tracer:
             # when a bool result is written into it, x.eq_(y))
             value = _no_grad_update(self.trace, old, value)
         name = getattr(func, "__name__", None)
-        if name == "copy_" and len(args) > 1 and args[1] is wrapper:
+        if (
+            name == "copy_"
+            and len(args) > 1
+            and args[1] is wrapper
+            and not (value.requires_grad and _overlaps_itself(shadow(wrapper)))
+        ):
             # x.copy_(x) does nothing in eager (even on an expanded x): its views stay views of it, not
-            # copies re-derived after an update
+            # copies re-derived after an update (but eager's backward of one on an expanded x with grad raises)
             return
         region = checked_written_region(func, wrapper, args, kwargs or {})
         view = wrapper._tt_view

@@ -54,6 +54,7 @@ class TracingTensor(torch.Tensor):
     _tt_multi_view = None  # (op name, output index): an output of a view op returning several views (x.unbind())
     _tt_made_leaf = None  # the user's line of the requires_grad_() that made this computed tensor a leaf requiring grad
     _tt_inference = False  # an input that is an inference tensor (updated in place under inference_mode only)
+    _tt_copied = False  # a view op's result that eager made a tensor of its own (hidden_bases.py)
     _tt_uncopied = None  # an output's value before the step collecting outputs copied it (views made earlier view that)
 
     @staticmethod

@@ -368,6 +368,7 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
         and not ((name == "masked_fill_" or is_masked_fill(args)) and _expanded_dims(region) is not None)
+        and not (name == "copy_" and len(args) > 1 and args[1] is w)  # (x.copy_(x): each location keeps its value)
         # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
         and not (name == "index_put_" and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
@@ -748,6 +749,8 @@ def adopt_shadows(func, mapped, fell_back: bool, args, uargs, ukwargs, wrapped, 
             return src  # the op returned its argument itself
         w._tt_meta = m
         src = by_storage.get(_storage_id(m))
+        if src is None and m._base is None and type(mapped) is Symbol and returns_view_of_first_argument(mapped):
+            w._tt_copied = True  # (a view op that copied in eager: ``reshape`` of a transposed tensor)
         if src is not None:
             step = (mapped, tuple(uargs[1:]), ukwargs, index) if replayable and src is args[0] else None
             _mark_view(w, src, step)
