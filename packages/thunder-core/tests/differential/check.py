@@ -253,6 +253,8 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         try:
             torch.testing.assert_close(a, e, equal_nan=True, **tol)
         except AssertionError as err:
+            if _within_summation_order(a, e):
+                continue
             if low:
                 if reference is None:
                     reference = _float64_gradients(program, fn, diff, cotangents)
@@ -261,6 +263,20 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
             detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a}\neager:   {e}"
             raise Divergence("grad", detail, program) from None
     return True
+
+
+def _within_summation_order(a: torch.Tensor, e: torch.Tensor) -> bool:
+    """Whether the gradients ``a`` and ``e`` differ by no more than summing their contributions in another order can
+    make them differ: a few rounding errors of the largest magnitude among them. (Campaign seed 14008, widened: the
+    contributions 1e37 - 1e37 + 0.52 gave eager 0 where thunder, summing the two large ones first, gave 0.52.)"""
+    if a.shape != e.shape or not a.is_floating_point() or a.dtype != e.dtype or a.numel() == 0:
+        return False
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()):
+        return False
+    largest = max(a.abs().max().item(), e.abs().max().item())
+    gap = (a - e).abs().max().item()
+    # (and far below the largest: a disagreement of the gradients' own scale is no rounding)
+    return gap <= 64 * torch.finfo(a.dtype).eps * largest and gap * 1e6 < largest
 
 
 def _float64_gradients(program: Program, fn, diff: list[int], cotangents: list[torch.Tensor]):
