@@ -15,6 +15,7 @@ from thunder.core.dtypes import torch_message_name
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbolic import known, same_shape
 from thunder.tracing.errors import describe_location, user_frame
+from thunder.tracing.storage_geometry import storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
 
 __all__ = ["call_with_out"]
@@ -136,7 +137,7 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
         )
     with torch._C.DisableTorchFunction():
         om = shadow(o)
-        held = om.untyped_storage().nbytes() // max(om.element_size(), 1) - om.storage_offset()
+        held = storage_elements(om) - om.storage_offset()
     if r.numel() > held:
         if o._tt_view is not None or o._tt_former is not None:
             # (eager grows the storage in place: the tensors sharing it see the result, which a resize_ traced as a

@@ -14,12 +14,20 @@ from __future__ import annotations
 import torch
 
 from thunder.core import dtypes
+from thunder.core.proxies import TensorProxy
 from thunder.tracing.errors import TracingError, describe_location, user_frame
 from thunder.tracing.inplace_grad import _detached, _recording_directly
+from thunder.tracing.storage_geometry import spans_its_storage, storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
 from thunder.tracing.views import _positions, _strided_index, _strided_layout, reads_past, shadow
 
-__all__ = ["note_restride_past_elements", "refuse_update_of_bounded_view", "root_value_for", "strided_past_elements"]
+__all__ = [
+    "gradient_only_at",
+    "note_restride_past_elements",
+    "refuse_update_of_bounded_view",
+    "root_value_for",
+    "strided_past_elements",
+]
 
 
 def note_restride_past_elements(func, w: TracingTensor, old: torch.Tensor, new: torch.Tensor | None, value):
@@ -58,7 +66,7 @@ def _past_former_elements(former, value, old: torch.Tensor, new: torch.Tensor):
     from thunder.core import prims
 
     device = value.device
-    n = old.untyped_storage().nbytes() // max(old.element_size(), 1)
+    n = storage_elements(old)
     storage = torch.empty((n,), dtype=old.dtype, device="meta")
     with _recording_directly():
         # storage positions of the former elements and of the new ones
@@ -112,23 +120,28 @@ def root_value_for(view: TracingTensor, root: TracingTensor):
     value = root._tt_value
     if not value.requires_grad:
         return None
+    with _recording_directly():
+        out = gradient_only_at(value, shadow(root), recorded[2])
+    out.requires_grad = True
+    return out
+
+
+def gradient_only_at(value, rm: torch.Tensor, geometries) -> TensorProxy:
+    """``value`` (of the tensor whose shadow is ``rm``) with a gradient path only at the elements every layout of
+    ``geometries`` (shadows viewing ``rm``'s storage) holds, the others detached: eager's ``as_strided`` backward
+    against those layouts. Records prims: call it under ``_recording_directly``."""
     from thunder import clang
     from thunder.core import prims
 
-    rm = shadow(root)
-    n = rm.numel()
-    with _recording_directly():
-        inside = None
-        for old in recorded[2]:
-            idx = clang.reshape(_strided_index(rm, old, value.device), (old.numel(),))
-            none = clang.full((n,), False, device=value.device, dtype=dtypes.bool8)
-            true = clang.full((old.numel(),), True, device=value.device, dtype=dtypes.bool8)
-            held = prims.scatter(none, idx, true, 0)
-            inside = held if inside is None else prims.bitwise_and(inside, held)
-        flat = clang.reshape(value, (n,))
-        out = clang.reshape(clang.where(inside, flat, _detached(flat)), tuple(value.shape))
-    out.requires_grad = True
-    return out
+    n, device = rm.numel(), value.device
+    inside = None
+    for m in geometries:
+        idx = clang.reshape(_strided_index(rm, m, device), (m.numel(),))
+        none = clang.full((n,), False, device=device, dtype=dtypes.bool8)
+        held = prims.scatter(none, idx, clang.full((m.numel(),), True, device=device, dtype=dtypes.bool8), 0)
+        inside = held if inside is None else prims.bitwise_and(inside, held)
+    flat = clang.reshape(value, (n,))
+    return clang.reshape(clang.where(inside, flat, _detached(flat)), tuple(value.shape))
 
 
 def strided_past_elements(func, args, kwargs) -> tuple[tuple, dict]:
@@ -156,8 +169,7 @@ def strided_past_elements(func, args, kwargs) -> tuple[tuple, dict]:
     root = w if w._tt_view is None else w._tt_view[0]
     rm = shadow(root)
     with torch._C.DisableTorchFunction():
-        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
-        whole = rm.storage_offset() == 0 and rm.numel() == n and rm.is_contiguous()
+        whole = spans_its_storage(rm)
     if root is w and w._tt_version == 0 and (whole or root._tt_owner is None):
         return args, kwargs  # (its value is the storage's tensor itself: an argument as called, or a whole one)
     if not whole or root._tt_view is not None:
@@ -176,19 +188,10 @@ def strided_past_elements(func, args, kwargs) -> tuple[tuple, dict]:
 def _whole_storage_with_gradient_of(root: TracingTensor, w: TracingTensor, rm, wm) -> TracingTensor:
     """A stand-in viewing ``root``'s storage whose value is ``root``'s with a gradient path only at ``w``'s
     elements."""
-    from thunder import clang
-    from thunder.core import prims
     from thunder.tracing.views import _mark_view
 
-    value = root._thunder_proxy
-    device = value.device
     with _recording_directly():
-        idx = clang.reshape(_strided_index(rm, wm, device), (wm.numel(),))
-        n = rm.numel()
-        none = clang.full((n,), False, device=device, dtype=dtypes.bool8)
-        held = prims.scatter(none, idx, clang.full((wm.numel(),), True, device=device, dtype=dtypes.bool8), 0)
-        flat = clang.reshape(value, (n,))
-        masked = clang.reshape(clang.where(held, flat, _detached(flat)), tuple(value.shape))
+        masked = gradient_only_at(root._thunder_proxy, rm, (wm,))
     masked.requires_grad = True
     out = TracingTensor(masked)
     out._tt_meta = rm

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["positions", "reads_past"]
+__all__ = ["positions", "reads_past", "spans_its_storage", "storage_elements"]
+
+
+def storage_elements(m: torch.Tensor) -> int:
+    """How many elements of ``m``'s dtype its storage holds."""
+    return m.untyped_storage().nbytes() // max(m.element_size(), 1)
+
+
+def spans_its_storage(m: torch.Tensor) -> bool:
+    """Whether ``m`` is its whole storage: contiguous, from its first element to its last."""
+    return m.storage_offset() == 0 and m.numel() == storage_elements(m) and m.is_contiguous()
 
 
 def positions(m: torch.Tensor) -> set[int]:
     """The storage positions of ``m``'s elements."""
-    n = m.untyped_storage().nbytes() // max(m.element_size(), 1)
+    n = storage_elements(m)
     return set(torch.as_strided(torch.arange(n), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
 
 

@@ -589,8 +589,8 @@ class Tracer:
         if updated is not None:  # updated in place earlier in the program: its current value
             return updated[1]._thunder_proxy
         p = self.constants.get(id(t))
-        if t.requires_grad and torch.is_grad_enabled():  # (refused when tracing ends, see finish)
-            self.grad_constants.setdefault(id(t), (t, user_frame(2)))
+        if t.requires_grad and torch.is_grad_enabled() and id(t) not in self.grad_constants:  # (see finish)
+            self.grad_constants[id(t)] = (t, user_frame(2))  # (the first read's line)
         if p is None:
             name = self.trace.add_constant(t, "_tensor_constant")
             p = TensorProxy(name, shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)

@@ -22,7 +22,7 @@ from thunder.tracing.errors import (
 from thunder.tracing.fallback import _func_name, fallback_symbol
 from thunder.tracing.inplace_grad import _detached, _recording_directly, recorded_clone
 from thunder.tracing.storage_geometry import positions as _positions
-from thunder.tracing.storage_geometry import reads_past
+from thunder.tracing.storage_geometry import reads_past, spans_its_storage, storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
 
 T = torch.Tensor
@@ -131,8 +131,7 @@ def input_shadow(w: TracingTensor) -> torch.Tensor | None:
             return w._tt_meta
         try:
             with torch._C.DisableTorchFunction():
-                n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
-                storage = torch.empty((n,), dtype=t.dtype, device="meta")
+                storage = torch.empty((storage_elements(t),), dtype=t.dtype, device="meta")
                 w._tt_meta = storage.as_strided(t.shape, t.stride(), t.storage_offset())
         except Exception:  # tensors without a storage
             pass
@@ -385,7 +384,7 @@ def write_into_overlapping_root(root: TracingTensor, written: torch.Tensor, valu
     rm = shadow(root)
     old = root._tt_value
     with torch._C.DisableTorchFunction():
-        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
+        n = storage_elements(rm)
         storage_meta = torch.empty((n,), dtype=rm.dtype, device="meta")
         whole_meta = storage_meta.as_strided(rm.shape, rm.stride(), rm.storage_offset())
         part_meta = storage_meta.as_strided(written.shape, written.stride(), written.storage_offset())
@@ -478,16 +477,10 @@ def _strided_on_root(func, w: TracingTensor, root: TracingTensor, args, kwargs) 
 def _storage_with_gradient_of(root: TracingTensor, w: TracingTensor, wm: torch.Tensor) -> TracingTensor:
     """A tensor of the storage ``root``'s elements in which only those of ``w`` (of shadow ``wm``) carry a gradient
     path, as eager's ``as_strided`` of ``w`` (its backward reaches ``w``'s elements only)."""
-    from thunder import clang
-    from thunder.core import prims
+    from thunder.tracing.restrided_gradients import gradient_only_at
 
-    value, rm = root._tt_value, shadow(root)
     with _recording_directly():
-        idx = clang.reshape(_strided_index(rm, wm, value.device), (wm.numel(),))
-        n = value.shape[0]
-        none = clang.full((n,), False, device=value.device, dtype=dtypes.bool8)
-        inside = prims.scatter(none, idx, clang.full((wm.numel(),), True, device=value.device, dtype=dtypes.bool8), 0)
-        out = TracingTensor(clang.where(inside, value, _detached(value)))
+        out = TracingTensor(gradient_only_at(root._tt_value, shadow(root), (wm,)))
     out._thunder_proxy.requires_grad = True
     return out
 
@@ -496,9 +489,8 @@ def _refuse_write_past_root(rm: torch.Tensor, vm: torch.Tensor) -> None:
     """Raises when a view restrided past its elements (``x.as_strided_`` of a tensor over a larger storage) is updated
     in place: its root holds the tensor's former elements only, not the storage elements the update writes."""
     with torch._C.DisableTorchFunction():
-        n = rm.untyped_storage().nbytes() // max(rm.element_size(), 1)
-        if rm.storage_offset() == 0 and rm.numel() == n and rm.is_contiguous():
-            return  # (the root holds its whole storage)
+        if spans_its_storage(rm):
+            return
         if _positions(vm) <= _positions(rm):
             return
     raise TracingError(
