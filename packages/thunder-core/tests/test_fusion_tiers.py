@@ -615,12 +615,10 @@ def _check_inductor_regions_against_eager(program, calls: int, **options) -> Non
             _assert_as_eager(actual, expected, program)
 
 
-def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
-    # FX's tracer marks the whole process as tracing; the user's torch.compile'd function, called in another thread
-    # while the worker traced a region, raised "Detected that you are using FX to symbolically trace a
-    # dynamo-optimized function" (benchmarks/vision.py's torch.compile of MaxViT beside thunder's fused model)
-    import threading
-
+def _users_compiled_function_runs_while_held(region_fn, entered, release):
+    """Compiles ``region_fn``'s region on the worker and, once the compile sets ``entered`` (a hook then holds it until
+    ``release``), calls a user's ``torch.compile``'d function in this thread: it gives eager's answer. Returns the
+    region and its input after the compile is done."""
     from thunder.executors import tiers
     from thunder.executors.torch_compile import _InductorRegion
 
@@ -630,23 +628,37 @@ def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
     compiled = torch.compile(user_fn, backend="eager")
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), user_fn(x))
-    tracing, release = threading.Event(), threading.Event()
-
-    def region_fn(a):
-        if not tracing.is_set():  # (inside make_fx's tracing of the region: held open while the user calls)
-            tracing.set()
-            release.wait(60)
-        return torch.tanh(a) + 1
-
     region = _InductorRegion(region_fn, static=True)
     a = torch.randn(3, 5)
     job = tiers.submit_compile(lambda: region._inductor_graph([a]))
     try:
-        assert tracing.wait(120)
+        assert entered.wait(120)
         torch.testing.assert_close(compiled(x), user_fn(x))
     finally:
         release.set()
     assert job.done.wait(300)
+    return region, a
+
+
+def _hold_once(entered, release) -> None:
+    if not entered.is_set():
+        entered.set()
+        release.wait(60)
+
+
+def test_a_users_compiled_function_runs_while_the_worker_traces_a_region():
+    # FX's tracer marks the whole process as tracing; the user's torch.compile'd function, called in another thread
+    # while the worker traced a region, raised "Detected that you are using FX to symbolically trace a
+    # dynamo-optimized function" (benchmarks/vision.py's torch.compile of MaxViT beside thunder's fused model)
+    import threading
+
+    tracing, release = threading.Event(), threading.Event()
+
+    def region_fn(a):
+        _hold_once(tracing, release)  # (inside make_fx's tracing of the region: held open while the user calls)
+        return torch.tanh(a) + 1
+
+    _users_compiled_function_runs_while_held(region_fn, tracing, release)
 
 
 def test_a_users_compiled_function_runs_while_fxs_tracer_sets_itself_up_for_a_region(monkeypatch):
@@ -657,35 +669,17 @@ def test_a_users_compiled_function_runs_while_fxs_tracer_sets_itself_up_for_a_re
 
     import torch.fx._symbolic_trace as fx_trace
 
-    from thunder.executors import tiers
-    from thunder.executors.torch_compile import _InductorRegion
-
-    def user_fn(x):
-        return torch.cos(x) * 3
-
-    compiled = torch.compile(user_fn, backend="eager")
-    x = torch.randn(4)
-    torch.testing.assert_close(compiled(x), user_fn(x))
     setting_up, release = threading.Event(), threading.Event()
     create_args = fx_trace.Tracer.create_args_for_root
 
     def held_open(self, *args, **kwargs):
         if not setting_up.is_set():
             assert fx_trace.is_fx_tracing()  # (the window this test is about)
-            setting_up.set()
-            release.wait(60)
+        _hold_once(setting_up, release)
         return create_args(self, *args, **kwargs)
 
     monkeypatch.setattr(fx_trace.Tracer, "create_args_for_root", held_open)
-    region = _InductorRegion(lambda a: (torch.tanh(a) - 1,), static=True)
-    a = torch.randn(3, 5)
-    job = tiers.submit_compile(lambda: region._inductor_graph([a]))
-    try:
-        assert setting_up.wait(120)
-        torch.testing.assert_close(compiled(x), user_fn(x))
-    finally:
-        release.set()
-    assert job.done.wait(300)
+    region, a = _users_compiled_function_runs_while_held(lambda a: (torch.tanh(a) - 1,), setting_up, release)
     torch.testing.assert_close(region._inductor_graph([a])([a.clone()])[0], torch.tanh(a) - 1)
 
 
