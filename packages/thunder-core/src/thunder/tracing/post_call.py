@@ -72,6 +72,9 @@ class ViewOfResult(NamedTuple):
     layout_of: int | None = None
     detached: bool = False  # viewed through detach() (``y.detach()[1:]``): a view of eager's alias without grad
     bounds: tuple = ()  # layouts it is viewed through, as eager's ``as_strided`` backward (``views.gradient_bounds``)
+    # index in ``PostCall.extra`` of the output's own value before an output step copied it (``layout`` None only):
+    # the copy has a storage of its own, so the view's layout over its root is read from that value
+    uncopied_view: int | None = None
 
 
 class PostCall:
@@ -363,7 +366,7 @@ class PostCall:
         # (a tensor of its own restrided in place: its stand-in views its former elements, eager's is no view)
         restrided = root is getattr(leaf, "_tt_former", None) and root._tt_view is None
         numbers = (*layout[0], *layout[1], layout[2], *root_layout[0], *root_layout[1])
-        layout_of = None
+        layout_of = uncopied_view = None
         # (sizes the trace specialised, as a strided re-derivation of the view does, are its numbers at every call)
         if (
             any(is_symbolic(s) for s in value.shape)
@@ -379,6 +382,9 @@ class PostCall:
             if uncopied is not None:
                 layout_of = len(self.extra)
                 self.extra.append(uncopied)
+            if leaf._tt_uncopied is not None:
+                uncopied_view = len(self.extra)
+                self.extra.append(leaf._tt_uncopied)
         self.internal_views.append(
             ViewOfResult(
                 i,
@@ -392,6 +398,7 @@ class PostCall:
                 layout_of,
                 detached,
                 leaf._tt_bounds if layout is not None else (),
+                uncopied_view,
             )
         )
         self.extra.append(value)
@@ -692,20 +699,34 @@ def _return_internal_views(result, internal_views, extra, spec):
     # (a tensor restrided in place is the program's tensor restrided after the call; one the compiled function
     # saved for its backward must keep its version, so a copy with its history is restrided instead)
     restrided_roots = {id(extra[v.extra]) for v in internal_views if v.restrided}
-    for i, k, layout, root_layout, _, _, restrided, without_grad, layout_of, detached, bounds in internal_views:
+    for v in internal_views:
+        i, k, layout, root_layout, restrided, without_grad, layout_of, detached, bounds, uncopied_view = (
+            v.leaf,
+            v.extra,
+            v.layout,
+            v.root_layout,
+            v.restrided,
+            v.without_grad,
+            v.layout_of,
+            v.detached,
+            v.bounds,
+            v.uncopied_view,
+        )
         out, root = leaves[i], extra[k]
         if not isinstance(out, torch.Tensor) or not isinstance(root, torch.Tensor) or root.dtype != out.dtype:
             continue
         if layout is None:  # (symbolic sizes: the program's output is that view of its root, or of the root's
             # value before a copy, when it runs)
             # (itself a view when the executors ran it as one, ``reshape``: the layout is taken from where it starts)
+            # (the output itself copied by an output step: its layout is its value's before the copy)
+            made = out if uncopied_view is None else extra[uncopied_view]
             viewed = root
-            if layout_of is not None and _storage_id(out) != _storage_id(root):
+            if layout_of is not None and _storage_id(made) != _storage_id(root):
                 viewed = extra[layout_of]
-            offset = out.storage_offset() - viewed.storage_offset()
-            if _storage_id(out) != _storage_id(viewed) or offset < 0 or viewed.dtype != out.dtype:
+            offset = made.storage_offset() - viewed.storage_offset()
+            if _storage_id(made) != _storage_id(viewed) or offset < 0 or viewed.dtype != out.dtype:
                 continue
-            layout = (out.shape, out.stride(), offset)
+            layout = (made.shape, made.stride(), offset)
             root_layout = (viewed.shape, viewed.stride())
         (size, stride, offset), (root_size, root_stride) = layout, root_layout
         if root.shape != root_size or out.shape != size:
