@@ -110,6 +110,32 @@ def test_harness_reports_a_wrong_compiler(monkeypatch, wrong_jit, kind) -> None:
     assert "def fn(a0, a1):" in str(info.value)  # the repro is printed
 
 
+def _captured_program() -> Program:
+    leaf = InputSpec([[1.0, -2.0], [0.5, 3.0]], torch.float64, True)
+    return Program(inputs=[leaf, leaf], lines=["v0 = torch.sin(a0) * a1"], outputs=["v0"], captured=(1,))
+
+
+def test_harness_reads_captured_inputs_as_globals_and_checks_their_gradients(monkeypatch) -> None:
+    program = _captured_program()
+    assert program.function_source().startswith("def fn(a0):")
+    assert check_program(program)
+    namespace: dict = {}
+    exec(program.repro(), namespace)  # (the repro binds the captured input as fn's global)
+    torch.testing.assert_close(namespace["actual"], namespace["expected"])
+
+    def losing_the_captured_gradient(fn):  # (a compiler holding the global as a constant)
+        def run(*args):
+            fn.__globals__["a1"] = fn.__globals__["a1"].detach()
+            return fn(*args)
+
+        return run
+
+    monkeypatch.setattr(thunder, "jit", losing_the_captured_gradient)
+    with pytest.raises(Divergence) as info:
+        check_program(program)
+    assert info.value.kind == "grad"
+
+
 def test_harness_reports_an_output_that_is_not_a_view_where_eagers_is() -> None:
     program = Program(
         inputs=[InputSpec([[1.0, -2.0], [0.5, 3.0]], torch.float64, False)],

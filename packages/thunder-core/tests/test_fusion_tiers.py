@@ -432,7 +432,8 @@ def _outputs_and_grads(fn, inputs):
 
 
 @settings(max_examples=15, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(programs(frozenset(FEATURES)))
+# (captured inputs are rebound as globals at each call: the program then traces again, a tier of its own)
+@given(programs(frozenset(FEATURES) - {"captured_inputs"}))
 def test_both_tiers_give_eager_answers_on_random_programs(program):
     fn = program.make_function()
     with warnings.catch_warnings():

@@ -180,7 +180,7 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            expected = fn(*e_inputs)
+            expected = fn(*program.bind(fn, e_inputs))
         except Exception:
             return False
         t_inputs = program.make_inputs()
@@ -189,7 +189,7 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
             options["cache"] = cache
         jfn = thunder.jit(fn, **options)
         try:
-            actual = jfn(*t_inputs)
+            actual = jfn(*program.bind(fn, t_inputs))
         except Exception as exc:
             raise Divergence("error", f"{type(exc).__name__}: {exc}", program) from exc
 
@@ -202,7 +202,7 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
             # the cached program on fresh, equal inputs gives the same answer
             again_inputs = program.make_inputs()
             try:
-                again = jfn(*again_inputs)
+                again = jfn(*program.bind(fn, again_inputs))
             except Exception as exc:
                 raise Divergence("second_call", f"{type(exc).__name__}: {exc}", program) from exc
             try:
@@ -287,7 +287,7 @@ def _float64_gradients(program: Program, fn, diff: list[int], cotangents: list[t
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            outs = list(fn(*inputs))
+            outs = list(fn(*program.bind(fn, inputs)))
         except Exception:
             return None
     for t in inputs:

@@ -64,6 +64,8 @@ FEATURES = {
     "layout_chains": "chains of elementwise ops on (often non-contiguous) tensors, then a reshape/flatten/"
     "contiguous of the result (a view or a copy as the chain's layout decides in eager), and out= tensors of "
     "another shape (resized)",
+    "captured_inputs": "inputs the function reads as globals (as a closure's tensor or another module's parameter) "
+    "instead of taking them as arguments",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -367,20 +369,35 @@ class Program:
     params: list[str] | None = None
     # keyword arguments of thunder.jit besides ``cache`` ("recompute")
     jit_options: dict = field(default_factory=dict)
+    # the inputs the function reads as globals, not arguments ("captured_inputs"): ``bind`` sets them
+    captured: tuple[int, ...] = ()
+
+    def _names(self) -> list[str]:
+        names = self.params or [f"a{i}" for i in range(len(self.inputs))]
+        return [f"a{i}" if i in self.captured else name for i, name in enumerate(names)]
 
     def function_source(self) -> str:
-        names = self.params or [f"a{i}" for i in range(len(self.inputs))]
+        names = self._names()
         body = [f"    {line}" for line in self.lines]
         body.append(f"    return {', '.join(self.outputs)},")
-        source = f"def fn({', '.join(names)}):\n" + "\n".join(body) + "\n"
+        parameters = [name for i, name in enumerate(names) if i not in self.captured]
+        source = f"def fn({', '.join(parameters)}):\n" + "\n".join(body) + "\n"
         if self.params:
             source = re.sub(r"\ba(\d+)\b", lambda m: names[int(m.group(1))], source)
         return source
 
     def make_function(self):
+        """``fn``; call it as ``fn(*program.bind(fn, inputs))``."""
         namespace = {"torch": torch, "F": F, "np": np, **FUNCTIONS}
         exec(compile(self.function_source(), "<differential program>", "exec"), namespace)
         return namespace["fn"]
+
+    def bind(self, fn, inputs: list) -> list:
+        """The arguments of ``fn`` (from ``make_function``) for ``inputs``, whose captured ones it then reads as
+        its globals (rebinding a global makes thunder.jit's cached program miss and trace again)."""
+        for i in self.captured:
+            fn.__globals__[f"a{i}"] = inputs[i]
+        return [t for i, t in enumerate(inputs) if i not in self.captured]
 
     def make_inputs(self) -> list[torch.Tensor]:
         """Fresh input tensors (arguments that alias an earlier one alias the fresh one)."""
@@ -404,9 +421,19 @@ class Program:
         parts.append("def make_inputs():")
         parts.extend(f"    a{i} = {spec.source()}" for i, spec in enumerate(self.inputs))
         parts.append(f"    return {names},\n")
-        parts.append("expected = fn(*make_inputs())")
         options = "".join(f", {k}={v!r}" for k, v in self.jit_options.items())
-        parts.append(f"actual = thunder.jit(fn{options})(*make_inputs())")
+        if not self.captured:
+            parts.append("expected = fn(*make_inputs())")
+            parts.append(f"actual = thunder.jit(fn{options})(*make_inputs())")
+            return "\n".join(parts) + "\n"
+        captured = ", ".join(f"a{i}" for i in self.captured)
+        arguments = ", ".join(f"a{i}" for i in range(len(self.inputs)) if i not in self.captured)
+        parts.append("def call(f):  # (the captured inputs are globals of fn)")
+        parts.append(f"    global {captured}")
+        parts.append(f"    {names}, = make_inputs()")
+        parts.append(f"    return f({arguments})\n")
+        parts.append("expected = call(fn)")
+        parts.append(f"actual = call(thunder.jit(fn{options}))")
         return "\n".join(parts) + "\n"
 
     def __repr__(self) -> str:
@@ -618,6 +645,7 @@ _MODIFIERS = {
     "operator_names",
     "recompute",
     "strided_inputs",
+    "captured_inputs",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
@@ -687,4 +715,9 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
             program.params = pick.sample(_OPERATOR_NAMES, len(inputs))
     if "recompute" in features and zlib.crc32(b"recompute" + program.function_source().encode()) % 2:
         program.jit_options = {"recompute": "reshapes"}  # (chosen as operator_names is: the draws stay the same)
+    if "captured_inputs" in features and len(inputs) > 1:
+        # (chosen as operator_names is; a0 stays an argument)
+        pick = random.Random(zlib.crc32(b"captured" + program.function_source().encode()))
+        if pick.random() < 0.3:
+            program.captured = tuple(i for i in range(1, len(inputs)) if pick.random() < 0.6) or (len(inputs) - 1,)
     return program

@@ -101,6 +101,8 @@ class _InputBuilder:
         self.objects: list[_ObjectArgument] = []  # arguments holding tensors inside Python objects
         self.object_attributes: set[tuple[int, str]] = set()  # (id(module), attribute) held as such objects
         self.shared_storages: list[tuple[str, tuple[str, ...]]] = []  # (storage input, the inputs viewing it)
+        self.captured_tensors: dict[int, TracingTensor] = {}  # id -> stand-in, see ``captured``
+        self.on_captured = None  # called with (stand-in, expression) of each captured tensor (PostCall.add_input)
 
     @property
     def originals(self) -> list:
@@ -163,6 +165,34 @@ class _InputBuilder:
             )
         pb.check_value(expr, value)
         return value
+
+    def captured(self, t: torch.Tensor, new: bool) -> TracingTensor | None:
+        """The stand-in of a tensor the traced code reads from outside its arguments (a global, a closure's variable,
+        a module that is not the one jitted) that requires grad (``new``): an input of the program, which the
+        prologue passes as it holds the tensor, so that the backward accumulates its gradient as eager's does and an
+        update under no_grad reaches it as an argument's. None for other tensors: constants of the program."""
+        # (an argument or module tensor read again through a global: its own stand-in, so updates reach both)
+        wrapper = self.captured_tensors.get(id(t))
+        if wrapper is None:
+            wrapper = self.by_id.get(id(t))
+        if wrapper is not None or not new:
+            return wrapper
+        _reject_unusual_tensor(t, "a tensor read from outside the arguments")
+        expr = self.prologue.constant(t, "_captured")
+        proxy = TensorProxy(
+            self.trace.add_name("captured"), shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=True
+        )
+        wrapper = TracingTensor(proxy)
+        set_input_layout(wrapper, t)
+        if isinstance(t, torch.nn.Parameter):
+            wrapper._is_param = True
+        self.captured_tensors[id(t)] = wrapper
+        self.first_read.setdefault(id(t), expr)
+        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, example=t))
+        self.state_reads.append((proxy.name, expr, proxy, t))
+        if self.on_captured is not None:
+            self.on_captured(wrapper, expr)
+        return wrapper
 
     def _shape(self, expr: str, value: torch.Tensor) -> tuple:
         """The argument's sizes as the trace sees them: numbers, or symbols for its dynamic dimensions."""

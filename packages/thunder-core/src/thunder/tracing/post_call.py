@@ -130,13 +130,25 @@ class PostCall:
         if self._wrappers is None:
             return
         for w, expr in self._wrappers:
-            m = input_shadow(w)
-            if m is not None:
-                self.storages.setdefault(_storage_id(m), expr)
-                self.storage_of[id(w)] = _storage_id(m)
-                with torch._C.DisableTorchFunction():
-                    self.nbytes[id(w)] = m.untyped_storage().nbytes()
+            self._take_layout(w, expr)
         self._wrappers = None
+
+    def _take_layout(self, w: TracingTensor, expr: str) -> None:
+        m = input_shadow(w)
+        if m is not None:
+            self.storages.setdefault(_storage_id(m), expr)
+            self.storage_of[id(w)] = _storage_id(m)
+            with torch._C.DisableTorchFunction():
+                self.nbytes[id(w)] = m.untyped_storage().nbytes()
+
+    def add_input(self, w: TracingTensor, expr: str) -> None:
+        """An input found while tracing (a captured tensor, ``_InputBuilder.captured``), read at ``expr``."""
+        self.exprs[id(w)] = expr
+        self.proxies[id(w)] = w._thunder_proxy
+        if self._wrappers is not None:
+            self._wrappers.append((w, expr))
+        else:  # (the layouts were taken: this one's is still as called)
+            self._take_layout(w, expr)
 
     def elements(self, ti) -> TensorProxy:
         """The input's current elements in the layout the caller gave (what the program writes back); its

@@ -194,6 +194,7 @@ def trace_program(
         if inputs.alias_overlapping():
             tracer.layout_read = tracer.offsets_read = True
         post_call = PostCall(inputs.tensors, inputs.state_reads)
+        inputs.on_captured = post_call.add_input
         tracer.before_layout_change = post_call.take_layouts
         tracer.input_names = {t.proxy.name for t in inputs.tensors}
         tracer.input_index_values = InputIndexValues(prologue, inputs.tensors)

@@ -55,13 +55,11 @@ from thunder.tracing.fallback import (
 )
 from thunder.tracing.inplace_grad import (
     _HISTORY_KEEPING_UPDATES,
-    _detached,
     _func_name_of,
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
     comparison_operands_requiring_grad,
-    view_leaf_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -140,6 +138,7 @@ from thunder.tracing.views import (
 from thunder.tracing.views import (
     view_of as view_of,
 )
+from thunder.tracing.views_without_grad import view_made_without_grad
 from thunder.tracing.vmap import batched_call, has_batched, vmap_active
 
 __all__ = ["TracingTensor", "Tracer", "wrap", "unwrap"]
@@ -151,32 +150,6 @@ T = torch.Tensor
 _RESIZING_BLAS_UPDATES = frozenset(("addbmm_", "addmm_", "addmv_", "addr_", "baddbmm_"))
 # in-place ops that only re-describe a tensor's elements (its sizes and strides), never write them
 _LAYOUT_ONLY_UPDATES = frozenset("unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_".split())
-
-
-def _view_made_without_grad(trace, out, args) -> None:
-    """A view of a tensor that requires grad, made under ``no_grad`` or ``inference_mode``, requires grad in eager,
-    as does what is computed from it, but no gradient reaches the tensor through it (its history is cut): its value
-    is a leaf of its own that requires grad (``leaf_requiring_grad``). A view op that gave its argument's value
-    back unchanged (``w.view(-1)`` of a vector) is cut as well; one that returns the argument itself, as eager's
-    ``w.contiguous()`` does, is not a view."""
-    read = [a for a in args if type(a) is TracingTensor and a.requires_grad]
-    if not read:
-        return
-    root = read[0]._tt_view[0] if read[0]._tt_view is not None else read[0]
-    if not getattr(root, "_tt_base_requires_grad", True):
-        return  # (eager's view is a view of the caller's base, which does not require grad)
-    for o in out if type(out) is tuple else (out,):
-        if type(o) is not TracingTensor or any(o is a for a in args):
-            continue
-        p = o._tt_value
-        if p.dtype.kind not in ("float", "complex") or view_of(o) is None:
-            continue
-        if p.requires_grad:  # (the argument's own value, which the stop-gradient of the no_grad region skipped)
-            p = _detached(p)
-        o._tt_value = view_leaf_requiring_grad(trace, p, tuple(a._thunder_proxy for a in read))
-        o._tt_leaf_view = True
-        with torch._C.DisableTorchFunction():
-            o.requires_grad_(True)
 
 
 def _fit_run_time_sizes(value: TensorProxy, shape) -> TensorProxy:
@@ -357,7 +330,7 @@ class Tracer:
                 mark_multi_views(func, out, args)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
-                    _view_made_without_grad(self.trace, out, args)
+                    view_made_without_grad(self.trace, out, args)
             elif self.autodiff and not isinstance(func, Symbol):
                 note_saved(
                     self.saves, func, args, kwargs, out, first, first_count
@@ -589,6 +562,11 @@ class Tracer:
         if updated is not None:  # updated in place earlier in the program: its current value
             return updated[1]._thunder_proxy
         p = self.constants.get(id(t))
+        if self.inputs is not None:  # (one requiring grad: an input of the program, see inputs.captured)
+            captured = self.inputs.captured(t, t.requires_grad)
+            if captured is not None:
+                self.input_names.add(captured._thunder_proxy.name)
+                return self._current_value(captured)
         if t.requires_grad and torch.is_grad_enabled() and id(t) not in self.grad_constants:  # (see finish)
             self.grad_constants[id(t)] = (t, user_frame(2))  # (the first read's line)
         if p is None:
@@ -652,7 +630,11 @@ class Tracer:
         the program updates in place; the update is written back into the tensor at the end."""
         entry = self.updated_constants.get(id(t))
         if entry is None:
-            wrapper = TracingTensor(self._constant_tensor(t))
+            p = self._constant_tensor(t)
+            captured = self.inputs.captured(t, False) if self.inputs is not None else None
+            if captured is not None:  # (an input: updates reach it as an argument's)
+                return captured
+            wrapper = TracingTensor(p)
             set_input_layout(wrapper, t)
             wrapper._tt_input = False
             wrapper._tt_constant = True
