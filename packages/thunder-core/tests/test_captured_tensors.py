@@ -179,3 +179,49 @@ def test_rebinding_the_global_or_replacing_the_parameter_traces_again():
     ):
         torch.testing.assert_close(a, e)
     assert thunder.cache_misses(jf) == 2
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_captured_tensor_returned_or_viewed_is_the_tensor_itself(requires_grad):
+    w = torch.randn(2, 3, dtype=torch.float64, requires_grad=requires_grad)
+
+    def fn(x):
+        v = w.double()  # (w itself: it is float64)
+        return v.t(), w, x * 2
+
+    out, expected = thunder.jit(fn)(torch.randn(3)), fn(torch.randn(3))
+    assert out[1] is w and expected[1] is w
+    assert out[0]._base is w and expected[0]._base is w
+    assert out[0].requires_grad == expected[0].requires_grad
+
+
+def test_a_captured_integer_tensor_updated_in_place_and_returned_is_the_tensor_itself():
+    counts = torch.tensor([1, 2, 3])
+    ref = counts.clone()
+
+    def fn(x):
+        counts.add_(1)
+        counts[0] = 7
+        return counts, x + counts
+
+    x = torch.ones(3, dtype=torch.int64)
+    out = thunder.jit(fn)(x)
+    ref.add_(1)
+    ref[0] = 7
+    assert out[0] is counts
+    assert torch.equal(counts, ref) and torch.equal(out[1], x + ref)
+
+
+def test_a_saved_result_of_a_captured_tensor_updated_in_place_raises_eagers_backward_error():
+    w = torch.tensor(0.25, dtype=torch.float64, requires_grad=True)
+
+    def fn(x):
+        v = w.amax()  # (amax saves its result for the backward)
+        v.abs_()
+        return v * x
+
+    x = torch.randn(3, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fn(x).sum().backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        thunder.jit(fn)(x).sum().backward()

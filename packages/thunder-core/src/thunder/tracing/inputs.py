@@ -168,9 +168,10 @@ class _InputBuilder:
 
     def captured(self, t: torch.Tensor, new: bool) -> TracingTensor | None:
         """The stand-in of a tensor the traced code reads from outside its arguments (a global, a closure's variable,
-        a module that is not the one jitted) that requires grad (``new``): an input of the program, which the
-        prologue passes as it holds the tensor, so that the backward accumulates its gradient as eager's does and an
-        update under no_grad reaches it as an argument's. None for other tensors: constants of the program."""
+        a module that is not the one jitted): an input of the program (``new``: made now), which the prologue passes
+        as it holds the tensor and checks as an argument. So the backward accumulates its gradient as eager's does,
+        an update reaches it as an argument's, its views and a return of it are the tensor's own, and a change of
+        its sizes traces again. None where it was made a constant of the program before (``new`` False)."""
         # (an argument or module tensor read again through a global: its own stand-in, so updates reach both)
         wrapper = self.captured_tensors.get(id(t))
         if wrapper is None:
@@ -180,7 +181,11 @@ class _InputBuilder:
         _reject_unusual_tensor(t, "a tensor read from outside the arguments")
         expr = self.prologue.constant(t, "_captured")
         proxy = TensorProxy(
-            self.trace.add_name("captured"), shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=True
+            self.trace.add_name("captured"),
+            shape=t.shape,
+            dtype=t.dtype,
+            device=t.device,
+            requires_grad=t.requires_grad,
         )
         wrapper = TracingTensor(proxy)
         set_input_layout(wrapper, t)

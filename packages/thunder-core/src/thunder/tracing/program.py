@@ -225,6 +225,7 @@ def trace_program(
             _current_tracer.pop()
             reassigned = inputs.restore()
         tracer.finish()
+        result = tracer.outside_tensors_returned(result)
         side_effects = inputs.apply_attribute_updates() or _dependencies_changed(dependencies)
         _check_no_stand_in_escaped(dependencies)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
-from thunder.core.pytree import tree_map
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import (
     current_size_env,
@@ -320,6 +320,16 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
+        for a in args:
+            if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
+                # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias
+                # it, updates through them reach it (written back at the program's end) and what autograd saves of
+                # it is known, as in eager
+                args = tuple(
+                    self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
+                    for a in args
+                )
+                break
         first = first_count = None
         if args and type(args[0]) is TracingTensor:
             first, first_count = args[0]._thunder_proxy, version_count(args[0])
@@ -339,15 +349,6 @@ class Tracer:
 
     def _record_call(self, func, mapped, args, kwargs):
         trace = self.trace
-        for a in args:
-            if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
-                # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias
-                # it and updates through them reach it (written back at the program's end), as in eager
-                args = tuple(
-                    self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
-                    for a in args
-                )
-                break
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
@@ -562,8 +563,8 @@ class Tracer:
         if updated is not None:  # updated in place earlier in the program: its current value
             return updated[1]._thunder_proxy
         p = self.constants.get(id(t))
-        if self.inputs is not None:  # (one requiring grad: an input of the program, see inputs.captured)
-            captured = self.inputs.captured(t, t.requires_grad)
+        if self.inputs is not None:  # (an input of the program, see inputs.captured)
+            captured = self.inputs.captured(t, p is None)
             if captured is not None:
                 self.input_names.add(captured._thunder_proxy.name)
                 return self._current_value(captured)
@@ -640,6 +641,26 @@ class Tracer:
             wrapper._tt_constant = True
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
+
+    def outside_tensors_returned(self, result):
+        """``result`` with each tensor from outside the inputs that it holds as it is (``return some_global``) replaced
+        by its stand-in: an input of the program (``inputs.captured``), which the call returns as the tensor itself,
+        as eager does (one the program updated in place: the stand-in of its new value)."""
+
+        def stand_in(x):
+            if type(x) is TracingTensor or not isinstance(x, torch.Tensor):
+                return x
+            entry = self.updated_constants.get(id(x))
+            if entry is not None:
+                return entry[1]
+            return x if self.inputs is None else self.inputs.captured(x, True)
+
+        if self.inputs is None and not self.updated_constants:
+            return result
+        leaves = tree_leaves(result)
+        if all(type(x) is TracingTensor or not isinstance(x, torch.Tensor) for x in leaves):
+            return result
+        return tree_map(stand_in, result)
 
     def constant_writes(self) -> list[tuple[TensorProxy, TensorProxy]]:
         """``(final value, constant)`` of every constant updated in place: what the program writes back
