@@ -166,3 +166,94 @@ def test_views_of_results_are_in_the_aliasing_record():
     jfn = thunder.jit(VIEW_OUTPUTS["transpose"])
     _call(jfn, jit=False)
     assert "is returned as a view of the program's" in str(thunder.last_traces(jfn)[0])
+
+
+# --- the layout memo (layout_memo.py): a repeated op's layout is answered without a second meta run ---------
+
+_MEMO_CASES = {
+    "mul_transposed": (torch.mul, lambda: (torch.empty(3, 4, device="meta").t(), 2.0)),
+    "add_broadcast_permuted": (
+        torch.add,
+        lambda: (torch.empty(2, 3, 4, device="meta").permute(2, 0, 1), torch.empty(1, 3, device="meta")),
+    ),
+    "pow_int_exponent": (torch.pow, lambda: (torch.empty(4, 3, dtype=torch.float64, device="meta").t(), 2)),
+    "cat_of_strided": (
+        torch.cat,
+        lambda: ([torch.empty(2, 4, device="meta").t(), torch.empty(4, 3, device="meta")[:, 1:]], 1),
+    ),
+    "sdpa_transposed": (
+        torch.nn.functional.scaled_dot_product_attention,
+        lambda: tuple(torch.empty(2, 5, 4, 8, device="meta").transpose(1, 2) for _ in range(3)),
+    ),
+    "max_dim": (torch.max, lambda: (torch.empty(3, 4, device="meta").t(), 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MEMO_CASES))
+def test_a_remembered_layout_is_the_meta_runs(case, monkeypatch):
+    from thunder.tracing import layout_memo
+    from thunder.tracing.views import run_on_shadows
+
+    func, make = _MEMO_CASES[case]
+    runs = []
+
+    def counted(*a):
+        runs.append(None)
+        return run_on_shadows(*a)
+
+    monkeypatch.setattr(layout_memo, "run_on_shadows", counted)
+    monkeypatch.setattr(layout_memo, "_memo", {})
+    expected = run_on_shadows(func, make(), {})
+    first, again = layout_memo.layout_run(func, make(), {}), layout_memo.layout_run(func, make(), {})
+    assert len(runs) == 1  # (the second answer is remembered)
+    for got in (first, again):
+        got, want = (got, expected) if isinstance(expected, tuple) else ((got,), (expected,))
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert (g.shape, g.stride(), g.dtype, g.device) == (w.shape, w.stride(), w.dtype, w.device)
+
+
+def test_the_layout_memo_tells_layouts_dtypes_and_scalars_apart(monkeypatch):
+    from thunder.tracing import layout_memo
+
+    monkeypatch.setattr(layout_memo, "_memo", {})
+    x = torch.empty(3, 4, device="meta")
+    answers = [
+        layout_memo.layout_run(torch.mul, (x.t(), 2), {}),
+        layout_memo.layout_run(torch.mul, (x.t().contiguous(), 2), {}),
+        layout_memo.layout_run(torch.mul, (x.t().double(), 2), {}),
+        layout_memo.layout_run(torch.mul, (x.t(), 2.5), {}),
+        layout_memo.layout_run(torch.mul, (x.t().int(), 2.5), {}),  # (a float scalar makes an int tensor's float)
+    ]
+    with torch._C.DisableTorchFunction():
+        expected = [x.t() * 2, x.t().contiguous() * 2, x.t().double() * 2, x.t() * 2.5, x.t().int() * 2.5]
+    for got, want in zip(answers, expected):
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
+def test_repeated_layers_give_eagers_layouts_through_the_memo():
+    # (the same transposed elementwise chain in each layer: the later layers' layouts come from the memo)
+    def fn(x):
+        outs = []
+        for k in range(3):
+            y = (x.t() * (k + 1)).sin()
+            z = y.reshape(-1)  # a copy: y is transposed
+            z.add_(1)
+            outs += [y, z, y.contiguous()]
+        return outs
+
+    expected, actual = fn(_x()), thunder.jit(fn)(_x())
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+        assert a.stride() == e.stride()
+
+
+def test_the_layout_memo_holds_no_function_of_the_users(monkeypatch):
+    from thunder.tracing import layout_memo
+
+    monkeypatch.setattr(layout_memo, "_memo", {})
+    x = torch.empty(3, 4, device="meta").t()
+    for _ in range(2):
+        out = layout_memo.layout_run(lambda a: a * 2, (x,), {})
+        assert out.stride() == (x * 2).stride()
+    assert not layout_memo._memo

@@ -24,6 +24,7 @@ import torch
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbolic import hints
 from thunder.tracing.hidden_bases import VIEWS_OF_INTERNAL_RESULTS, eager_view_shadow
+from thunder.tracing.layout_memo import layout_run
 from thunder.tracing.tracing_tensor import TracingTensor
 from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, _storage_id, shadow
 
@@ -128,6 +129,7 @@ class PendingLayout(DeferredMetaRun):
 
     __slots__ = ("layouts",)
     marker = "_tt_layout_pending"
+    meta_run = staticmethod(layout_run)  # (remembered by the arguments' layouts: layout_memo.py)
 
     def __init__(self, func, args, kwargs, outputs: tuple[TracingTensor, ...]) -> None:
         self.func = func

@@ -588,6 +588,7 @@ class DeferredMetaRun:
 
     __slots__ = ("func", "args", "kwargs", "outputs")
     marker = ""  # the outputs' attribute that points at their pending run
+    meta_run = staticmethod(lambda func, args, kwargs: run_on_shadows(func, args, kwargs))
 
     def _hold(self, outputs) -> None:
         self.outputs = tuple(weakref.ref(w) for w in outputs)
@@ -604,7 +605,7 @@ class DeferredMetaRun:
         for w in outs:
             if w is not None:
                 setattr(w, self.marker, None)
-        return outs, run_on_shadows(self.func, self.args, self.kwargs)
+        return outs, type(self).meta_run(self.func, self.args, self.kwargs)
 
 
 class _PendingShadows(DeferredMetaRun):
