@@ -225,3 +225,32 @@ def test_a_saved_result_of_a_captured_tensor_updated_in_place_raises_eagers_back
         fn(x).sum().backward()
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         thunder.jit(fn)(x).sum().backward()
+
+
+def test_a_call_passing_the_captured_tensor_itself_as_the_updated_argument_traces_again():
+    buf = torch.zeros(3)
+
+    def fn(x):
+        x.add_(1)
+        return buf * 2
+
+    jf = thunder.jit(fn)
+    torch.testing.assert_close(jf(torch.ones(3)), torch.zeros(3))
+    # (now the argument is buf: the update reaches what the function reads, as in eager)
+    torch.testing.assert_close(jf(buf), torch.full((3,), 2.0))
+    torch.testing.assert_close(buf, torch.ones(3))
+
+
+def test_an_update_of_a_captured_view_of_an_argument_is_refused_naming_the_line():
+    base = torch.zeros(2, 3)
+    row = base[0]
+
+    def fn(x):
+        x.add_(1)
+        return row * 2  # (row is a view of x: the program holds them as two inputs)
+
+    with pytest.raises(Exception, match="shares memory with its input") as info:
+        thunder.jit(fn)(base)
+    assert __file__ in str(info.value) and "row * 2" in str(info.value)
+    torch.testing.assert_close(fn(torch.zeros(2, 3)), torch.full((3,), 0.0))  # (reads of it are fine)
+    assert torch.equal(thunder.jit(lambda x: row * x)(base), row * base)

@@ -56,8 +56,14 @@ def _apply(cls, *args, **kwargs):
     from thunder.tracing.tracer import TracingTensor, _current_tracer
 
     tracer = _current_tracer[-1]
-    if tracer is None or not any(isinstance(a, TracingTensor) for a in (*args, *kwargs.values())):
+    if tracer is None or not any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return _original_apply.__func__(cls, *args, **kwargs)
+
+    # (tensors from outside the inputs, a global's: inputs of the program too, see inputs.captured)
+    def stand_in(a):
+        return tracer.outside_tensor(a) if isinstance(a, torch.Tensor) and not isinstance(a, TracingTensor) else a
+
+    args, kwargs = tuple(map(stand_in, args)), {k: stand_in(v) for k, v in kwargs.items()}
     return _trace_apply(tracer, cls, args, kwargs)
 
 

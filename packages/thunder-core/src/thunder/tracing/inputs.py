@@ -12,7 +12,7 @@ from thunder.core import pytree
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx
 from thunder.tracing import guards
-from thunder.tracing.errors import TracingError
+from thunder.tracing.errors import TracingError, describe_location, user_frame
 from thunder.tracing.prologue import PrologueBuilder
 from thunder.tracing.tracer import (
     TracingTensor,
@@ -42,6 +42,7 @@ class _TensorInput:
     key: str | None = None
     original: torch.Tensor | None = None
     example: torch.Tensor | None = None  # the argument tensor of the call traced
+    captured: bool = False  # a tensor the traced code read from outside its arguments (``_InputBuilder.captured``)
 
 
 class _ObjectArgument:
@@ -102,6 +103,8 @@ class _InputBuilder:
         self.object_attributes: set[tuple[int, str]] = set()  # (id(module), attribute) held as such objects
         self.shared_storages: list[tuple[str, tuple[str, ...]]] = []  # (storage input, the inputs viewing it)
         self.captured_tensors: dict[int, TracingTensor] = {}  # id -> stand-in, see ``captured``
+        # (captured input, the inputs sharing its memory, where it was read): see refuse_updates_of_shared_captured
+        self.captured_sharing: list[tuple[str, list[str], str]] = []
         self.on_captured = None  # called with (stand-in, expression) of each captured tensor (PostCall.add_input)
 
     @property
@@ -192,12 +195,41 @@ class _InputBuilder:
         if isinstance(t, torch.nn.Parameter):
             wrapper._is_param = True
         self.captured_tensors[id(t)] = wrapper
+        shares = self._sharing_storage(t)
+        if shares:  # (checked once the updates are known: program.refuse_updates_of_shared_captured)
+            self.captured_sharing.append((proxy.name, shares, describe_location(user_frame())))
         self.first_read.setdefault(id(t), expr)
-        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, example=t))
+        self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, example=t, captured=True))
         self.state_reads.append((proxy.name, expr, proxy, t))
         if self.on_captured is not None:
             self.on_captured(wrapper, expr)
         return wrapper
+
+    def _sharing_storage(self, t: torch.Tensor) -> list[str]:
+        """The inputs whose caller's tensor shares ``t``'s memory."""
+        with torch._C.DisableTorchFunction():
+            if not t.untyped_storage().nbytes():
+                return []
+            ptr = t.untyped_storage().data_ptr()
+            names = []
+            for ti in self.tensors:
+                real = ti.example if ti.example is not None else ti.original
+                if real is not None and real is not t and real.untyped_storage().data_ptr() == ptr:
+                    names.append(ti.proxy.name)
+            return names
+
+    def refuse_updates_of_shared_captured(self, written: set[str]) -> None:
+        """Raises where the program updates a captured tensor (``captured``) or an input sharing its memory: the
+        program holds them as two inputs, so the update would not reach the other as in eager."""
+        for name, others, where in self.captured_sharing:
+            updated = [n for n in (name, *others) if n in written]
+            if updated:
+                raise TracingError(
+                    "thunder.jit: the function reads a tensor from outside its arguments (a global, a closure's) "
+                    f"that shares memory with its input(s) {', '.join(others)}, and updates {', '.join(updated)} in "
+                    "place; the update would not reach the other as in eager. Pass the tensor as an argument, or "
+                    f"clone it before the call\n  {where}"
+                )
 
     def _shape(self, expr: str, value: torch.Tensor) -> tuple:
         """The argument's sizes as the trace sees them: numbers, or symbols for its dynamic dimensions."""

@@ -248,6 +248,7 @@ def trace_program(
             if new is not ti.proxy and ti.proxy.name not in written:
                 written.add(ti.proxy.name)
                 writes.append((new, ti.proxy))
+        inputs.refuse_updates_of_shared_captured(written)
         if writes:
             # (arguments sharing a storage are views of it: a write reaches them all)
             aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
@@ -262,7 +263,10 @@ def trace_program(
         prologue.check_layout = tracer.layout_read
         prologue.check_offsets = tracer.offsets_read
         if written:  # an update reaches other arguments exactly when they share its storage
-            prologue.distinct_storages = frozenset(ti.expr for ti in inputs.tensors if not ti.is_module_state)
+            # (and from the tensors read from outside the arguments: a later call passing one of them traces again)
+            prologue.distinct_storages = frozenset(
+                ti.expr for ti in inputs.tensors if not ti.is_module_state or ti.captured
+            )
     if written and inputs.repeated and not share_repeated:
         return trace_program(
             fn,

@@ -626,6 +626,10 @@ class Tracer:
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
 
+    def outside_tensor(self, t: torch.Tensor) -> TracingTensor:
+        """The stand-in of a tensor from outside the inputs (``Function.apply`` of globals alone)."""
+        return self._updated_constant(t)
+
     def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
         """The stand-in of a constant tensor (a global, or one held by an object such as a KV cache) that
         the program updates in place; the update is written back into the tensor at the end."""
