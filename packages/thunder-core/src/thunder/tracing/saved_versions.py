@@ -146,9 +146,9 @@ def _spec(w: TracingTensor, p=None) -> tuple:
     return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
 
-def _meta_like(spec: tuple) -> torch.Tensor:
+def _meta_like(spec: tuple, device: str = "meta") -> torch.Tensor:
     shape, dtype, requires_grad = spec
-    return torch.empty(shape, dtype=dtype, device="meta").requires_grad_(requires_grad)
+    return torch.zeros(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
 
 
 def _replace(x, metas: dict):
@@ -185,17 +185,23 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     if key is not None and key in _probe_cache:
         return _probe_cache[key]
     answer = None
-    try:
-        with torch._C.DisableTorchFunction(), torch.enable_grad():
-            # (not leaves: an in-place op, relu_, may update one of them)
-            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
-            before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
-            margs = tuple(_replace(a, metas) for a in args)
-            mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
-            mout = func(*margs, **mkwargs)
-        answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
-    except Exception:
-        answer = None
+    # (on meta tensors; an op with no meta kernel, masked_select inside combinations, on zero-filled CPU tensors:
+    # which tensors a call saves does not depend on their values)
+    for device in ("meta", "cpu"):
+        try:
+            with torch._C.DisableTorchFunction(), torch.enable_grad():
+                # (not leaves: an in-place op, relu_, may update one of them)
+                metas = {id(w): _non_leaf(_meta_like(sp, device)) for w, sp in zip(flat, spec)}
+                before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
+                margs = tuple(_replace(a, metas) for a in args)
+                mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
+                mout = func(*margs, **mkwargs)
+            answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
+            break
+        except NotImplementedError:
+            continue
+        except Exception:
+            break
     if key is not None:
         _probe_cache[key] = answer
     return answer

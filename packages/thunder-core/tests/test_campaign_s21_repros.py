@@ -1,0 +1,105 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14001..14008, session 21) found, each against eager.
+
+Besides values, dtypes and gradients, these compare whether each output is a view and which outputs share a storage
+with the inputs and with each other (what the campaign's ``output_aliasing`` check compares)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+_MODIFIED = "modified by an inplace operation"
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
+    """Values, dtypes, ``requires_grad``, view-ness, storage sharing with the inputs and among the outputs, and
+    gradients, against eager."""
+    e_in, t_in = make_inputs(), make_inputs()
+    expected = fn(*e_in)
+    actual = thunder.jit(fn)(*t_in)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    assert len(expected) == len(actual)
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (e.dtype, e.shape, e.requires_grad, e._is_view())
+        torch.testing.assert_close(a, e, equal_nan=True)
+        for xe, xa in zip(e_in, t_in):
+            assert _shares(a, xa) == _shares(e, xe)
+        for e2, a2 in zip(expected[:k], actual[:k]):
+            assert _shares(a, a2) == _shares(e, e2)
+    for xe, xa in zip(e_in, t_in):
+        torch.testing.assert_close(xa, xe, equal_nan=True)
+    if not grads:
+        return
+    leaves_e = [x for x in e_in if x.requires_grad]
+    leaves_a = [x for x in t_in if x.requires_grad]
+    outs_e = [o for o in expected if o.requires_grad]
+    outs_a = [o for o in actual if o.requires_grad]
+    if not outs_e:
+        return
+    ge = torch.autograd.grad([o.sum() for o in outs_e], leaves_e, allow_unused=True)
+    ga = torch.autograd.grad([o.sum() for o in outs_a], leaves_a, allow_unused=True)
+    for x, y in zip(ge, ga):
+        assert (x is None) == (y is None)
+        if x is not None:
+            torch.testing.assert_close(y, x, equal_nan=True)
+
+
+def _assert_backward_raises_as_eager(fn, make_inputs, differentiate) -> None:
+    """Eager's backward raises "modified by an inplace operation"; thunder's must too, naming ``fn``'s line.
+    ``make_inputs()`` gives (the leaf, the arguments); ``differentiate(outputs, arguments)`` the tensors to
+    differentiate."""
+    leaf, args = make_inputs()
+    targets = differentiate(fn(*args), args)
+    with pytest.raises(RuntimeError, match=_MODIFIED):
+        torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
+    leaf, args = make_inputs()
+    targets = differentiate(thunder.jit(fn)(*args), args)
+    with pytest.raises(RuntimeError, match=_MODIFIED) as error:
+        torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
+    assert fn.__name__ in str(error.value)
+
+
+# ------------------------------- a call whose saved tensors only a run on real tensors shows, its input then updated
+
+
+def _combinations_then_relu_(a):  # (campaign, 14002: combinations runs masked_select, which has no meta kernel)
+    v0 = a.var(-1)
+    v1 = torch.combinations(v0, r=2, with_replacement=False)
+    F.relu(v0, inplace=True)
+    return (v1,)
+
+
+def _masked_select_then_exp_(a):
+    v0 = a * 1
+    v1 = torch.masked_select(v0, v0 > 0)
+    v0.exp_()
+    return (v1,)
+
+
+def _row(dtype=torch.float32):
+    leaf = torch.tensor([[-2.0, 1.0625, 0.25]], dtype=dtype, requires_grad=True)
+    return leaf, (leaf,)
+
+
+@pytest.mark.parametrize("fn", [_combinations_then_relu_, _masked_select_then_exp_])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_update_of_a_tensor_saved_by_an_op_without_meta_kernel_raises_at_backward(fn, dtype):
+    _assert_backward_raises_as_eager(fn, lambda: _row(dtype), lambda outs, args: [outs[0]])
+
+
+def test_op_without_meta_kernel_whose_input_is_updated_unsaved_runs_backward():
+    def fn(a):  # (masked_select saves its argument, v0 * 2, not v0: eager's backward runs)
+        v0 = a * 1
+        v1 = torch.masked_select(v0 * 2, torch.tensor([[True, False, True]]))
+        v0.exp_()
+        return v1, v0
+
+    _assert_as_eager(fn, lambda: _row()[1])
