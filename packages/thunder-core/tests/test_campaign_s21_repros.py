@@ -103,3 +103,35 @@ def test_op_without_meta_kernel_whose_input_is_updated_unsaved_runs_backward():
         return v1, v0
 
     _assert_as_eager(fn, lambda: _row()[1])
+
+
+# ------------------------------------------------- an empty view of another argument, updated in place with grad
+
+
+def _elu_then_relu_of_empty_view(a0, a1):  # (campaign, 14004)
+    F.elu(a1, inplace=True)
+    F.relu(a1, inplace=True)  # (overwrites the result elu_ saved: eager's backward through a0 raises)
+    return (a1 * 2,)
+
+
+def _empty_with_view(rows=2):
+    leaf = torch.tensor([[]] * rows, requires_grad=True)
+    a0 = leaf * 1
+    return leaf, (a0, a0[0])
+
+
+def test_update_of_an_empty_view_reaches_its_base_argument_at_backward():
+    _assert_backward_raises_as_eager(_elu_then_relu_of_empty_view, _empty_with_view, lambda outs, args: [args[0]])
+
+
+def test_update_of_an_empty_view_gives_its_base_argument_the_history():
+    def fn(a0, a1):
+        a1.mul_(2)
+        return (a1 + 1,)
+
+    for f in (fn, thunder.jit(fn)):
+        leaf, (a0, a1) = _empty_with_view()
+        f(a0, a1)
+        assert type(a0.grad_fn).__name__ == "CopySlices"
+        (g,) = torch.autograd.grad(a0, leaf, torch.ones_like(a0))
+        assert g.shape == leaf.shape
