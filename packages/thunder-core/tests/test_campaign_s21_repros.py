@@ -5,6 +5,7 @@ with the inputs and with each other (what the campaign's ``output_aliasing`` che
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -135,3 +136,26 @@ def test_update_of_an_empty_view_gives_its_base_argument_the_history():
         assert type(a0.grad_fn).__name__ == "CopySlices"
         (g,) = torch.autograd.grad(a0, leaf, torch.ones_like(a0))
         assert g.shape == leaf.shape
+
+
+# ------------------------------------------- an output viewing another output that is itself a view (eager's cov)
+
+
+def _cov_and_its_reshape(a):  # (campaign, 14006)
+    v1 = torch.from_numpy(np.exp(a.detach().numpy() * 0.1))
+    v6 = torch.cov(v1.reshape(-1))
+    return v6.reshape(-1), v6
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _cov_and_its_reshape,
+        lambda a: (torch.cov(a * 1).reshape(-1), torch.cov(a * 1)),
+        lambda a: (lambda v: (v.reshape(-1), v))(torch.cov(a * 1)),
+        lambda a: (lambda v: (v[1:], v.t(), v))(torch.cov(a.detach().reshape(2, 2))),
+        lambda a: (lambda v: (v[1:], v))(torch.cov(a.reshape(2, 2))[1:]),
+    ],
+)
+def test_view_of_an_output_that_is_a_view_shares_its_storage(fn):
+    _assert_as_eager(fn, lambda: (torch.tensor([1.5, -0.25, -2.0, 0.5], dtype=torch.float64, requires_grad=True),))

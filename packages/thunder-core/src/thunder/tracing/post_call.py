@@ -714,7 +714,12 @@ def _return_internal_views(result, internal_views, extra, spec):
         if base is None:
             base = root
             saved = id(root) in restrided_roots and root.requires_grad
-            if saved or root._base is not None or not _same_strides(root, root_stride) or root.storage_offset() != 0:
+            # (a root the program returns itself, a view as eager's is, ``v = torch.cov(x); v.reshape(-1), v``: the
+            # output views it in place, sharing its storage as in eager; a copy would be a storage of its own)
+            offset_ok = (root._base is None and root.storage_offset() == 0) or (
+                not bounds and any(leaf is root for leaf in leaves)
+            )
+            if saved or not offset_ok or not _same_strides(root, root_stride):
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
             bases[id(root)] = base
@@ -729,7 +734,8 @@ def _return_internal_views(result, internal_views, extra, spec):
                 bases[key] = base.detach()
             base = bases[key]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
-            view = _through(base, bounds).as_strided(size, stride, offset)
+            # (``offset`` counts from the root's first element: as_strided's from its storage's)
+            view = _through(base, bounds).as_strided(size, stride, offset + (0 if bounds else base.storage_offset()))
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)
