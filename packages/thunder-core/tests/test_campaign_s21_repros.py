@@ -159,3 +159,76 @@ def _cov_and_its_reshape(a):  # (campaign, 14006)
 )
 def test_view_of_an_output_that_is_a_view_shares_its_storage(fn):
     _assert_as_eager(fn, lambda: (torch.tensor([1.5, -0.25, -2.0, 0.5], dtype=torch.float64, requires_grad=True),))
+
+
+# ------------------------------------ an integer index into a dimension whose size is known only when the program runs
+
+
+def _unique_assigned_into_its_first_element(a):  # (campaign, 14005)
+    v0 = (torch.tensor(0.0, dtype=torch.float64) + a.mean()).unique_consecutive()
+    v0[0] = v0  # (eager: a size-1 value drops its dim; any other size raises)
+    return (v0,)
+
+
+def _masked_then_indexed(a):
+    v = a[a > 0]
+    v[0] = v[-1] * 2
+    return v[0] + v[-1], v, v.reshape(-1, 1)[-1, 0]
+
+
+def _run_as_eager(fn, jfn, a):
+    """``fn(a)`` and ``jfn(a)`` give the same values (gradients too), or raise the same error type and message
+    (thunder's may name the line after it)."""
+    try:
+        expected = fn(a.clone().requires_grad_(a.is_floating_point()))
+    except (IndexError, RuntimeError) as e:
+        with pytest.raises(type(e)) as error:
+            jfn(a.clone().requires_grad_(a.is_floating_point()))
+        assert str(error.value).startswith(str(e).split("\n")[0])
+        return
+    leaf = a.clone().requires_grad_(a.is_floating_point())
+    actual = jfn(leaf)
+    for e, t in zip(expected, actual):
+        torch.testing.assert_close(t, e)
+    (g,) = torch.autograd.grad(actual[0].sum(), leaf)
+    leaf = a.clone().requires_grad_()
+    (ge,) = torch.autograd.grad(fn(leaf)[0].sum(), leaf)
+    torch.testing.assert_close(g, ge)
+
+
+def test_integer_index_into_a_unique_result_of_one_element():
+    _assert_as_eager(_unique_assigned_into_its_first_element, lambda: (torch.tensor([[0.5, -1.5], [2.0, 1.0]]),))
+
+
+@pytest.mark.parametrize("values", [[1.0, -1.0, 2.0], [-1.0, 3.0, -2.0], [-1.0, -1.0, -2.0], [3.0, 1.0, 2.0]])
+def test_integer_index_into_a_masked_selection(values):
+    jfn = thunder.jit(_masked_then_indexed)
+    for a in (torch.tensor(values), torch.tensor([4.0, 5.0, -1.0])):  # (a first call traces, the next reuses it)
+        _run_as_eager(_masked_then_indexed, jfn, a)
+
+
+@pytest.mark.parametrize("values", [[-1.0, 2.5], [1.0, 2.5], [-1.0, -2.5]])
+def test_a_masked_selection_assigned_into_one_element_raises_as_eager_unless_it_has_one(values):
+    def fn(a):
+        v = a[a > 0]
+        v[0] = v  # (eager: runs for one selected element, raises for more, or an IndexError for none)
+        return (v * 1,)
+
+    jfn = thunder.jit(fn)
+    for a in (torch.tensor(values), torch.tensor([-1.0, 2.5]), torch.tensor([3.0, 2.5])):
+        _run_as_eager(fn, jfn, a)
+
+
+def test_an_index_out_of_a_masked_selection_raises_eagers_index_error_on_a_later_call():
+    def fn(a):
+        v = torch.exp(a[a > 0])
+        return (v[1] * v,)
+
+    jfn = thunder.jit(fn)
+    torch.testing.assert_close(jfn(torch.tensor([1.0, 2.0, -3.0]))[0], fn(torch.tensor([1.0, 2.0, -3.0]))[0])
+    a = torch.tensor([1.0, -2.0, -3.0])
+    with pytest.raises(IndexError, match="index 1 is out of bounds for dimension 0 with size 1"):
+        fn(a)
+    with pytest.raises(IndexError, match="index 1 is out of bounds for dimension 0 with size 1"):
+        jfn(a)
+    assert thunder.cache_misses(jfn) == 1
