@@ -232,3 +232,83 @@ def test_an_index_out_of_a_masked_selection_raises_eagers_index_error_on_a_later
     with pytest.raises(IndexError, match="index 1 is out of bounds for dimension 0 with size 1"):
         jfn(a)
     assert thunder.cache_misses(jfn) == 1
+
+
+# ------------------------------------------ index_put_ without accumulating (and x[index_tensors] = v) on an expanded x
+
+
+def _row_expanded(requires_grad=False):
+    leaf = torch.tensor([[1.0, 2.0, 3.0]], requires_grad=requires_grad)
+    return leaf, (leaf * 1).expand(2, 3)
+
+
+def _column_expanded(requires_grad=False):
+    leaf = torch.tensor([[1.0], [2.0]], requires_grad=requires_grad)
+    return leaf, (leaf * 1).expand(2, 3)
+
+
+def _put_one(a):  # (campaign, rare: each write lands on its memory location, every row shows it)
+    a.index_put_((torch.tensor([0]), torch.tensor([1])), torch.tensor(5.0))
+    return (a * 1,)
+
+
+def _put_rows_last_wins(a):  # (two rows written into one location: the last index element's stays)
+    a.index_put_((torch.tensor([1, 0]),), torch.tensor([[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]]))
+    return (a * 1,)
+
+
+def _put_along_an_expanded_trailing_dim(a):  # (the last of the trailing elements stays)
+    a.index_put_((torch.tensor([1]),), torch.tensor([5.0, 6.0, 7.0]))
+    return (a * 1,)
+
+
+def _put_with_closure_indices(a, _index=torch.tensor([1, 1]), _values=torch.tensor([4.0, 5.0])):
+    a.index_put_((_index, torch.tensor([0, 2])), _values)
+    return (a * 1,)
+
+
+def _setitem_rows(a):  # (eager's x[index_tensor] = v is x.index_put_((index_tensor,), v))
+    a[torch.tensor([1, 0])] = torch.tensor([[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]])
+    return (a * 1,)
+
+
+def _setitem_number(a):
+    a[torch.tensor([0]), torch.tensor([2])] = 7.5
+    return (a * 1,)
+
+
+_PUTS = [
+    (_put_one, _row_expanded),
+    (_put_rows_last_wins, _row_expanded),
+    (_put_along_an_expanded_trailing_dim, _column_expanded),
+    (_put_with_closure_indices, _row_expanded),
+    (_put_with_closure_indices, _column_expanded),
+    (_setitem_rows, _row_expanded),
+    (_setitem_number, _column_expanded),
+]
+
+
+@pytest.mark.parametrize("fn, make", _PUTS, ids=[f"{fn.__name__}-{make.__name__}" for fn, make in _PUTS])
+@pytest.mark.filterwarnings("ignore:Use of index_put_ on expanded tensors is deprecated")
+def test_indexed_write_into_an_expanded_tensor_as_eager(fn, make):
+    (eb, e), (tb, t) = make(), make()
+    expected, actual = fn(e), thunder.jit(fn)(t)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(t, e)
+    torch.testing.assert_close(tb, eb)
+    assert t._base is not None and _shares(t, t._base)
+
+
+@pytest.mark.parametrize("fn", [_put_one, _setitem_rows])
+@pytest.mark.filterwarnings("ignore:Use of index_put_ on expanded tensors is deprecated")
+def test_indexed_write_into_an_expanded_tensor_with_grad_raises_eagers_backward_error(fn):
+    overlap = "more than one element of the written-to tensor refers to a single memory location"
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        leaf, a = _row_expanded(requires_grad=True)
+        (out,) = f(a)
+        results.append(out)
+        with pytest.raises(RuntimeError, match=overlap) as error:
+            torch.autograd.grad(out.sum(), leaf)
+    torch.testing.assert_close(results[1], results[0].detach(), check_dtype=True)
+    assert fn.__name__ in str(error.value)

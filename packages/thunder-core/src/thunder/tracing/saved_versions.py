@@ -344,8 +344,8 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     name = getattr(func, "__name__", "")
     w = args[0] if args else None
     # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself; but x[mask] = v with one
-    # value is eager's x.masked_fill_(mask, v))
-    masked_fill = name == "__setitem__" and is_masked_fill(args)
+    # value is eager's x.masked_fill_(mask, v), and x[index_tensors] = v its x.index_put_(index_tensors, v))
+    masked_fill = name == "__setitem__" and (is_masked_fill(args) or _integer_tensor_key(args))
     if type(w) is not TracingTensor or not (masked_fill or name.endswith("_")):
         return
     if not masked_fill and (name[:1] == "_" or name in _LAYOUT_ONLY):
@@ -360,6 +360,12 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
 
     frame = user_frame(4)
     saves.raising.append((root._thunder_proxy, _OVERLAP_ERROR, (frame, frame.f_lineno if frame is not None else None)))
+
+
+def _integer_tensor_key(args) -> bool:
+    key = args[1] if len(args) > 1 else None
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(isinstance(k, torch.Tensor) and not k.is_floating_point() and k.dtype is not torch.bool for k in keys)
 
 
 def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_count=None) -> None:
