@@ -5,7 +5,8 @@ variables needed for gradient computation has been modified by an inplace operat
 A compiled program keeps the values it needs for its own backward, so it would compute a gradient there. The tracer
 notes each differentiable call with the version counts (``version_counters``) of its tensors; at the program's end,
 for the calls one of whose tensors was updated since, it asks eager which tensors the call saves (the call run once
-on meta tensors, its autograd nodes' ``_saved_*`` attributes read; the answer cached per op and argument signature)
+on meta tensors, or zero-filled CPU ones for an op without a meta kernel, its autograd nodes' ``_saved_*``
+attributes read; the answer cached per op and argument signature)
 and lists those whose saved tensors were updated. The forward-backward split keeps those whose node the backward reaches, and the program's backward
 then raises eager's error, naming the user's lines, where eager's would.
 """
@@ -146,7 +147,8 @@ def _spec(w: TracingTensor, p=None) -> tuple:
     return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
 
-def _meta_like(spec: tuple, device: str = "meta") -> torch.Tensor:
+def _stand_in(spec: tuple, device: str = "meta") -> torch.Tensor:
+    """A tensor of ``spec`` (sizes, dtype, requires_grad) on ``device``: zeros (its values decide nothing asked here)."""
     shape, dtype, requires_grad = spec
     return torch.zeros(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
 
@@ -191,7 +193,7 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
         try:
             with torch._C.DisableTorchFunction(), torch.enable_grad():
                 # (not leaves: an in-place op, relu_, may update one of them)
-                metas = {id(w): _non_leaf(_meta_like(sp, device)) for w, sp in zip(flat, spec)}
+                metas = {id(w): _non_leaf(_stand_in(sp, device)) for w, sp in zip(flat, spec)}
                 before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
                 margs = tuple(_replace(a, metas) for a in args)
                 mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
@@ -228,7 +230,7 @@ def _missing_derivative(
     message = None
     try:
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            leaves = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
+            leaves = {id(w): _stand_in(sp) for w, sp in zip(flat, spec)}
             metas = {k: _non_leaf(m) for k, m in leaves.items()}
             mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
             outs = mout if isinstance(mout, (tuple, list)) else (mout,)
