@@ -312,3 +312,66 @@ def test_indexed_write_into_an_expanded_tensor_with_grad_raises_eagers_backward_
             torch.autograd.grad(out.sum(), leaf)
     torch.testing.assert_close(results[1], results[0].detach(), check_dtype=True)
     assert fn.__name__ in str(error.value)
+
+
+# ------------------ an output of unbind/chunk of an argument, returned after the argument was updated in place with grad
+
+
+def _unbound_then_base_updated(a):  # (campaign, 14012)
+    v0 = a.unbind(0)[0]
+    a.sin_()
+    return (v0.double(),)  # (float64 already: v0 itself, a view of the caller's tensor)
+
+
+def _chunk_of_view_then_base_updated(a0, a1):  # (campaign, 14010: empty arguments)
+    v1 = a1.chunk(2, -1)[0]
+    F.hardswish(a0, inplace=True)
+    return (v1,)
+
+
+def _matrix_and_row(rows):
+    def make():
+        leaf = torch.tensor([[1.0, 2.0], [3.0, 4.0]][:rows], dtype=torch.float64, requires_grad=True)
+        a0 = (leaf * 1).reshape(-1)[1:]
+        return leaf, (a0, a0[..., :1])
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "fn, make, differentiate",
+    [
+        (
+            _unbound_then_base_updated,
+            lambda: (lambda leaf: (leaf, (leaf * 1,)))(
+                torch.tensor([[1.0, 2.0]] * 2, dtype=torch.float64, requires_grad=True)
+            ),
+            lambda outs, args: [outs[0]],
+        ),
+        (_chunk_of_view_then_base_updated, _matrix_and_row(2), lambda outs, args: [outs[0], args[0]]),
+        (_chunk_of_view_then_base_updated, _matrix_and_row(0), lambda outs, args: [outs[0], args[0]]),
+    ],
+)
+def test_multi_output_view_of_an_argument_rebased_refuses_its_history_as_eager(fn, make, differentiate):
+    with pytest.raises(RuntimeError, match="returns multiple views"):
+        leaf, args = make()
+        targets = differentiate(fn(*args), args)
+        torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
+    leaf, args = make()
+    outs = thunder.jit(fn)(*args)
+    assert outs[0]._is_view() and _shares(outs[0], args[0])
+    targets = differentiate(outs, args)
+    with pytest.raises(RuntimeError, match="returns multiple views") as error:
+        torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
+    assert fn.__name__ in str(error.value)
+
+
+def test_multi_output_view_of_an_argument_not_rebased_keeps_its_history():
+    def unbound_only(a):
+        return (a.unbind(0)[1], a * 2)
+
+    _assert_as_eager(unbound_only, lambda: (torch.tensor([[1.0, 2.0]] * 2, requires_grad=True) * 1,))
+    leaf = torch.tensor([[1.0, 2.0]] * 2, requires_grad=True)
+    outs = thunder.jit(unbound_only)(leaf * 1)
+    (g,) = torch.autograd.grad(outs[0].sum() + outs[1].sum(), leaf)
+    torch.testing.assert_close(g, torch.tensor([[2.0, 2.0], [3.0, 3.0]]))

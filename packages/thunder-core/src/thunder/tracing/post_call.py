@@ -21,6 +21,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -30,6 +31,7 @@ from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import is_symbolic
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
+from thunder.tracing.errors import describe_location
 from thunder.tracing.hidden_bases import (
     VIEWS_OF_INTERNAL_RESULTS,
     HiddenBaseView,
@@ -54,6 +56,8 @@ class ReturnedView(NamedTuple):
     without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
     alias_not_view: bool = False  # a detach()/.data/view(dtype) output itself: it shares the storage, no ``_base``
     bounds: tuple = ()  # layouts it is viewed through, as eager's ``as_strided`` backward (``views.gradient_bounds``)
+    # eager's error where a gradient reaches it: an output of x.unbind()/x.split() whose base was updated since
+    refused: str | None = None
 
 
 class ViewOfResult(NamedTuple):
@@ -268,7 +272,11 @@ class PostCall:
             return False
         if leaf._thunder_proxy.name != proxy.name and not (detached and self._whole_detached(leaf, root)):
             return False
-        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False))
+        self.views.append(
+            ReturnedView(
+                i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False, refused=_refused_history(leaf)
+            )
+        )
         return True
 
     def _whole_detached(self, leaf: TracingTensor, root: TracingTensor) -> bool:
@@ -452,6 +460,7 @@ class PostCall:
                 leaf._tt_leaf_view,
                 alias_not_view,
                 leaf._tt_bounds,
+                _refused_history(leaf),
             )
         )
         return True
@@ -634,7 +643,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _, without_grad, alias_not_view, bounds in views:
+    for i, expr, layout, _, detached, _, without_grad, alias_not_view, bounds, refused in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -652,9 +661,30 @@ def _return_views(result, views, args, where, spec):
                 view = _through(base.detach() if detached else base, bounds).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+            if refused is not None and view.requires_grad:  # (eager's view refuses its history once rebased)
+                view.register_hook(functools.partial(_refuse_gradient, refused))
         elif detached and out.requires_grad and not view.requires_grad and torch.is_grad_enabled():
             leaves[i] = _detached_alias_with_history(view, out, alias_not_view)
     return pytree.tree_unflatten(spec, leaves)
+
+
+def _refused_history(leaf: TracingTensor) -> str | None:
+    """Eager's error where a gradient reaches the output ``leaf`` returned as a view of a caller's tensor: an output
+    of a view op returning several views (``x.unbind(0)[0]``, ``x.chunk(2)[0]``) that requires grad and whose base
+    was updated in place since (eager refuses its history then); None for any other."""
+    if not rebased_multi_view(leaf) or not leaf._thunder_proxy.requires_grad:
+        return None
+    name, index, _, (frame, lineno) = leaf._tt_multi_view
+    return (
+        f"Output {index} of {name} is a view and its base or another view of its base has been modified inplace. "
+        "This view is the output of a function that returns multiple views. Such functions do not allow the output "
+        "views to be modified inplace. You should replace the inplace operation by an out-of-place one. (eager's "
+        f"backward raises this too)\n  {describe_location(frame, lineno)}"
+    )
+
+
+def _refuse_gradient(message: str, grad):
+    raise RuntimeError(message)
 
 
 def _through(base: torch.Tensor, bounds: tuple) -> torch.Tensor:
