@@ -375,3 +375,48 @@ def test_multi_output_view_of_an_argument_not_rebased_keeps_its_history():
     outs = thunder.jit(unbound_only)(leaf * 1)
     (g,) = torch.autograd.grad(outs[0].sum() + outs[1].sum(), leaf)
     torch.testing.assert_close(g, torch.tensor([[2.0, 2.0], [3.0, 3.0]]))
+
+
+# --------------------- a computed tensor laid out otherwise than eager's, returned beside a view of it updated in place
+
+
+def _rounded_then_diagonal_updated(a):  # (campaign, 14009)
+    v0 = a + (torch.round(a) - a).detach()
+    v1 = v0 + (torch.round(v0) - v0).detach()
+    v2 = v1.diagonal()
+    v2.abs_()
+    return v1, v2
+
+
+def _no_grad_gelu_then_row_filled(a0):  # (campaign, 14012)
+    v0 = a0.detach() * a0
+    with torch.no_grad():
+        v1 = F.gelu(v0)
+    v2 = v1[0]
+    v2.fill_(1.5)
+    return v1, v2
+
+
+def _doubled_then_row_viewed(a):
+    v1 = a * 2  # (eager's follows a's permuted layout)
+    return v1, v1[1], v1.mT
+
+
+def _permuted(dtype=torch.float32, requires_grad=True):
+    t = torch.tensor([[[0.5, -0.5], [1.5, 0.0]], [[-2.0, 0.25], [1.0, -1.5]]], dtype=dtype, requires_grad=requires_grad)
+    return ((t * 1).permute(2, 0, 1),)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_rounded_then_diagonal_updated, _permuted),
+        (_no_grad_gelu_then_row_filled, lambda: _permuted(torch.float16, requires_grad=False)),
+        (_no_grad_gelu_then_row_filled, _permuted),
+        (_doubled_then_row_viewed, _permuted),
+    ],
+)
+def test_computed_tensor_returned_beside_its_views_shares_their_storage(fn, make):
+    _assert_as_eager(fn, make)
+    e, t = fn(*make()), thunder.jit(fn)(*make())
+    assert [x.stride() for x in t] == [x.stride() for x in e]

@@ -752,6 +752,11 @@ def _return_internal_views(result, internal_views, extra, spec):
             if saved or not offset_ok or not _same_strides(root, root_stride):
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
+                if root._base is None and id(root) not in restrided_roots and base.requires_grad == root.requires_grad:
+                    # (the program returns the root itself too, laid out otherwise than eager's, ``v = x.t() * 2;
+                    # return v, v.diagonal()``: the copy in eager's layout is returned in its place, so the views
+                    # share its storage as eager's do)
+                    leaves[:] = [base if leaf is root else leaf for leaf in leaves]
             bases[id(root)] = base
         if restrided:  # (eager's is the tensor itself, restrided in place: no view)
             if base.requires_grad == out.requires_grad:
