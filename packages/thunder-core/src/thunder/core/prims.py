@@ -657,3 +657,27 @@ def _size_of_printer(bsym, printer):
 size_of = Symbol("size_of", lambda t, dim: None, id="size_of", is_prim=True, python_printer=_size_of_printer)
 
 python_del = Symbol("python_del", lambda *args: None, id="python_del", is_prim=True, python_printer=_del_printer)
+
+
+def _size_in_range_printer(bsym, printer):
+    size, low, high, error, message = bsym.args
+    n = printer.value(size)
+    if bsym.source is not None:
+        filename, lineno = bsym.source
+        message += f'\n  File "{filename}", line {lineno}'
+    text = message.replace("{", "{{").replace("}", "}}").replace("{{size}}", "{" + n + "}")
+    bounds = f"{printer.value(low)} <= {n}" + ("" if high is None else f" < {printer.value(high)}")
+    return [f"if not {bounds}: raise {error}(f{text!r})"]
+
+
+# a condition on a size that depends on tensor values (a boolean mask's: ``low <= size < high``, ``high`` None for
+# no upper bound) the trace relies on, checked when the program runs: it raises ``error`` (the name of a builtin
+# exception) with ``message`` (``{size}``: the size), as eager's kernel would, where the trace cannot guard on it
+check_size_in_range = Symbol(
+    "check_size_in_range",
+    lambda size, low, high, error, message: None,
+    id="check_size_in_range",
+    is_prim=True,
+    python_printer=_size_in_range_printer,
+    tags=(OpTags.DONT_DCE,),
+)

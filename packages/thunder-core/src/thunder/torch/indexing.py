@@ -10,6 +10,7 @@ from thunder import clang
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import is_data_dependent, same_shape
 from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
 
 T = torch.Tensor
@@ -45,7 +46,11 @@ def getitem(a, key):
             continue
         n = a.shape[dim]
         if isinstance(k, (int, torch.SymInt)):
-            check(-n <= k < n, lambda: f"index {k} is out of bounds for dimension {dim} with size {n}", IndexError)
+            if is_data_dependent(n) and type(k) is int:  # (no size to check while tracing: checked when it runs)
+                message = f"index {k} is out of bounds for dimension {dim} with size {{size}}"
+                _require_size_at_least(n, k + 1 if k >= 0 else -k, IndexError, message)
+            else:
+                check(-n <= k < n, lambda: f"index {k} is out of bounds for dimension {dim} with size {n}", IndexError)
             k = k + n if k < 0 else k
             starts[dim], stops[dim] = k, k + 1
             squeezed.append(dim)
@@ -58,7 +63,10 @@ def getitem(a, key):
         dim += 1
 
     result = a
-    if starts != [0] * a.ndim or stops != list(a.shape) or steps != [1] * a.ndim:
+    # (a bound that may differ from the full range, one of a size known only when the program runs: sliced)
+    if not (
+        same_shape(tuple(starts), (0,) * a.ndim) and same_shape(tuple(stops), tuple(a.shape)) and steps == [1] * a.ndim
+    ):
         result = prims.slice(a, starts, stops, steps)
     if squeezed:
         result = prims.squeeze(result, tuple(squeezed))
@@ -204,6 +212,13 @@ def _value_like(value, a, shape):
     if isinstance(value, TensorProxy):
         # like eager, a value with more dimensions than the selection may drop leading size-1 ones
         extra = value.ndim - len(shape)
+        for s in value.shape[:extra]:  # (a size known only when the program runs: required to be 1 then)
+            if is_data_dependent(s):
+                message = (
+                    f"the value of shape {list(value.shape)} cannot be assigned to a selection of shape {list(shape)}: "
+                    "its leading dimension has size {size}, not 1"
+                )
+                _require_size_at_least(s, 1, RuntimeError, message, below=2)
         if extra > 0 and all(s == 1 for s in value.shape[:extra]):
             value = clang.reshape(value, value.shape[extra:])
         return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), shape)
@@ -271,3 +286,16 @@ def combinations(a, r: int = 2, with_replacement: bool = False):
         parts = [prims.full((1,), int(i), device=a.device, dtype=dtypes.int64) for i in picks.reshape(-1).tolist()]
         flat = parts[0] if len(parts) == 1 else prims.cat(parts, 0)
     return clang.reshape(prims.take(a, flat, 0), (picks.shape[0], r))
+
+
+def _require_size_at_least(n, low: int, error: type[Exception], message: str, below: int | None = None) -> None:
+    """Requires the size ``n``, known only when the program runs, to be at least ``low`` (and under ``below``): the
+    program checks it then, raising ``error(message)`` (``{size}``: the size) as eager does, and the trace relies on
+    it from here on."""
+    prims.check_size_in_range(n, low, below, error.__name__, message)
+    if below == low + 1:
+        torch._check(n == low)  # (a size known exactly from here on)
+        return
+    torch._check(n >= low)
+    if below is not None:
+        torch._check(n < below)

@@ -21,6 +21,7 @@ storage's end, ``set_`` to a tensor computed inside the program).
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -30,6 +31,7 @@ from thunder.core.aliasing import may_alias_an_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import is_symbolic
 from thunder.tracing.autograd_queries import refuse_returned_made_leaf
+from thunder.tracing.errors import describe_location
 from thunder.tracing.hidden_bases import (
     VIEWS_OF_INTERNAL_RESULTS,
     HiddenBaseView,
@@ -54,6 +56,8 @@ class ReturnedView(NamedTuple):
     without_grad: bool = False  # made under no_grad/inference_mode: a leaf that passes no gradient to the tensor
     alias_not_view: bool = False  # a detach()/.data/view(dtype) output itself: it shares the storage, no ``_base``
     bounds: tuple = ()  # layouts it is viewed through, as eager's ``as_strided`` backward (``views.gradient_bounds``)
+    # eager's error where a gradient reaches it: an output of x.unbind()/x.split() whose base was updated since
+    refused: str | None = None
 
 
 class ViewOfResult(NamedTuple):
@@ -283,7 +287,11 @@ class PostCall:
             return False
         if leaf._thunder_proxy.name != proxy.name and not (detached and self._whole_detached(leaf, root)):
             return False
-        self.views.append(ReturnedView(i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False))
+        self.views.append(
+            ReturnedView(
+                i, self.exprs[id(root)], None, leaf._thunder_proxy.name, detached, False, refused=_refused_history(leaf)
+            )
+        )
         return True
 
     def _whole_detached(self, leaf: TracingTensor, root: TracingTensor) -> bool:
@@ -471,6 +479,7 @@ class PostCall:
                 leaf._tt_leaf_view,
                 alias_not_view,
                 leaf._tt_bounds,
+                _refused_history(leaf),
             )
         )
         return True
@@ -653,7 +662,7 @@ def _return_views(result, views, args, where, spec):
     leaves, out_spec = pytree.tree_flatten(result)
     if out_spec != spec:  # a transform (grad, vjp) made another output
         return result
-    for i, expr, layout, _, detached, _, without_grad, alias_not_view, bounds in views:
+    for i, expr, layout, _, detached, _, without_grad, alias_not_view, bounds, refused in views:
         out, t = leaves[i], args[where[expr]]
         if not isinstance(out, torch.Tensor) or t.dtype != out.dtype or t.device != out.device:
             continue
@@ -671,9 +680,30 @@ def _return_views(result, views, args, where, spec):
                 view = _through(base.detach() if detached else base, bounds).as_strided(size, stride, offset)
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
+            if refused is not None and view.requires_grad:  # (eager's view refuses its history once rebased)
+                view.register_hook(functools.partial(_refuse_gradient, refused))
         elif detached and out.requires_grad and not view.requires_grad and torch.is_grad_enabled():
             leaves[i] = _detached_alias_with_history(view, out, alias_not_view)
     return pytree.tree_unflatten(spec, leaves)
+
+
+def _refused_history(leaf: TracingTensor) -> str | None:
+    """Eager's error where a gradient reaches the output ``leaf`` returned as a view of a caller's tensor: an output
+    of a view op returning several views (``x.unbind(0)[0]``, ``x.chunk(2)[0]``) that requires grad and whose base
+    was updated in place since (eager refuses its history then); None for any other."""
+    if not rebased_multi_view(leaf) or not leaf._thunder_proxy.requires_grad:
+        return None
+    name, index, _, (frame, lineno) = leaf._tt_multi_view
+    return (
+        f"Output {index} of {name} is a view and its base or another view of its base has been modified inplace. "
+        "This view is the output of a function that returns multiple views. Such functions do not allow the output "
+        "views to be modified inplace. You should replace the inplace operation by an out-of-place one. (eager's "
+        f"backward raises this too)\n  {describe_location(frame, lineno)}"
+    )
+
+
+def _refuse_gradient(message: str, grad):
+    raise RuntimeError(message)
 
 
 def _through(base: torch.Tensor, bounds: tuple) -> torch.Tensor:
@@ -747,9 +777,19 @@ def _return_internal_views(result, internal_views, extra, spec):
         if base is None:
             base = root
             saved = id(root) in restrided_roots and root.requires_grad
-            if saved or root._base is not None or not _same_strides(root, root_stride) or root.storage_offset() != 0:
+            # (a root the program returns itself, a view as eager's is, ``v = torch.cov(x); v.reshape(-1), v``: the
+            # output views it in place, sharing its storage as in eager; a copy would be a storage of its own)
+            offset_ok = (root._base is None and root.storage_offset() == 0) or (
+                not bounds and any(leaf is root for leaf in leaves)
+            )
+            if saved or not offset_ok or not _same_strides(root, root_stride):
                 base = torch.empty_strided(root_size, root_stride, dtype=root.dtype, device=root.device)
                 base.copy_(root)
+                if root._base is None and id(root) not in restrided_roots and base.requires_grad == root.requires_grad:
+                    # (the program returns the root itself too, laid out otherwise than eager's, ``v = x.t() * 2;
+                    # return v, v.diagonal()``: the copy in eager's layout is returned in its place, so the views
+                    # share its storage as eager's do)
+                    leaves[:] = [base if leaf is root else leaf for leaf in leaves]
             bases[id(root)] = base
         if restrided:  # (eager's is the tensor itself, restrided in place: no view)
             if base.requires_grad == out.requires_grad:
@@ -762,7 +802,8 @@ def _return_internal_views(result, internal_views, extra, spec):
                 bases[key] = base.detach()
             base = bases[key]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not without_grad):
-            view = _through(base, bounds).as_strided(size, stride, offset)
+            # (``offset`` counts from the root's first element: as_strided's from its storage's)
+            view = _through(base, bounds).as_strided(size, stride, offset + (0 if bounds else base.storage_offset()))
         if view.requires_grad == out.requires_grad:
             leaves[i] = view
     return pytree.tree_unflatten(spec, leaves)

@@ -5,7 +5,8 @@ variables needed for gradient computation has been modified by an inplace operat
 A compiled program keeps the values it needs for its own backward, so it would compute a gradient there. The tracer
 notes each differentiable call with the version counts (``version_counters``) of its tensors; at the program's end,
 for the calls one of whose tensors was updated since, it asks eager which tensors the call saves (the call run once
-on meta tensors, its autograd nodes' ``_saved_*`` attributes read; the answer cached per op and argument signature)
+on meta tensors, or zero-filled CPU ones for an op without a meta kernel, its autograd nodes' ``_saved_*``
+attributes read; the answer cached per op and argument signature)
 and lists those whose saved tensors were updated. The forward-backward split keeps those whose node the backward reaches, and the program's backward
 then raises eager's error, naming the user's lines, where eager's would.
 """
@@ -146,9 +147,10 @@ def _spec(w: TracingTensor, p=None) -> tuple:
     return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
 
 
-def _meta_like(spec: tuple) -> torch.Tensor:
+def _stand_in(spec: tuple, device: str = "meta") -> torch.Tensor:
+    """A tensor of ``spec`` (sizes, dtype, requires_grad) on ``device``: zeros (its values decide nothing asked here)."""
     shape, dtype, requires_grad = spec
-    return torch.empty(shape, dtype=dtype, device="meta").requires_grad_(requires_grad)
+    return torch.zeros(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
 
 
 def _replace(x, metas: dict):
@@ -185,17 +187,23 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     if key is not None and key in _probe_cache:
         return _probe_cache[key]
     answer = None
-    try:
-        with torch._C.DisableTorchFunction(), torch.enable_grad():
-            # (not leaves: an in-place op, relu_, may update one of them)
-            metas = {id(w): _non_leaf(_meta_like(sp)) for w, sp in zip(flat, spec)}
-            before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
-            margs = tuple(_replace(a, metas) for a in args)
-            mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
-            mout = func(*margs, **mkwargs)
-        answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
-    except Exception:
-        answer = None
+    # (on meta tensors; an op with no meta kernel, masked_select inside combinations, on zero-filled CPU tensors:
+    # which tensors a call saves does not depend on their values)
+    for device in ("meta", "cpu"):
+        try:
+            with torch._C.DisableTorchFunction(), torch.enable_grad():
+                # (not leaves: an in-place op, relu_, may update one of them)
+                metas = {id(w): _non_leaf(_stand_in(sp, device)) for w, sp in zip(flat, spec)}
+                before = {id(m.grad_fn) for m in metas.values() if m.grad_fn is not None}
+                margs = tuple(_replace(a, metas) for a in args)
+                mkwargs = {k: _replace(v, metas) for k, v in kwargs.items()}
+                mout = func(*margs, **mkwargs)
+            answer = _saved_by(mout, [metas[id(w)] for w in flat], before)
+            break
+        except NotImplementedError:
+            continue
+        except Exception:
+            break
     if key is not None:
         _probe_cache[key] = answer
     return answer
@@ -222,7 +230,7 @@ def _missing_derivative(
     message = None
     try:
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            leaves = {id(w): _meta_like(sp) for w, sp in zip(flat, spec)}
+            leaves = {id(w): _stand_in(sp) for w, sp in zip(flat, spec)}
             metas = {k: _non_leaf(m) for k, m in leaves.items()}
             mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
             outs = mout if isinstance(mout, (tuple, list)) else (mout,)
@@ -338,8 +346,8 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     name = getattr(func, "__name__", "")
     w = args[0] if args else None
     # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself; but x[mask] = v with one
-    # value is eager's x.masked_fill_(mask, v))
-    masked_fill = name == "__setitem__" and is_masked_fill(args)
+    # value is eager's x.masked_fill_(mask, v), and x[index_tensors] = v its x.index_put_(index_tensors, v))
+    masked_fill = name == "__setitem__" and (is_masked_fill(args) or _integer_tensor_key(args))
     if type(w) is not TracingTensor or not (masked_fill or name.endswith("_")):
         return
     if not masked_fill and (name[:1] == "_" or name in _LAYOUT_ONLY):
@@ -354,6 +362,12 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
 
     frame = user_frame(4)
     saves.raising.append((root._thunder_proxy, _OVERLAP_ERROR, (frame, frame.f_lineno if frame is not None else None)))
+
+
+def _integer_tensor_key(args) -> bool:
+    key = args[1] if len(args) > 1 else None
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(isinstance(k, torch.Tensor) and not k.is_floating_point() and k.dtype is not torch.bool for k in keys)
 
 
 def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_count=None) -> None:

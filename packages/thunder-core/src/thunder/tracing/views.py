@@ -306,11 +306,15 @@ def eager_arguments(func, args, kwargs) -> tuple[tuple, dict]:
 
         return strided_past_elements(func, args, kwargs)
     w = args[0] if args else None
-    if getattr(func, "__name__", None) == "index_put_":
-        from thunder.tracing.expanded_updates import index_put_on_expanded
-
-        return index_put_on_expanded(args, kwargs) or (args, kwargs)
     name = getattr(func, "__name__", None)
+    if name in ("index_put_", "__setitem__"):
+        from thunder.tracing.expanded_updates import index_put_on_expanded, setitem_on_expanded
+
+        if name == "index_put_":
+            return index_put_on_expanded(args, kwargs) or (args, kwargs)
+        rewritten = setitem_on_expanded(args)
+        if rewritten is not None:
+            return rewritten, kwargs
     # (eager's x[mask] = v with a boolean mask and one value is x.masked_fill_(mask, v))
     setitem = name == "__setitem__" and is_masked_fill(args)
     if not setitem and (name != "masked_fill_" or type(w) is not TracingTensor or len(args) < 2):
@@ -369,7 +373,7 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not ((name == "masked_fill_" or is_masked_fill(args)) and _expanded_dims(region) is not None)
         and not (name == "copy_" and len(args) > 1 and args[1] is w)  # (x.copy_(x): each location keeps its value)
         # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
-        and not (name == "index_put_" and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
+        and not (name in ("index_put_", "__setitem__") and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
         raise RuntimeError(f"{_func_name(func)}: {_OVERLAP_ERROR}")
     return region

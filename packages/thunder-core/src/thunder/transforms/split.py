@@ -704,8 +704,11 @@ def _record_view_updates(dirty, inputs, outs) -> None:
     whole = {id(inputs[i]._base) for _, i in dirty if _views_whole_storage(inputs[i])}
     for out_index, in_index in dirty:
         t = inputs[in_index]
-        # (a view the prologue made of another input, to share its storage, is that input's business)
-        if t._base is None or (t._base.is_leaf and t._base.requires_grad) or any(t._base is i for i in inputs):
+        if t._base is None or (t._base.is_leaf and t._base.requires_grad):
+            continue
+        # (a view the prologue made of another input, to share its storage, is that input's business; an empty view
+        # shares no storage the prologue could group, so its base, another argument, gets the update's history here)
+        if t.numel() and any(t._base is i for i in inputs):
             continue
         if id(t._base) in whole and not _views_whole_storage(t):
             continue
