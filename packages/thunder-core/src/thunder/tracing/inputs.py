@@ -552,3 +552,22 @@ def _shadow(module: torch.nn.Module, shadows: dict) -> torch.nn.Module:
     if isinstance(forward, types.MethodType) and forward.__self__ is module:  # a monkeypatched bound forward
         s.__dict__["forward"] = types.MethodType(forward.__func__, s)
     return s
+
+
+def outside_tensors_returned(tracer, result):
+    """``result`` with each tensor from outside the inputs that it holds as it is (``return some_global``) replaced
+    by its stand-in: an input of the program (``_InputBuilder.captured``), which the call returns as the tensor
+    itself, as eager does (one the program updated in place as a constant: the stand-in of its new value)."""
+
+    def stand_in(x):
+        if type(x) is TracingTensor or not isinstance(x, torch.Tensor):
+            return x
+        entry = tracer.updated_constants.get(id(x))
+        if entry is not None:
+            return entry[1]
+        return x if tracer.inputs is None else tracer.inputs.captured(x, True)
+
+    leaves = pytree.tree_leaves(result)
+    if all(type(x) is TracingTensor or not isinstance(x, torch.Tensor) for x in leaves):
+        return result
+    return pytree.tree_map(stand_in, result)

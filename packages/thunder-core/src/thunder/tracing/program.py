@@ -19,7 +19,14 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards, version_counters
 from thunder.tracing.aliasing_facts import build_aliasing_record
 from thunder.tracing.errors import TracingError, data_dependent_size_error, runtime_value_argument_error
-from thunder.tracing.inputs import _ABSENT, _HOOK_DICTS, _emit_state_reads, _InputBuilder, _TensorInput
+from thunder.tracing.inputs import (
+    _ABSENT,
+    _HOOK_DICTS,
+    _emit_state_reads,
+    _InputBuilder,
+    _TensorInput,
+    outside_tensors_returned,
+)
 from thunder.tracing.known_values import InputIndexValues
 from thunder.tracing.outputs import (
     _collect_output,
@@ -225,7 +232,7 @@ def trace_program(
             _current_tracer.pop()
             reassigned = inputs.restore()
         tracer.finish()
-        result = tracer.outside_tensors_returned(result)
+        result = outside_tensors_returned(tracer, result)
         side_effects = inputs.apply_attribute_updates() or _dependencies_changed(dependencies)
         _check_no_stand_in_escaped(dependencies)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
-from thunder.core.pytree import tree_leaves, tree_map
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import ATOMIC_TYPES, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import (
     current_size_env,
@@ -645,26 +645,6 @@ class Tracer:
             wrapper._tt_constant = True
             entry = self.updated_constants[id(t)] = (t, wrapper)
         return entry[1]
-
-    def outside_tensors_returned(self, result):
-        """``result`` with each tensor from outside the inputs that it holds as it is (``return some_global``) replaced
-        by its stand-in: an input of the program (``inputs.captured``), which the call returns as the tensor itself,
-        as eager does (one the program updated in place: the stand-in of its new value)."""
-
-        def stand_in(x):
-            if type(x) is TracingTensor or not isinstance(x, torch.Tensor):
-                return x
-            entry = self.updated_constants.get(id(x))
-            if entry is not None:
-                return entry[1]
-            return x if self.inputs is None else self.inputs.captured(x, True)
-
-        if self.inputs is None and not self.updated_constants:
-            return result
-        leaves = tree_leaves(result)
-        if all(type(x) is TracingTensor or not isinstance(x, torch.Tensor) for x in leaves):
-            return result
-        return tree_map(stand_in, result)
 
     def constant_writes(self) -> list[tuple[TensorProxy, TensorProxy]]:
         """``(final value, constant)`` of every constant updated in place: what the program writes back
