@@ -8,42 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from eager_comparison import assert_as_eager
 
 import thunder
-
-
-def _assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
-    """Values, dtypes, ``requires_grad``, view-ness, storage sharing with the inputs and gradients, against eager."""
-    e_in, t_in = make_inputs(), make_inputs()
-    expected = fn(*e_in)
-    actual = thunder.jit(fn)(*t_in)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    actual = actual if isinstance(actual, tuple) else (actual,)
-    assert len(expected) == len(actual)
-    for e, a in zip(expected, actual):
-        assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (e.dtype, e.shape, e.requires_grad, e._is_view())
-        torch.testing.assert_close(a, e, equal_nan=True)
-        for xe, xa in zip(e_in, t_in):
-            shares_e = e.untyped_storage().data_ptr() == xe.untyped_storage().data_ptr()
-            shares_a = a.untyped_storage().data_ptr() == xa.untyped_storage().data_ptr()
-            assert shares_a == shares_e
-    for xe, xa in zip(e_in, t_in):
-        torch.testing.assert_close(xa, xe, equal_nan=True)
-    if not grads:
-        return
-    leaves_e = [x for x in e_in if x.requires_grad]
-    leaves_a = [x for x in t_in if x.requires_grad]
-    outs_e = [o for o in expected if o.requires_grad]
-    outs_a = [o for o in actual if o.requires_grad]
-    if not outs_e:
-        return
-    ge = torch.autograd.grad([o.sum() for o in outs_e], leaves_e, allow_unused=True)
-    ga = torch.autograd.grad([o.sum() for o in outs_a], leaves_a, allow_unused=True)
-    for x, y in zip(ge, ga):
-        assert (x is None) == (y is None)
-        if x is not None:
-            torch.testing.assert_close(y, x, equal_nan=True)
-
 
 # ------------------------------------ outputs eager returns as views of a tensor its composite op made inside
 
@@ -70,12 +37,12 @@ def test_composite_result_updated_in_place_stays_a_view(op):
         v.t().pow_(2) if v.ndim <= 2 else v.mul_(2)
         return v
 
-    _assert_as_eager(fn, _matrix)
+    assert_as_eager(fn, _matrix)
 
 
 @pytest.mark.parametrize("op", _COMPOSITES_RETURNING_VIEWS.values(), ids=_COMPOSITES_RETURNING_VIEWS.keys())
 def test_composite_result_returned_as_eager(op):
-    _assert_as_eager(lambda a: op(a), _matrix)
+    assert_as_eager(lambda a: op(a), _matrix)
 
 
 # ------------------------------- a view op's result that eager copies, of a value the program lays out otherwise
@@ -106,7 +73,7 @@ def _column_major(requires_grad=False):
     ],
 )
 def test_view_op_that_copies_in_eager_returns_no_view(fn, make_inputs):
-    _assert_as_eager(fn, make_inputs)
+    assert_as_eager(fn, make_inputs)
 
 
 # --------------------------------- detach()'s output updated in place with values requiring grad, then returned
@@ -151,7 +118,7 @@ def _sliced(n=1):
     ],
 )
 def test_detached_alias_updated_with_grad_shares_the_inputs_storage(fn, make_inputs):
-    _assert_as_eager(fn, make_inputs)
+    assert_as_eager(fn, make_inputs)
 
 
 # ---------------------------------------------- x.copy_(x) of an expanded tensor with grad: eager's backward raises
@@ -182,7 +149,7 @@ def test_copy_of_an_expanded_tensor_onto_itself_raises_eagers_backward_error():
 
 
 def test_copy_of_an_expanded_tensor_onto_itself_without_grad_runs():
-    _assert_as_eager(_copy_onto_itself, lambda: (torch.tensor([[1.0, 2.0]]).expand(3, -1),))
+    assert_as_eager(_copy_onto_itself, lambda: (torch.tensor([[1.0, 2.0]]).expand(3, -1),))
 
 
 # ------------------------------------------------ torch.tensor of a size known only when the program runs
@@ -208,7 +175,7 @@ def _tensor_of_unique_size(a0):  # (campaign, 14005, without its new_zeros of a 
     ],
 )
 def test_tensor_literal_of_data_dependent_sizes(fn, make_inputs):
-    _assert_as_eager(fn, make_inputs)
+    assert_as_eager(fn, make_inputs)
     jfn = thunder.jit(fn)
     jfn(*make_inputs())
     for a in (torch.tensor([3.0, 1.0, 2.0, 5.0], dtype=make_inputs()[0].dtype),):  # other sizes, same program

@@ -9,48 +9,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from eager_comparison import assert_as_eager, shares_storage
 
 import thunder
 
 _MODIFIED = "modified by an inplace operation"
-
-
-def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
-    """Values, dtypes, ``requires_grad``, view-ness, storage sharing with the inputs and among the outputs, and
-    gradients, against eager."""
-    e_in, t_in = make_inputs(), make_inputs()
-    expected = fn(*e_in)
-    actual = thunder.jit(fn)(*t_in)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    actual = actual if isinstance(actual, tuple) else (actual,)
-    assert len(expected) == len(actual)
-    for k, (e, a) in enumerate(zip(expected, actual)):
-        assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (e.dtype, e.shape, e.requires_grad, e._is_view())
-        torch.testing.assert_close(a, e, equal_nan=True)
-        for xe, xa in zip(e_in, t_in):
-            assert _shares(a, xa) == _shares(e, xe)
-        for e2, a2 in zip(expected[:k], actual[:k]):
-            assert _shares(a, a2) == _shares(e, e2)
-    for xe, xa in zip(e_in, t_in):
-        torch.testing.assert_close(xa, xe, equal_nan=True)
-    if not grads:
-        return
-    leaves_e = [x for x in e_in if x.requires_grad]
-    leaves_a = [x for x in t_in if x.requires_grad]
-    outs_e = [o for o in expected if o.requires_grad]
-    outs_a = [o for o in actual if o.requires_grad]
-    if not outs_e:
-        return
-    ge = torch.autograd.grad([o.sum() for o in outs_e], leaves_e, allow_unused=True)
-    ga = torch.autograd.grad([o.sum() for o in outs_a], leaves_a, allow_unused=True)
-    for x, y in zip(ge, ga):
-        assert (x is None) == (y is None)
-        if x is not None:
-            torch.testing.assert_close(y, x, equal_nan=True)
 
 
 def _assert_backward_raises_as_eager(fn, make_inputs, differentiate) -> None:
@@ -103,7 +66,7 @@ def test_op_without_meta_kernel_whose_input_is_updated_unsaved_runs_backward():
         v0.exp_()
         return v1, v0
 
-    _assert_as_eager(fn, lambda: _row()[1])
+    assert_as_eager(fn, lambda: _row()[1])
 
 
 # ------------------------------------------------- an empty view of another argument, updated in place with grad
@@ -158,7 +121,7 @@ def _cov_and_its_reshape(a):  # (campaign, 14006)
     ],
 )
 def test_view_of_an_output_that_is_a_view_shares_its_storage(fn):
-    _assert_as_eager(fn, lambda: (torch.tensor([1.5, -0.25, -2.0, 0.5], dtype=torch.float64, requires_grad=True),))
+    assert_as_eager(fn, lambda: (torch.tensor([1.5, -0.25, -2.0, 0.5], dtype=torch.float64, requires_grad=True),))
 
 
 # ------------------------------------ an integer index into a dimension whose size is known only when the program runs
@@ -197,7 +160,7 @@ def _run_as_eager(fn, jfn, a):
 
 
 def test_integer_index_into_a_unique_result_of_one_element():
-    _assert_as_eager(_unique_assigned_into_its_first_element, lambda: (torch.tensor([[0.5, -1.5], [2.0, 1.0]]),))
+    assert_as_eager(_unique_assigned_into_its_first_element, lambda: (torch.tensor([[0.5, -1.5], [2.0, 1.0]]),))
 
 
 @pytest.mark.parametrize("values", [[1.0, -1.0, 2.0], [-1.0, 3.0, -2.0], [-1.0, -1.0, -2.0], [3.0, 1.0, 2.0]])
@@ -296,7 +259,7 @@ def test_indexed_write_into_an_expanded_tensor_as_eager(fn, make):
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(t, e)
     torch.testing.assert_close(tb, eb)
-    assert t._base is not None and _shares(t, t._base)
+    assert t._base is not None and shares_storage(t, t._base)
 
 
 @pytest.mark.parametrize("fn", [_put_one, _setitem_rows])
@@ -359,7 +322,7 @@ def test_multi_output_view_of_an_argument_rebased_refuses_its_history_as_eager(f
         torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
     leaf, args = make()
     outs = thunder.jit(fn)(*args)
-    assert outs[0]._is_view() and _shares(outs[0], args[0])
+    assert outs[0]._is_view() and shares_storage(outs[0], args[0])
     targets = differentiate(outs, args)
     with pytest.raises(RuntimeError, match="returns multiple views") as error:
         torch.autograd.grad(targets, leaf, [torch.ones_like(t) for t in targets])
@@ -370,7 +333,7 @@ def test_multi_output_view_of_an_argument_not_rebased_keeps_its_history():
     def unbound_only(a):
         return (a.unbind(0)[1], a * 2)
 
-    _assert_as_eager(unbound_only, lambda: (torch.tensor([[1.0, 2.0]] * 2, requires_grad=True) * 1,))
+    assert_as_eager(unbound_only, lambda: (torch.tensor([[1.0, 2.0]] * 2, requires_grad=True) * 1,))
     leaf = torch.tensor([[1.0, 2.0]] * 2, requires_grad=True)
     outs = thunder.jit(unbound_only)(leaf * 1)
     (g,) = torch.autograd.grad(outs[0].sum() + outs[1].sum(), leaf)
@@ -417,6 +380,6 @@ def _permuted(dtype=torch.float32, requires_grad=True):
     ],
 )
 def test_computed_tensor_returned_beside_its_views_shares_their_storage(fn, make):
-    _assert_as_eager(fn, make)
+    assert_as_eager(fn, make)
     e, t = fn(*make()), thunder.jit(fn)(*make())
     assert [x.stride() for x in t] == [x.stride() for x in e]

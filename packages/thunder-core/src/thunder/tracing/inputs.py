@@ -183,15 +183,8 @@ class _InputBuilder:
             return wrapper
         _reject_unusual_tensor(t, "a tensor read from outside the arguments")
         expr = self.prologue.constant(t, "_captured")
-        proxy = TensorProxy(
-            self.trace.add_name("captured"),
-            shape=t.shape,
-            dtype=t.dtype,
-            device=t.device,
-            requires_grad=t.requires_grad,
-        )
-        wrapper = TracingTensor(proxy)
-        set_input_layout(wrapper, t)
+        wrapper = self._stand_in(t, "captured")
+        proxy = wrapper._thunder_proxy
         if isinstance(t, torch.nn.Parameter):
             wrapper._is_param = True
         self.captured_tensors[id(t)] = wrapper
@@ -203,6 +196,18 @@ class _InputBuilder:
         self.state_reads.append((proxy.name, expr, proxy, t))
         if self.on_captured is not None:
             self.on_captured(wrapper, expr)
+        return wrapper
+
+    def _stand_in(self, t: torch.Tensor, name: str) -> TracingTensor:
+        """A new stand-in with ``t``'s metadata and layout (module state, a captured tensor), its proxy named
+        ``name``."""
+        proxy = TensorProxy(
+            self.trace.add_name(name), shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad
+        )
+        wrapper = TracingTensor(proxy)
+        set_input_layout(wrapper, t)
+        if type(t) is not torch.Tensor:
+            wrapper._tt_class = type(t)  # (x.__class__ in the traced code: nn.Parameter, a subclass)
         return wrapper
 
     def _sharing_storage(self, t: torch.Tensor) -> list[str]:
@@ -361,19 +366,10 @@ class _InputBuilder:
         if wrapper is None:
             qual = f"{mname}.{key}" if mname else key
             _reject_unusual_tensor(t, f"{'parameter' if kind == '_parameters' else 'buffer'} {qual}")
-            proxy = TensorProxy(
-                self.trace.add_name(prefix + _sanitize(qual)),
-                shape=t.shape,
-                dtype=t.dtype,
-                device=t.device,
-                requires_grad=t.requires_grad,
-            )
-            wrapper = TracingTensor(proxy)
-            set_input_layout(wrapper, t)
+            wrapper = self._stand_in(t, prefix + _sanitize(qual))
+            proxy = wrapper._thunder_proxy
             if kind == "_parameters":
                 wrapper._is_param = True
-            if type(t) is not torch.Tensor:
-                wrapper._tt_class = type(t)
             self.by_id[id(t)] = wrapper
             self.first_read[id(t)] = expr
             self.tensors.append(_TensorInput(proxy.name, proxy, wrapper, True, container, key, t))

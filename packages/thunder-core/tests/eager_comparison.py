@@ -1,0 +1,49 @@
+"""One comparison of a function jitted against eager, shared by the campaign repro tests: values, dtypes,
+``requires_grad``, view-ness, storage sharing with the inputs and among the outputs, the inputs after the call, and
+gradients."""
+
+from __future__ import annotations
+
+import torch
+
+import thunder
+
+__all__ = ["assert_as_eager"]
+
+
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
+    """Values, dtypes, ``requires_grad``, view-ness, storage sharing with the inputs and among the outputs, and
+    gradients, against eager."""
+    e_in, t_in = make_inputs(), make_inputs()
+    expected = fn(*e_in)
+    actual = thunder.jit(fn)(*t_in)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    assert len(expected) == len(actual)
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (e.dtype, e.shape, e.requires_grad, e._is_view())
+        torch.testing.assert_close(a, e, equal_nan=True)
+        for xe, xa in zip(e_in, t_in):
+            assert shares_storage(a, xa) == shares_storage(e, xe)
+        for e2, a2 in zip(expected[:k], actual[:k]):
+            assert shares_storage(a, a2) == shares_storage(e, e2)
+    for xe, xa in zip(e_in, t_in):
+        torch.testing.assert_close(xa, xe, equal_nan=True)
+    if not grads:
+        return
+    leaves_e = [x for x in e_in if x.requires_grad]
+    leaves_a = [x for x in t_in if x.requires_grad]
+    outs_e = [o for o in expected if o.requires_grad]
+    outs_a = [o for o in actual if o.requires_grad]
+    if not outs_e:
+        return
+    ge = torch.autograd.grad([o.sum() for o in outs_e], leaves_e, allow_unused=True)
+    ga = torch.autograd.grad([o.sum() for o in outs_a], leaves_a, allow_unused=True)
+    for x, y in zip(ge, ga):
+        assert (x is None) == (y is None)
+        if x is not None:
+            torch.testing.assert_close(y, x, equal_nan=True)
