@@ -25,7 +25,6 @@ def build_aliasing_record(
     callers: dict[str, str],
     shared_storages: list[tuple[str, tuple[str, ...]]],
     writes: list[tuple[TensorProxy, TensorProxy]],
-    constants: set[str],
     layout_steps: list[tuple],
     returned: list[tuple],
     views: list[tuple] = (),
@@ -35,8 +34,7 @@ def build_aliasing_record(
     """The record of ``trace``, whose last symbol is its return.
 
     ``callers``: input name -> how the prologue reads the caller's tensor; ``writes``: ``(new value, tensor)``
-    in the order written back; ``constants``: the names among the written tensors that are constants, not
-    inputs; ``layout_steps``, ``returned`` and ``views``: ``PostCall.steps``, ``PostCall.returned`` and
+    in the order written back; ``layout_steps``, ``returned`` and ``views``: ``PostCall.steps``, ``PostCall.returned`` and
     ``PostCall.views``; ``internal_views``: ``PostCall.internal_views``; ``unseen_by_version_counter``: ``(former
     value, new value)`` of the updates made through ``.data`` (``Tracer.unseen_by_version_counter``)."""
     by_caller = {expr: name for name, expr in callers.items()}
@@ -63,7 +61,6 @@ def build_aliasing_record(
             new_value=new.name,
             keeps_history=(new.name, dst.name) in no_grad,
             layout=layouts.get(callers.get(dst.name)),
-            constant=dst.name in constants,
         )
         for new, dst in writes
     )

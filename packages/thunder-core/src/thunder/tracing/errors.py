@@ -139,23 +139,3 @@ def _install_runtime_value_refusal() -> None:
 
 
 _install_runtime_value_refusal()
-
-
-def refuse_lost_constant_gradients(trace, constants: dict, grad_constants: dict) -> None:
-    """Raises for a tensor that requires grad read with grad enabled from outside the program's arguments (a global,
-    a closure's, an object's attribute: ``grad_constants``, id -> (tensor, frame of the read)) when an operation of
-    ``trace`` computes a result requiring grad from it: the program holds it as a constant, so its gradient would be
-    lost silently, where eager's backward accumulates it. (Read through ``detach()`` or for its sizes only: fine.)"""
-    from thunder.core.proxies import TensorProxy
-
-    names = {constants[i].name: v for i, v in grad_constants.items() if i in constants}
-    for bsym in trace.bound_symbols:
-        read = [names[p.name] for p in bsym.flat_args if isinstance(p, TensorProxy) and p.name in names]
-        if read and any(getattr(o, "requires_grad", False) for o in bsym.flat_outs):
-            t, frame = read[0]
-            raise TracingError(
-                "thunder.jit cannot differentiate a tensor that requires grad and that the function reads from outside "
-                f"its arguments (a global, a closure, an object's attribute; shape {tuple(t.shape)}, {t.dtype}): its "
-                "gradient would be lost. Pass it as an argument, jit the module that holds it (thunder.jit(module)), "
-                "or read it under torch.no_grad()\n  " + describe_location(frame)
-            )

@@ -169,17 +169,17 @@ class _InputBuilder:
         pb.check_value(expr, value)
         return value
 
-    def captured(self, t: torch.Tensor, new: bool) -> TracingTensor | None:
+    def captured(self, t: torch.Tensor) -> TracingTensor:
         """The stand-in of a tensor the traced code reads from outside its arguments (a global, a closure's variable,
-        a module that is not the one jitted): an input of the program (``new``: made now), which the prologue passes
-        as it holds the tensor and checks as an argument. So the backward accumulates its gradient as eager's does,
-        an update reaches it as an argument's, its views and a return of it are the tensor's own, and a change of
-        its sizes traces again. None where it was made a constant of the program before (``new`` False)."""
+        a module that is not the one jitted): an input of the program, made at its first read, which the prologue
+        passes as it holds the tensor and checks as an argument. So the backward accumulates its gradient as eager's
+        does, an update reaches it as an argument's, its views and a return of it are the tensor's own, and a change
+        of its sizes traces again."""
         # (an argument or module tensor read again through a global: its own stand-in, so updates reach both)
         wrapper = self.captured_tensors.get(id(t))
         if wrapper is None:
             wrapper = self.by_id.get(id(t))
-        if wrapper is not None or not new:
+        if wrapper is not None:
             return wrapper
         _reject_unusual_tensor(t, "a tensor read from outside the arguments")
         expr = self.prologue.constant(t, "_captured")
@@ -553,15 +553,10 @@ def _shadow(module: torch.nn.Module, shadows: dict) -> torch.nn.Module:
 def outside_tensors_returned(tracer, result):
     """``result`` with each tensor from outside the inputs that it holds as it is (``return some_global``) replaced
     by its stand-in: an input of the program (``_InputBuilder.captured``), which the call returns as the tensor
-    itself, as eager does (one the program updated in place as a constant: the stand-in of its new value)."""
+    itself, as eager does."""
 
     def stand_in(x):
-        if type(x) is TracingTensor or not isinstance(x, torch.Tensor):
-            return x
-        entry = tracer.updated_constants.get(id(x))
-        if entry is not None:
-            return entry[1]
-        return x if tracer.inputs is None else tracer.inputs.captured(x, True)
+        return x if type(x) is TracingTensor or not isinstance(x, torch.Tensor) else tracer.outside_tensor(x)
 
     leaves = pytree.tree_leaves(result)
     if all(type(x) is TracingTensor or not isinstance(x, torch.Tensor) for x in leaves):

@@ -96,7 +96,6 @@ def _own_tensor(o) -> bool:
         isinstance(o, TracingTensor)
         and o._tt_owner is not None
         and not getattr(o, "_tt_input", False)
-        and not getattr(o, "_tt_constant", False)
         and o._tt_view is None
         and o._tt_former is None
     )

@@ -361,7 +361,7 @@ class PostCall:
         if detached and getattr(leaf, "_tt_family", None) is leaf:
             return
         root = view[0]
-        if id(root) in self.exprs or root._tt_view is not None or getattr(root, "_tt_constant", False):
+        if id(root) in self.exprs or root._tt_view is not None:
             return  # (a view of an input is the step's other business; a root that changed its layout in place)
         if rebased_multi_view(leaf) and leaf._thunder_proxy.requires_grad:
             return  # (eager refuses its history: the program's value, whose backward raises that, is returned)

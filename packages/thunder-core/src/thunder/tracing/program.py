@@ -260,8 +260,7 @@ def trace_program(
             # (arguments sharing a storage are views of it: a write reaches them all)
             aliased = {ti.proxy.name for ti in inputs.tensors if ti.wrapper._tt_view is not None}
             unalias_outputs(result, trace, written | aliased, set(post_call.exprs))
-        constant_writes = tracer.constant_writes()
-        writes = emit_writes(writes + constant_writes, trace)
+        writes = emit_writes(writes, trace)
         if size_env.order and tracer.layout_read:
             # the layout of an input with symbolic sizes is checked as "contiguous": others are specialised
             for ti in inputs.tensors:
@@ -308,7 +307,6 @@ def trace_program(
             {ti.proxy.name: post_call.exprs.get(id(ti.wrapper)) or ti.expr or ti.key for ti in inputs.tensors},
             inputs.shared_storages,
             writes,
-            {dst.name for _, dst in constant_writes},
             post_call.steps,
             post_call.returned,
             post_call.views,

@@ -37,7 +37,6 @@ from thunder.tracing.errors import (
     data_dependent_size_error,
     describe_location,
     innermost_frame,
-    refuse_lost_constant_gradients,
     user_frame,
 )
 from thunder.tracing.fallback import (
@@ -122,7 +121,6 @@ from thunder.tracing.views import (
     matmul_returning_a_view,
     may_alias,
     run_on_shadows,
-    set_input_layout,
     shadow,
     write_into_overlapping_root,
 )
@@ -134,6 +132,9 @@ from thunder.tracing.views import (
 )
 from thunder.tracing.views import (
     seed_storage as seed_storage,
+)
+from thunder.tracing.views import (
+    set_input_layout as set_input_layout,
 )
 from thunder.tracing.views import (
     view_of as view_of,
@@ -179,10 +180,6 @@ class Tracer:
         self.trace = trace
         self.in_symbol = False
         self.log: list[tuple] | None = [] if record_log else None  # what was intercepted (interpreter_log_records)
-        self.constants: dict[int, TensorProxy] = {}
-        # constants the program updates in place: id -> (tensor, stand-in holding its current value)
-        self.updated_constants: dict[int, tuple[torch.Tensor, TracingTensor]] = {}
-        self.grad_constants: dict[int, tuple] = {}  # constants requiring grad read with grad enabled: (tensor, frame)
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
         self.input_names: set[str] = set()
@@ -326,7 +323,7 @@ class Tracer:
                 # it, updates through them reach it (written back at the program's end) and what autograd saves of
                 # it is known, as in eager
                 args = tuple(
-                    self._updated_constant(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
+                    self.outside_tensor(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
                     for a in args
                 )
                 break
@@ -544,7 +541,7 @@ class Tracer:
         if isinstance(x, torch.Tensor):
             if isinstance(x, TracingTensor):
                 return self._current_value(x)
-            return self._constant_tensor(x)
+            return self._current_value(self.outside_tensor(x))
         return x
 
     def _current_value(self, x: TracingTensor) -> TensorProxy:
@@ -556,25 +553,6 @@ class Tracer:
                 "its buffers lazily on first use). Create such tensors before calling the jitted function."
             )
         return x._thunder_proxy
-
-    def _constant_tensor(self, t: torch.Tensor) -> TensorProxy:
-        """A real tensor from outside the inputs (a global or closure): a named constant of the trace."""
-        updated = self.updated_constants.get(id(t))
-        if updated is not None:  # updated in place earlier in the program: its current value
-            return updated[1]._thunder_proxy
-        p = self.constants.get(id(t))
-        if self.inputs is not None:  # (an input of the program, see inputs.captured)
-            captured = self.inputs.captured(t, p is None)
-            if captured is not None:
-                self.input_names.add(captured._thunder_proxy.name)
-                return self._current_value(captured)
-        if t.requires_grad and torch.is_grad_enabled() and id(t) not in self.grad_constants:  # (see finish)
-            self.grad_constants[id(t)] = (t, user_frame(2))  # (the first read's line)
-        if p is None:
-            name = self.trace.add_constant(t, "_tensor_constant")
-            p = TensorProxy(name, shape=t.shape, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
-            self.constants[id(t)] = p
-        return p
 
     def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs, kwargs=None):
         result = op.fn(*uargs, **ukwargs)
@@ -598,7 +576,7 @@ class Tracer:
                 value.requires_grad = True  # computed from a tensor that requires grad
             wrapper = args[i] if i < len(args) else None
             if isinstance(wrapper, torch.Tensor) and not isinstance(wrapper, TracingTensor):
-                wrapper = self._updated_constant(wrapper)
+                wrapper = self.outside_tensor(wrapper)
             if not isinstance(wrapper, TracingTensor):
                 raise TracingError(f"{_func_name(func)} updates argument {i} in place, which is not a traced tensor")
             if (
@@ -627,35 +605,11 @@ class Tracer:
         return out
 
     def outside_tensor(self, t: torch.Tensor) -> TracingTensor:
-        """The stand-in of a tensor from outside the inputs (``Function.apply`` of globals alone)."""
-        return self._updated_constant(t)
-
-    def _updated_constant(self, t: torch.Tensor) -> TracingTensor:
-        """The stand-in of a constant tensor (a global, or one held by an object such as a KV cache) that
-        the program updates in place; the update is written back into the tensor at the end."""
-        entry = self.updated_constants.get(id(t))
-        if entry is None:
-            p = self._constant_tensor(t)
-            captured = self.inputs.captured(t, False) if self.inputs is not None else None
-            if captured is not None:  # (an input: updates reach it as an argument's)
-                return captured
-            wrapper = TracingTensor(p)
-            set_input_layout(wrapper, t)
-            wrapper._tt_input = False
-            wrapper._tt_constant = True
-            entry = self.updated_constants[id(t)] = (t, wrapper)
-        return entry[1]
-
-    def constant_writes(self) -> list[tuple[TensorProxy, TensorProxy]]:
-        """``(final value, constant)`` of every constant updated in place: what the program writes back
-        into the tensor at its end."""
-        writes = []
-        for t, wrapper in self.updated_constants.values():
-            original = self.constants[id(t)]
-            new = wrapper._thunder_proxy
-            if new is not original:
-                writes.append((new, original))
-        return writes
+        """The stand-in of a real tensor from outside the inputs (a global, a closure's, a module's that is not the
+        one jitted): an input of the program (``_InputBuilder.captured``)."""
+        captured = self.inputs.captured(t)
+        self.input_names.add(captured._thunder_proxy.name)
+        return captured
 
     def _rebind(self, func, wrapper: TracingTensor, value: TensorProxy, args=(), kwargs=None, bumps=True) -> None:
         """``wrapper`` now holds ``value`` (an in-place update), and so do its aliases; ``bumps``: eager bumps its
@@ -884,11 +838,6 @@ class Tracer:
         if self.before_layout_change is not None:
             self.before_layout_change()
             self.before_layout_change = None
-        if getattr(wrapper, "_tt_constant", False):
-            raise NotImplementedError(
-                f"{_func_name(func)} changes the sizes or strides of a tensor held outside the function's inputs "
-                f"(a global or a closure's); pass the tensor as an argument\n  {describe_location(user_frame(3))}"
-            )
         old_meta = shadow(wrapper)
         specialize(value.shape)  # the new layout is learned from the shadows, in numbers
         specialize(wrapper._tt_value.shape)
@@ -977,8 +926,6 @@ class Tracer:
         pending.clear()
 
     def finish(self) -> None:
-        if self.grad_constants:
-            refuse_lost_constant_gradients(self.trace, self.constants, self.grad_constants)
         # deferred shadow runs of views no update reached are not needed: what reads views after tracing
         # (the outputs' checks) resolves its own through view_of
         self.pending_shadows.clear()
