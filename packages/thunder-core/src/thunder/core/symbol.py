@@ -248,8 +248,20 @@ class BoundSymbol:
         return b
 
     def swap_proxies(self, mapping: dict[str, Proxy]) -> BoundSymbol:
+        """This call with each proxy whose name is in ``mapping`` replaced (itself where none is: a name its
+        subsymbols read or write that is neither its argument nor its output is made inside it, so a mapping of
+        the trace's names cannot reach it)."""
         if not mapping:
             return self
+        for p in self.flat_args:
+            if p.name in mapping:
+                break
+        else:
+            for p in self.flat_outs:
+                if p.name in mapping:
+                    break
+            else:
+                return self
         return self.from_bsym(
             args=swap_proxies(self.args, mapping),
             kwargs=swap_proxies(self.kwargs, mapping),
