@@ -31,6 +31,7 @@ from thunder.entry_point import make_entry_point
 from thunder.executors import inductor_subprocess, tiers
 from thunder.executors.base import FusionExecutor
 from thunder.executors.buffer_reuse import reuse_dead_buffers
+from thunder.executors.host_memory import settle_host_allocator
 from thunder.executors.passes import claim_executors, dce, del_last_used
 from thunder.executors.registry import resolve_executors
 from thunder.executors.state_updates import update_state_in_place
@@ -169,6 +170,7 @@ def _gc_paused():
 
 
 def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
+    settle_host_allocator()  # (once per process: glibc's thresholds, see executors/host_memory.py)
     stats = cd.stats
     times: dict[str, int] = {}
     start = time.perf_counter_ns()
