@@ -690,3 +690,42 @@ def test_inductor_regions_with_symbolic_sizes_give_eager_answers_on_random_progr
     # cache="symbolic values": the regions' sizes are symbols, compiled once with Inductor and guarded per call
     # (thunder.executors.symbolic_graphs)
     _check_inductor_regions_against_eager(program, calls=2, cache="symbolic values")
+
+
+def test_a_users_module_runs_while_a_region_compile_traces_with_fx():
+    # FX's tracers replace torch.nn.Module.__call__ for the whole process while they trace; Inductor's bounds analysis
+    # traces with FX's base Tracer while it generates a region's code on the worker, and a model called meanwhile in
+    # the main thread raised "module is not installed as a submodule" (benchmarks/vision.py, tv_densenet121 fused)
+    import threading
+
+    from thunder.executors.torch_compile import _other_threads_module_calls_unaffected
+
+    tracing, release, failures = threading.Event(), threading.Event(), []
+
+    class Traced(torch.nn.Module):
+        def forward(self, a):
+            _hold_once(tracing, release)
+            return a + 1
+
+    def compile_on_another_thread():
+        try:
+            with _other_threads_module_calls_unaffected():
+                graph = torch.fx.symbolic_trace(Traced())
+            torch.testing.assert_close(graph(torch.ones(2)), torch.full((2,), 2.0))
+        except Exception as e:  # (reported below)
+            failures.append(e)
+
+    users = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
+    x = torch.randn(4, 3)
+    worker = threading.Thread(target=compile_on_another_thread)
+    worker.start()
+    try:
+        assert tracing.wait(60)
+        assert torch.nn.Module.__call__ is not torch.nn.Module._wrapped_call_impl  # (FX's replacement is in place)
+        torch.testing.assert_close(users(x), torch.relu(x @ users[0].weight.T + users[0].bias))
+        assert users[0].weight is users._modules["0"]._parameters["weight"]
+    finally:
+        release.set()
+        worker.join(60)
+    assert not failures, failures
+    assert torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl

@@ -374,7 +374,12 @@ class _InductorRegion:
         from torch._dynamo.convert_frame import compile_lock as dynamo_compile_lock
 
         _keep_rng_state_on_the_worker()
-        with dynamo_compile_lock, torch.no_grad(), _other_threads_compiled_functions_unaffected():
+        with (
+            dynamo_compile_lock,
+            torch.no_grad(),
+            _other_threads_compiled_functions_unaffected(),
+            _other_threads_module_calls_unaffected(),
+        ):
             return compile_fn(_without_the_process_wide_tracing_flag(self.fn), inputs, *options)
 
     def _compile(self, key: tuple, plain: list) -> Callable:
@@ -489,6 +494,57 @@ def _other_threads_compiled_functions_unaffected():
             _flag_users -= 1
             if _flag_users == 0:
                 entry.default = entry._thunder_former_default
+
+
+_patching_threads: set[int] = set()  # threads compiling a region: FX's patches of nn.Module apply to them only
+_patching_hook_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _other_threads_module_calls_unaffected():
+    """While a region compiles: a module that another thread calls runs as usual.
+
+    FX's tracers (``make_fx``'s, and Inductor's own while it generates code) replace ``torch.nn.Module.__call__`` and
+    ``__getattr__`` process-wide for as long as they trace. A user's module called in another thread meanwhile went
+    through the tracer: Inductor's bounds analysis, tracing on the background worker, raised "module is not installed
+    as a submodule" in the main thread's call of a thunder-compiled model (``benchmarks/vision.py``, tv_densenet121
+    with fusion). The regions never call modules, so for the threads compiling them FX's replacements are made to
+    apply in that thread only; other threads' traces are left as they are. Where FX's patcher differs, nothing
+    changes."""
+    try:
+        import torch.fx._symbolic_trace as fx_trace
+
+        patcher = fx_trace._Patcher
+        patch_method = patcher.patch_method
+    except (ImportError, AttributeError):
+        yield
+        return
+    with _patching_hook_lock:
+        if not getattr(patch_method, "__thunder_thread_local__", False):
+
+            @functools.wraps(patch_method)
+            def thread_local_for_region_compiles(self, cls, name, new_fn, deduplicate=True):
+                tracing_thread = threading.get_ident()
+                if cls is torch.nn.Module and tracing_thread in _patching_threads:
+                    replaced, fx_fn = getattr(cls, name), new_fn
+
+                    @functools.wraps(fx_fn)
+                    def in_the_tracing_thread_only(*args, **kwargs):
+                        if threading.get_ident() == tracing_thread:
+                            return fx_fn(*args, **kwargs)
+                        return replaced(*args, **kwargs)
+
+                    new_fn = in_the_tracing_thread_only
+                return patch_method(self, cls, name, new_fn, deduplicate)
+
+            thread_local_for_region_compiles.__thunder_thread_local__ = True
+            patcher.patch_method = thread_local_for_region_compiles
+    me = threading.get_ident()
+    _patching_threads.add(me)
+    try:
+        yield
+    finally:
+        _patching_threads.discard(me)
 
 
 def graphs_compiled() -> int:
