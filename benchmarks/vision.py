@@ -25,6 +25,7 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -64,15 +65,28 @@ def _check(name, eager_model, model, x, perturbed_model=None) -> None:
 
     channels_last = any("memory_format=torch.channels_last" in str(t) for t in thunder.last_traces(model))
     xe = x
+    layout_spread = {}
     if channels_last:
         # thunder runs this network channels-last (with fusion: thunder.transforms.conv_layout), whose float32
-        # gradients sum in another order: the reference is eager run channels-last too
+        # gradients sum in another order: the reference is eager run channels-last too. Eager's own channels-last
+        # gradients can be the inaccurate ones (tv_densenet121: a 3x3 weight's gradient 0.0027 from float64's, where
+        # eager contiguous, thunder's and torch.compile's are within 2e-6): the tolerance grows with the distance
+        # between eager's two layouts
+        contiguous_model = copy.deepcopy(eager_model)
+        contiguous_model(x).square().mean().backward()
         eager_model = eager_model.to(memory_format=torch.channels_last)
         xe = x.contiguous(memory_format=torch.channels_last)
     out_e, out = eager_model(xe), model(x)
     torch.testing.assert_close(out, out_e, atol=1e-3, rtol=1e-3, msg=lambda m: f"{name}: outputs differ: {m}")
     out_e.square().mean().backward()
     out.square().mean().backward()
+    if channels_last:
+        eager_params = dict(eager_model.named_parameters())
+        layout_spread = {
+            n: (p.grad - eager_params[n].grad).abs().max()
+            for n, p in contiguous_model.named_parameters()
+            if p.grad is not None
+        }
     spread = {}
     if perturbed_model is not None:
         # some networks' gradients are ill-conditioned at random weights and batch 2 (a BatchNorm over a nearly
@@ -92,7 +106,11 @@ def _check(name, eager_model, model, x, perturbed_model=None) -> None:
         if pe.grad is not None:
             # a fused reduction sums in another order: its float32 error scales with the summed terms, which a
             # BatchNorm bias's gradient cancels to a small result (mobilenetv2: 0.09 from terms of +-100)
-            atol = max(1e-3 * max(1.0, float(pe.grad.abs().max())), 4 * float(spread.get(pname, 0.0)))
+            atol = max(
+                1e-3 * max(1.0, float(pe.grad.abs().max())),
+                4 * float(spread.get(pname, 0.0)),
+                2 * float(layout_spread.get(pname, 0.0)),
+            )
             torch.testing.assert_close(
                 p.grad, pe.grad, atol=atol, rtol=1e-2, msg=lambda m, pname=pname: f"{name}: grad of {pname}: {m}"
             )

@@ -266,3 +266,80 @@ def test_a_network_of_pointwise_convolutions_runs_channels_last_with_eagers_answ
     # without a fusion executor, eager's layout
     jm = _matches_eager(_Pointwise(), torch.randn(2, 3, 10, 10), executors=thunder.get_default_executors())
     assert not _converts(jm)
+
+
+class _DenseBlocks(torch.nn.Module):
+    """A DenseNet-like stack: each layer (BatchNorm, ReLU, a pointwise bottleneck, BatchNorm, ReLU, a 3x3
+    convolution) reads the concatenation of the maps before it."""
+
+    def __init__(self, c=32, growth=4, layers=3, dense_channels=None):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 1, bias=False)
+        self.layers = torch.nn.ModuleList()
+        width = c
+        for _ in range(layers):
+            bottleneck = dense_channels or 2 * growth
+            self.layers.append(
+                torch.nn.Sequential(
+                    torch.nn.BatchNorm2d(width),
+                    torch.nn.ReLU(),
+                    torch.nn.Conv2d(width, bottleneck, 1, bias=False),
+                    torch.nn.BatchNorm2d(bottleneck),
+                    torch.nn.ReLU(),
+                    torch.nn.Conv2d(bottleneck, growth, 3, padding=1, bias=False),
+                )
+            )
+            width += growth
+        self.fc = torch.nn.Linear(width, 5)
+
+    def forward(self, x):
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return self.fc(F.adaptive_avg_pool2d(torch.cat(features, 1), 1).flatten(1))
+
+
+def test_a_densenet_like_network_runs_channels_last_with_its_concatenations():
+    from thunder.transforms.conv_layout import MIXED_POINTWISE_SHARE, POINTWISE_SHARE, WIDE_DENSE_CHANNELS
+
+    # its pointwise share sits between the two thresholds, and its 3x3 convolutions read fewer than WIDE_DENSE_CHANNELS
+    model, x = _DenseBlocks(), torch.randn(2, 3, 6, 6)
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    macs = {m: m.weight[0].numel() * m.out_channels for m in convs}  # (per pixel: every map is 6x6)
+    pointwise = sum(v for m, v in macs.items() if m.kernel_size == (1, 1)) / sum(macs.values())
+    assert MIXED_POINTWISE_SHARE <= pointwise < POINTWISE_SHARE
+    assert all(m.in_channels < WIDE_DENSE_CHANNELS for m in convs)
+    jm = _matches_eager(model, x)
+    # one conversion in; the concatenations of channels-last maps stay channels-last: no feature map goes back (only
+    # the pooled [N, C, 1, 1] map, before flatten)
+    trace = str(thunder.last_traces(jm)[-1])
+    assert _conversions(trace)[0] == 1
+    lines = trace.splitlines()
+    back = [lines[i + 1] for i, line in enumerate(lines) if line.strip() == "# back to contiguous, as eager has it"]
+    assert back and all(line.endswith(', 1, 1]"') for line in back), back
+
+
+def test_a_densenet_like_network_with_a_wide_dense_convolution_keeps_eagers_layout():
+    from thunder.transforms.conv_layout import WIDE_DENSE_CHANNELS
+
+    # (3x3 convolutions of 256 input channels and more are slower in channels-last: ResNet-18's)
+    jm = _matches_eager(_DenseBlocks(dense_channels=WIDE_DENSE_CHANNELS), torch.randn(2, 3, 6, 6))
+    assert not _converts(jm)
+
+
+def test_a_concatenation_with_a_contiguous_map_goes_back_to_contiguous_first():
+    class CatWithInput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pointwise = torch.nn.ModuleList(torch.nn.Conv2d(8, 8, 1) for _ in range(4))
+
+        def forward(self, x):
+            y = x
+            for conv in self.pointwise:
+                y = torch.relu(conv(y))
+            # y is channels-last, x (the argument) is not: PyTorch's cat of the two is contiguous
+            return torch.cat([y, x], 1).sum((2, 3))
+
+    jm = _matches_eager(CatWithInput(), torch.randn(2, 8, 5, 5))
+    assert _converts(jm)
+    assert "back to contiguous" in str(thunder.last_traces(jm)[-1])

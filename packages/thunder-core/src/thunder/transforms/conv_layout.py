@@ -22,9 +22,13 @@ takes a fused training step of 0.83 of eager's in channels-last against 0.96 con
 So with ``thunder.jit(..., conv_layout="auto")`` (the default), when a fusion executor is in the executor list
 (the user chose a compiler's numbers, as with ``torch.compile``: ``thunder.discover()`` on the CPU), a program
 with a grouped 2-D convolution (``groups > 1``), or whose pointwise convolutions do at least ``POINTWISE_SHARE``
-of its convolutions' multiply-adds, on the CPU gets, before each such convolution's and each dense convolution's input that is not
-channels-last already, a conversion to channels-last. PyTorch's kernels then give the results of convolutions,
-batch norms, elementwise operations and pooling the same layout, so the layout flows through the network; before
+of its convolutions' multiply-adds, or at least ``MIXED_POINTWISE_SHARE`` of them where no dense convolution
+larger than 1x1 reads ``WIDE_DENSE_CHANNELS`` channels or more (DenseNet-121: 0.52, 3x3 convolutions of 128
+channels; its fused training step 0.93-0.95 of its contiguous one, ``torch.compile`` 0.89-0.90), on the CPU
+gets, before each such convolution's and each dense convolution's input that is not channels-last already, a
+conversion to channels-last. PyTorch's kernels then give the results of convolutions,
+batch norms, elementwise operations, pooling and concatenations of channels-last maps the same layout, so the
+layout flows through the network; before
 any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
 program returns it, a value is converted back to contiguous, as eager would have it. A program where that would
 take a conversion of a feature map (in either direction) for fewer than ``CONVOLUTIONS_PER_CONVERSION``
@@ -57,13 +61,26 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbolic import hints
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 
-__all__ = ["CONV_LAYOUTS", "CONVOLUTIONS_PER_CONVERSION", "POINTWISE_SHARE", "channels_last_convolutions"]
+__all__ = [
+    "CONV_LAYOUTS",
+    "CONVOLUTIONS_PER_CONVERSION",
+    "MIXED_POINTWISE_SHARE",
+    "POINTWISE_SHARE",
+    "WIDE_DENSE_CHANNELS",
+    "channels_last_convolutions",
+]
 
 CONV_LAYOUTS = ("auto", "channels_last", "as_given")
 
 # a program without grouped convolutions is converted where pointwise convolutions do at least this share of the
-# multiply-adds of its convolutions (EfficientFormer 0.87; DenseNet-121 0.52 and ResNet-18 0.01 are not)
+# multiply-adds of its convolutions (EfficientFormer 0.87; DenseNet-121 0.52 and ResNet-18 0.01 are not by this alone)
 POINTWISE_SHARE = 2 / 3
+
+# ... or at least this share where no dense convolution larger than 1x1 has WIDE_DENSE_CHANNELS input channels or more:
+# DenseNet-121 (0.52; its 3x3 convolutions read 128 channels) is, ResNet-18 (0.01; 3x3 convolutions of 256 and 512
+# channels, 1.2-1.9x slower in channels-last at batch 2, forward and backward) is not
+MIXED_POINTWISE_SHARE = 1 / 3
+WIDE_DENSE_CHANNELS = 256
 
 # a program is converted only where at least this many convolutions run in channels-last per conversion of a
 # feature map (into channels-last, or back to contiguous): MaxViT (2.35: MBConv blocks between attention blocks
@@ -147,6 +164,15 @@ def _needs_channels_last_weight(w) -> bool:
     return c > 1 and kh * kw > 1
 
 
+def _concatenates_channels_last(bsym, channels_last: set[str]) -> bool:
+    """A ``cat`` of channels-last values only (PyTorch's result is channels-last then; contiguous where any input is
+    not): DenseNet's blocks concatenate the maps of their convolutions."""
+    if bsym.sym.name != "cat":
+        return False
+    tensors = [p for p in bsym.flat_args if isinstance(p, TensorProxy)]
+    return bool(tensors) and all(p.name in channels_last for p in tensors)
+
+
 def _feature_map(p) -> bool:
     """A 4-D tensor with more than one spatial position: converting it copies a whole feature map."""
     return isinstance(p, TensorProxy) and p.ndim == 4 and int(p.shape[2]) * int(p.shape[3]) > 1
@@ -160,21 +186,29 @@ def _applies(trace: TraceCtx, mode: str, fusing: bool) -> bool:
         return True
     if not fusing or any(b.args[0].device.devicetype.name != "CPU" for b in convs):
         return False
-    return any(_groups(b) > 1 for b in convs) or _pointwise_share(convs) >= POINTWISE_SHARE
+    if any(_groups(b) > 1 for b in convs):
+        return True
+    pointwise, wide_dense = _shares(convs)
+    return pointwise >= POINTWISE_SHARE or (pointwise >= MIXED_POINTWISE_SHARE and wide_dense == 0)
 
 
-def _pointwise_share(convs) -> float:
-    """The share of the convolutions' multiply-adds that pointwise (1x1, ungrouped) convolutions do."""
-    pointwise = total = 0
+def _shares(convs) -> tuple[float, float]:
+    """The shares of the convolutions' multiply-adds that pointwise (1x1, ungrouped) convolutions do, and that dense
+    (ungrouped, larger than 1x1) convolutions of at least ``WIDE_DENSE_CHANNELS`` input channels do."""
+    pointwise = wide_dense = total = 0
     for b in convs:
         weight, out = b.args[1], b.output
         if not (isinstance(weight, TensorProxy) and isinstance(out, TensorProxy)):
             continue
         macs = math.prod(hints(out.shape)) * math.prod(hints(weight.shape[1:]))
         total += macs
-        if tuple(hints(weight.shape[2:])) == (1, 1) and _groups(b) == 1:
+        if _groups(b) != 1:
+            continue
+        if tuple(hints(weight.shape[2:])) == (1, 1):
             pointwise += macs
-    return pointwise / total if total else 0.0
+        elif int(hints(weight.shape)[1]) >= WIDE_DENSE_CHANNELS:
+            wide_dense += macs
+    return (pointwise / total, wide_dense / total) if total else (0.0, 0.0)
 
 
 def channels_last_convolutions(trace: TraceCtx, mode: str = "auto", fusing: bool = False) -> TraceCtx:
@@ -222,7 +256,11 @@ def _rewrite(trace: TraceCtx) -> tuple[TraceCtx, int, int]:
                         weights[w.name] = contiguous(w, memory_format=torch.channels_last)
                         out[-1].header = _WEIGHT_HEADER
                     mapping[w.name] = weights[w.name]
-            keeps = bsym.sym.name in _LAYOUT_KEEPING or bsym.sym is prims.python_del
+            keeps = (
+                bsym.sym.name in _LAYOUT_KEEPING
+                or bsym.sym is prims.python_del
+                or _concatenates_channels_last(bsym, channels_last)
+            )
             reads = [p for p in bsym.flat_args if p.name in channels_last]
             if reads and not keeps:
                 for p in reads:
