@@ -70,3 +70,40 @@ def test_saved_view_of_an_argument_updated_after_the_call_refuses_backward_as_ea
             b.add_(1)  # (out's backward needs b, as it was)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             torch.autograd.grad(out.sum(), leaf)
+
+
+# ------------------------------------------- a product eager computes as a transposed view, under the symbolic cache
+
+
+def _abs_then_product(a0, a2):  # (campaign, 14010: a0 an empty slice of a transposed float16 non-leaf)
+    a0.abs_()
+    return (a0 @ a2,)
+
+
+def _transposed_slice(rows, cols, batch):
+    def make():
+        a0 = (torch.linspace(-1.0, 2.0, cols * 2, dtype=torch.float16, requires_grad=True).reshape(cols, 2) * 1).mT
+        a2 = torch.linspace(-2.0, 1.0, batch * cols, dtype=torch.float16, requires_grad=True).reshape(batch, 1, cols, 1)
+        return a0[2 - rows :], (a2 * 1).permute(0, 3, 2, 1).expand(batch, 1, cols, 3)
+
+    return make
+
+
+def test_product_returned_as_a_transposed_view_under_the_symbolic_cache():
+    jfn = thunder.jit(_abs_then_product, cache="symbolic values")
+    # (an empty product and one of a single row are eager's views; of two rows, a tensor of its own)
+    for rows, cols, batch in [(0, 2, 1), (0, 3, 2), (1, 4, 3), (2, 3, 2), (0, 5, 4), (1, 2, 2)]:
+        make = _transposed_slice(rows, cols, batch)
+        (e,), (a,) = _abs_then_product(*make()), jfn(*make())
+        assert (a.shape, a.dtype, a.requires_grad, a._is_view()) == (e.shape, e.dtype, e.requires_grad, e._is_view())
+        torch.testing.assert_close(a, e)
+
+
+def test_linear_gradient_with_no_output_features():
+    def fn(w, x):
+        return (torch.nn.functional.linear(x, w), x * 1)
+
+    for shape in [(2,), (3, 2), (2, 1, 2)]:
+        assert_as_eager(
+            fn, lambda shape=shape: (torch.ones(0, 2, requires_grad=True), torch.ones(shape, requires_grad=True))
+        )
