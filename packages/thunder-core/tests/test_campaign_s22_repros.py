@@ -3,9 +3,14 @@ values, dtypes, ``requires_grad``, gradients and whether each output is a view."
 
 from __future__ import annotations
 
+import contextlib
+import re
+
 import pytest
 import torch
+import torch.nn.functional as F
 from eager_comparison import assert_as_eager
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import thunder
 
@@ -101,9 +106,123 @@ def test_product_returned_as_a_transposed_view_under_the_symbolic_cache():
 
 def test_linear_gradient_with_no_output_features():
     def fn(w, x):
-        return (torch.nn.functional.linear(x, w), x * 1)
+        return (F.linear(x, w), x * 1)
 
     for shape in [(2,), (3, 2), (2, 1, 2)]:
         assert_as_eager(
             fn, lambda shape=shape: (torch.ones(0, 2, requires_grad=True), torch.ones(shape, requires_grad=True))
         )
+
+
+# ------------------------------------------- attention on CPU laid out by the kernel eager runs (flash or math)
+
+
+def _attention_then_merged_heads_doubled(q, k, v):
+    o = F.scaled_dot_product_attention(q, k, v)
+    r = o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)  # (a view of o where o is laid out as flash's)
+    r.mul_(2)
+    return o, r
+
+
+def _attention_heads_merged_by_view(q, k, v):
+    return (F.scaled_dot_product_attention(q, k, v).transpose(1, 2).view(q.shape[0], q.shape[2], -1),)
+
+
+_KERNELS = {
+    "default": contextlib.nullcontext,
+    "math": lambda: sdpa_kernel(SDPBackend.MATH),
+    "flash": lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION),
+}
+_LAYOUTS = {
+    "contiguous": lambda t: t,
+    "heads-transposed": lambda t: t.transpose(1, 2).contiguous().transpose(1, 2),  # (batch, length, heads, dim)
+    "dim-transposed": lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2),  # (flash refuses it)
+}
+
+
+def _qkv(layout, requires_grad=True):
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return tuple(
+            _LAYOUTS[layout](torch.randn(2, 3, 4, 8, generator=g, dtype=torch.float64)).requires_grad_(requires_grad)
+            for _ in range(3)
+        )
+
+    return make
+
+
+def _in_kernel(fn, kernel):
+    def run(*args):
+        with _KERNELS[kernel]():
+            return fn(*args)
+
+    run.__name__ = fn.__name__
+    return run
+
+
+@pytest.mark.parametrize("kernel", list(_KERNELS))
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+@pytest.mark.parametrize("fn", [_attention_then_merged_heads_doubled, _attention_heads_merged_by_view])
+def test_attention_result_laid_out_as_eagers_kernel(fn, layout, kernel):
+    fn = _in_kernel(fn, kernel)
+    try:
+        expected = fn(*_qkv(layout)())
+    except RuntimeError as e:  # (no kernel enabled takes the arguments, or view refuses the layout)
+        with pytest.raises(RuntimeError, match=re.escape(str(e).split("\n")[0][:40])) as error:
+            thunder.jit(fn)(*_qkv(layout)())
+        assert fn.__name__ in "\n".join(getattr(error.value, "__notes__", []))
+        return
+    assert_as_eager(fn, _qkv(layout), grads=False)
+    actual = thunder.jit(fn)(*_qkv(layout)())
+    assert [t.stride() for t in actual] == [t.stride() for t in expected]
+    _assert_gradients_as_eager(fn, _qkv(layout))
+
+
+def _assert_gradients_as_eager(fn, make):
+    """The gradients of the arguments through every output, or eager's error at backward (the flash kernel saves its
+    result: an update through a view of it makes eager's backward refuse)."""
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        args = make()
+        outs = f(*args)
+        try:
+            results.append(torch.autograd.grad([o.sum() for o in outs], args))
+        except RuntimeError as e:
+            results.append(str(e).split(":")[0])
+    if isinstance(results[0], str):
+        assert results[1] == results[0]
+    else:
+        torch.testing.assert_close(results[1], results[0])
+
+
+def test_attention_traced_again_under_other_kernels():
+    jfn = thunder.jit(_attention_then_merged_heads_doubled)
+    for kernel in ("default", "math", "default"):
+        with _KERNELS[kernel]():
+            expected = _attention_then_merged_heads_doubled(*_qkv("heads-transposed", False)())
+            actual = jfn(*_qkv("heads-transposed", False)())
+        for e, a in zip(expected, actual):
+            assert (a.stride(), a._is_view()) == (e.stride(), e._is_view())
+            torch.testing.assert_close(a, e)
+    assert thunder.cache_misses(jfn) == 2
+
+
+# ------------------------------------------------------------- view() of a layout it cannot express raises as eager
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x * 1).transpose(1, 2).view(2, 4, 24),
+        lambda x: x.transpose(1, 2).view(-1),
+        lambda x: x[:, :, :2].reshape(2, 3, 16).view(96),
+    ],
+)
+def test_view_of_an_incompatible_layout_raises_eagers_error(fn):
+    x = torch.randn(2, 3, 4, 8)
+    with pytest.raises(RuntimeError, match="view size is not compatible") as expected:
+        fn(x)
+    with pytest.raises(RuntimeError, match="view size is not compatible") as error:
+        thunder.jit(fn)(x)
+    assert "<lambda>" in "\n".join(error.value.__notes__)
+    del expected

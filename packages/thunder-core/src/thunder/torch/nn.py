@@ -275,6 +275,20 @@ def normalize(a, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):
 def scaled_dot_product_attention(
     q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None, enable_gqa: bool = False
 ):
+    return _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@torchsymbol()
+def scaled_dot_product_attention_math(
+    q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None, enable_gqa: bool = False
+):
+    """``F.scaled_dot_product_attention`` where eager runs its math kernel (``torch.nn.attention.sdpa_kernel``, or
+    inputs its fused kernels refuse): the same decomposition, which no fused-attention executor claims, so the result
+    is laid out as eager's (``tracing/attention_kernels.py``)."""
+    return _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     check(dropout_p == 0.0, "scaled_dot_product_attention with dropout has no decomposition", NotImplementedError)
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     if enable_gqa and k.ndim >= 3 and k.shape[-3] != q.shape[-3]:

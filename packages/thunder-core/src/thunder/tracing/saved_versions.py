@@ -209,6 +209,10 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     return answer
 
 
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+
+
 def _non_leaf(m: torch.Tensor) -> torch.Tensor:
     return m.clone() if m.requires_grad else m
 
@@ -291,9 +295,14 @@ def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
             for v in value if isinstance(value, (tuple, list)) else (value,):
                 if not isinstance(v, torch.Tensor):
                     continue
+                found = False
                 for i, a in enumerate(meta_args):
                     if v is a or v._base is a:
                         saved_args.add(i)
+                        found = True
+                if node is top and not found:
+                    # (an output saved under a name of its own, the flash kernel's ``_saved_output``: its storage)
+                    saved_outs.update(j for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and _shares(v, o))
         todo.extend(f for f, _ in node.next_functions)
     return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
 

@@ -27,6 +27,7 @@ from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
 from thunder.torch.signatures import bind_torch_kwargs
 from thunder.tracing import autograd_queries, version_counters
+from thunder.tracing.attention_kernels import eager_attention_kernel, enabled_kernels
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
@@ -92,6 +93,7 @@ from thunder.tracing.tracing_tensor import (
 from thunder.tracing.tracing_tensor import (
     _TracingMode as _TracingMode,
 )
+from thunder.tracing.view_refusals import refuse_view_eager_refuses
 from thunder.tracing.views import (
     _DETACHING,
     _LAYOUT_QUERIES,
@@ -173,6 +175,9 @@ def _fit_run_time_sizes(value: TensorProxy, shape) -> TensorProxy:
     return ltorch_expand(value, tuple(shape))
 
 
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -197,6 +202,7 @@ class Tracer:
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
         # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
         self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
+        self.attention_kernels = None  # the attention kernels enabled, when a call was traced as eager's choice
         self.saves = StaleSaves()  # the tensors eager's autograd saved for backward, with their versions
         trace.user_call_hook = self.symbol_called
 
@@ -264,6 +270,11 @@ class Tracer:
                 torch.matmul, (self.handle(T.transpose, (b, -2, -1), {}), self.handle(T.t, (a,), {})), {}
             )
             return self.handle(T.transpose, (product, -2, -1), {})
+        if func is T.view:
+            refuse_view_eager_refuses(args, kwargs)
+        if func is _SDPA and (chosen := eager_attention_kernel(args, kwargs)) is not None:
+            func, args, kwargs = chosen  # as the kernel eager runs computes it (attention_kernels.py)
+            self.attention_kernels = enabled_kernels()
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:
