@@ -226,3 +226,76 @@ def test_view_of_an_incompatible_layout_raises_eagers_error(fn):
         thunder.jit(fn)(x)
     assert "<lambda>" in "\n".join(error.value.__notes__)
     del expected
+
+
+# ------------------------------------------- a view made through a keyword argument or a list (a global's, an input's)
+
+_GLOBAL = torch.arange(6.0).reshape(2, 3)
+_GLOBAL_ROW = torch.arange(3.0)
+
+
+def _selected_by_keyword_then_doubled(x):
+    v = torch.select(input=_GLOBAL, dim=0, index=1)
+    v.mul_(2)  # (reaches the global, as in eager)
+    return x + v, v
+
+
+def _input_selected_by_keyword_then_doubled(x):
+    v = torch.select(input=x, dim=0, index=1)
+    v.mul_(2)
+    return (v,)
+
+
+def _input_transposed_by_keyword_then_doubled(x):
+    v = torch.transpose(input=x, dim0=0, dim1=1)
+    v.mul_(2)
+    return (v,)
+
+
+def _global_in_a_list_viewed_then_updated(x):
+    a, b = torch.atleast_2d((_GLOBAL_ROW, x))
+    a.add_(1)
+    return a, b
+
+
+def _where_by_keywords(x):  # (input is not where's first parameter: stays a keyword)
+    return (torch.where(condition=x > 2, input=x, other=-x),)
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (_selected_by_keyword_then_doubled, (3,)),
+        (_input_selected_by_keyword_then_doubled, (2, 3)),
+        (_input_transposed_by_keyword_then_doubled, (2, 3)),
+        (_global_in_a_list_viewed_then_updated, (3,)),
+        (_where_by_keywords, (2, 3)),
+    ],
+)
+def test_view_through_a_keyword_or_a_list_aliases_its_tensor(fn, shape):
+    def make():
+        _GLOBAL.copy_(torch.arange(6.0).reshape(2, 3))
+        _GLOBAL_ROW.copy_(torch.arange(3.0))
+        return (torch.arange(float(torch.Size(shape).numel())).reshape(shape),)
+
+    expected_globals = None
+    for f in (fn, thunder.jit(fn)):
+        args = make()
+        outs = f(*args)
+        shares = [o.untyped_storage().data_ptr() for o in outs]
+        state = (_GLOBAL.clone(), _GLOBAL_ROW.clone(), args[0].clone())
+        if expected_globals is None:
+            expected_globals, expected_shares = (
+                state,
+                [{p == t.untyped_storage().data_ptr() for t in (_GLOBAL, _GLOBAL_ROW, args[0])} for p in shares],
+            )
+            expected = [(o.clone(), o._is_view()) for o in outs]
+            continue
+        for e, t in zip(expected_globals, state):
+            torch.testing.assert_close(t, e)
+        assert [
+            {p == t.untyped_storage().data_ptr() for t in (_GLOBAL, _GLOBAL_ROW, args[0])} for p in shares
+        ] == expected_shares
+        for (e, view), o in zip(expected, outs):
+            torch.testing.assert_close(o, e)
+            assert o._is_view() == view

@@ -25,7 +25,7 @@ from thunder.core.symbolic import (
 )
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
-from thunder.torch.signatures import bind_torch_kwargs
+from thunder.torch.signatures import bind_torch_kwargs, input_by_position
 from thunder.tracing import autograd_queries, version_counters
 from thunder.tracing.attention_kernels import eager_attention_kernel, enabled_kernels
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
@@ -178,6 +178,14 @@ def _fit_run_time_sizes(value: TensorProxy, shape) -> TensorProxy:
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
+def _holds_outside_tensor(x) -> bool:
+    """Whether ``x`` is, or is a list or tuple holding, a tensor that is no stand-in (from outside the inputs)."""
+    t = type(x)
+    if t is tuple or t is list:
+        return any(type(y) is not TracingTensor and isinstance(y, torch.Tensor) for y in x)
+    return t is not TracingTensor and isinstance(x, torch.Tensor)
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -328,16 +336,14 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
-        for a in args:
-            if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
-                # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias
-                # it, updates through them reach it (written back at the program's end) and what autograd saves of
-                # it is known, as in eager
-                args = tuple(
-                    self.outside_tensor(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
-                    for a in args
-                )
-                break
+        if not args and kwargs:  # (torch.select(input=x, ...): views and updates follow the first argument)
+            args, kwargs = input_by_position(func, args, kwargs)
+        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
+            # a tensor from outside the inputs (a global, a closure's), also as a keyword or in a list: its stand-in,
+            # so that its views alias it, updates through them reach it (written back at the program's end) and what
+            # autograd saves of it is known, as in eager
+            args = tuple(self._stand_ins_of_outside(a) for a in args)
+            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
         first = first_count = None
         if args and type(args[0]) is TracingTensor:
             first, first_count = args[0]._thunder_proxy, version_count(args[0])
@@ -614,6 +620,12 @@ class Tracer:
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
+
+    def _stand_ins_of_outside(self, x):
+        t = type(x)
+        if t is tuple or t is list:
+            return t(self._stand_ins_of_outside(y) for y in x)
+        return self.outside_tensor(x) if t is not TracingTensor and isinstance(x, torch.Tensor) else x
 
     def outside_tensor(self, t: torch.Tensor) -> TracingTensor:
         """The stand-in of a real tensor from outside the inputs (a global, a closure's, a module's that is not the
