@@ -357,12 +357,18 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself; but x[mask] = v with one
     # value is eager's x.masked_fill_(mask, v), and x[index_tensors] = v its x.index_put_(index_tensors, v))
     masked_fill = name == "__setitem__" and (is_masked_fill(args) or _integer_tensor_key(args))
-    if type(w) is not TracingTensor or not (masked_fill or name.endswith("_")):
+    # (x[key] = v into an x[key] that overlaps itself: eager runs it where v is that data, x[0] = x, see self_copies)
+    setitem = name == "__setitem__" and not masked_fill
+    if type(w) is not TracingTensor or not (masked_fill or setitem or name.endswith("_")):
         return
-    if not masked_fill and (name[:1] == "_" or name in _LAYOUT_ONLY):
+    if not (masked_fill or setitem) and (name[:1] == "_" or name in _LAYOUT_ONLY):
         return
 
     m = w._tt_meta
+    if setitem and m is not None:
+        from thunder.tracing.views import _written_region
+
+        m = _written_region(name, w, args)
     if m is None or not overlaps_itself(m):
         return
     view = w._tt_view

@@ -21,6 +21,7 @@ from thunder.tracing.errors import (
 )
 from thunder.tracing.fallback import _func_name, fallback_symbol
 from thunder.tracing.inplace_grad import _detached, _recording_directly, recorded_clone
+from thunder.tracing.self_copies import copies_its_own_data
 from thunder.tracing.storage_geometry import positions as _positions
 from thunder.tracing.storage_geometry import reads_past, spans_its_storage, storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
@@ -371,7 +372,7 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
         and not ((name == "masked_fill_" or is_masked_fill(args)) and _expanded_dims(region) is not None)
-        and not (name == "copy_" and len(args) > 1 and args[1] is w)  # (x.copy_(x): each location keeps its value)
+        and not copies_its_own_data(name, region, args)  # (x.copy_(x), x[0] = x: each location keeps its value)
         # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
         and not (name in ("index_put_", "__setitem__") and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
