@@ -299,3 +299,52 @@ def test_view_through_a_keyword_or_a_list_aliases_its_tensor(fn, shape):
         for (e, view), o in zip(expected, outs):
             torch.testing.assert_close(o, e)
             assert o._is_view() == view
+
+
+# ------------------------------------------------------------- attention over a head size of 0 (campaign, 14011)
+
+
+@pytest.mark.parametrize("q_shape, v_shape", [((2, 0), (2, 0)), ((2, 3, 0), (2, 3, 4)), ((1, 2, 3, 0), (1, 2, 3, 5))])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_attention_with_an_empty_head_size(q_shape, v_shape, is_causal):
+    def fn(q, v):  # (eager's scores are empty sums, zeros: each query attends evenly)
+        return (F.scaled_dot_product_attention(q, q * 2, v, is_causal=is_causal).flatten(-2),)
+
+    def make():
+        v = torch.arange(float(torch.Size(v_shape).numel())).reshape(v_shape)
+        return torch.ones(q_shape, dtype=torch.float16).requires_grad_(), v.half().requires_grad_()
+
+    assert_as_eager(fn, make)
+
+
+# ------------------------------------- x[0] = x into an expanded x of size 1 first: eager's copy of its own data
+
+
+def _own_row_assigned(a0):  # (campaign, 14011)
+    a0[0] = a0
+    return a0 * 2, a0
+
+
+def _own_data_copied(a0):
+    a0.copy_(a0.expand_as(a0))
+    return (a0 * 2,)
+
+
+def _expanded_row(requires_grad):
+    leaf = torch.tensor([[[[1.25, -0.25]], [[0.5, -1.0]], [[0.25, -0.5]]]], requires_grad=requires_grad)
+    return leaf, (leaf * 1)[:, :1].expand(-1, 3, -1, -1)
+
+
+@pytest.mark.parametrize("fn", [_own_row_assigned, _own_data_copied])
+def test_copy_of_its_own_data_into_an_expanded_tensor_runs_as_eager(fn):
+    assert_as_eager(fn, lambda: (_expanded_row(False)[1],))
+
+
+@pytest.mark.parametrize("fn", [_own_row_assigned, _own_data_copied])
+def test_copy_of_its_own_data_into_an_expanded_tensor_refuses_backward_as_eager(fn):
+    for f in (fn, thunder.jit(fn)):
+        leaf, a0 = _expanded_row(True)
+        outs = f(a0)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as error:
+            torch.autograd.grad(outs[0].sum(), leaf)
+    assert fn.__name__ in str(error.value)

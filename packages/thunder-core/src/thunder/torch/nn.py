@@ -295,7 +295,8 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         rep = q.shape[-3] // k.shape[-3]
         k = _repeat_heads(k, rep)
         v = _repeat_heads(v, rep)
-    scale = 1 / math.sqrt(E) if scale is None else scale
+    # (eager scales by 1/sqrt(E) as a C++ double: with E = 0 the scores are empty sums, zeros, whatever the scale)
+    scale = (1 / math.sqrt(E) if E != 0 else 1.0) if scale is None else scale
     comp = dtypes.float32 if q.dtype in (dtypes.float16, dtypes.bfloat16) else q.dtype
     scores = clang.mul(prims.matmul(q, clang.transpose(k, -2, -1)), scale)
     scores = clang.maybe_convert_to_dtype(scores, comp)
