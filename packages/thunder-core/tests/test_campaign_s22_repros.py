@@ -348,3 +348,53 @@ def test_copy_of_its_own_data_into_an_expanded_tensor_refuses_backward_as_eager(
         with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as error:
             torch.autograd.grad(outs[0].sum(), leaf)
     assert fn.__name__ in str(error.value)
+
+
+# ------------------------------------------------------------ logsumexp of a 0-d view of a composite's result (14012)
+
+
+def _cov_then_logsumexp(a):  # (eager's cov of a vector is a 0-d view of its 1x1 result; logsumexp a new tensor)
+    v0 = torch.cov(a.reshape(-1))
+    return v0.logsumexp((0,), True), v0.logsumexp(0)
+
+
+@pytest.mark.parametrize("values", [[1.0, 2.0, 4.0], [-0.0, -0.0], [float("inf"), 1.0], []])
+@pytest.mark.filterwarnings("ignore:cov")
+def test_logsumexp_of_a_zero_dim_view_is_a_new_tensor(values):
+    assert_as_eager(_cov_then_logsumexp, lambda: (torch.tensor(values, dtype=torch.float64, requires_grad=True),))
+    x = torch.tensor(-0.0)
+    assert torch.equal(thunder.jit(lambda x: x.logsumexp(0).copysign(1.0))(x), x.logsumexp(0).copysign(1.0))
+
+
+# ------------------- a flatten that copied (its argument laid out otherwise), saved, then its argument updated (14012)
+
+
+def _cos_of_flattened_then_updated(a0, bumps):
+    v0 = torch.cos(a0)
+    for _ in range(bumps):
+        v0.mul_(1)  # (updates before the flatten: the saved copy's count is its own)
+    v1 = v0.flatten()  # (a copy where v0 is transposed, as a0; else a view, and eager's backward refuses)
+    v2 = torch.cos(v1)
+    v0.eq_(v2.sum())
+    return (v0,)
+
+
+@pytest.mark.parametrize("bumps", [0, 1])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_saved_flatten_of_an_updated_tensor_is_stale_only_where_it_is_a_view(transposed, bumps):
+    def make():
+        leaf = torch.tensor([[-0.5, -0.5], [-0.5, -2.5], [0.5, -2.0]], requires_grad=True)
+        return leaf, (((leaf * 1).t() if transposed else leaf * 1), bumps)
+
+    results = []
+    for f in (_cos_of_flattened_then_updated, thunder.jit(_cos_of_flattened_then_updated)):
+        leaf, args = make()
+        (out,) = f(*args)
+        try:
+            results.append(torch.autograd.grad([out, args[0]], leaf, [torch.ones_like(out)] * 2, allow_unused=True))
+        except RuntimeError as e:
+            results.append(str(e).split(":")[0])
+    if isinstance(results[0], str):
+        assert results[1] == results[0]
+    else:
+        torch.testing.assert_close(results[1], results[0])
