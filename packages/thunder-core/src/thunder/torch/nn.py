@@ -295,11 +295,15 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         rep = q.shape[-3] // k.shape[-3]
         k = _repeat_heads(k, rep)
         v = _repeat_heads(v, rep)
+    # as eager's math kernel: float16/bfloat16 computed in float32 and rounded once at the end; the query and the
+    # keys each scaled by the root of the scale (its sign on the query) before their product
+    out_dtype = q.dtype
+    if out_dtype in (dtypes.float16, dtypes.bfloat16):
+        q, k, v = (clang.maybe_convert_to_dtype(t, dtypes.float32) for t in (q, k, v))
     # (eager scales by 1/sqrt(E) as a C++ double: with E = 0 the scores are empty sums, zeros, whatever the scale)
     scale = (1 / math.sqrt(E) if E != 0 else 1.0) if scale is None else scale
-    comp = dtypes.float32 if q.dtype in (dtypes.float16, dtypes.bfloat16) else q.dtype
-    scores = clang.mul(prims.matmul(q, clang.transpose(k, -2, -1)), scale)
-    scores = clang.maybe_convert_to_dtype(scores, comp)
+    root = math.sqrt(abs(scale))
+    scores = prims.matmul(clang.mul(q, -root if scale < 0 else root), clang.transpose(clang.mul(k, root), -2, -1))
     neg_inf = float("-inf")
     if is_causal:
         check(
@@ -322,8 +326,7 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
     else:
         probs = softmax(scores, -1)
-    probs = clang.maybe_convert_to_dtype(probs, q.dtype)
-    return prims.matmul(probs, v)
+    return clang.maybe_convert_to_dtype(prims.matmul(probs, v), out_dtype)
 
 
 def _repeat_heads(t, rep):
