@@ -398,3 +398,49 @@ def test_saved_flatten_of_an_updated_tensor_is_stale_only_where_it_is_a_view(tra
         assert results[1] == results[0]
     else:
         torch.testing.assert_close(results[1], results[0])
+
+
+# ---------------------------------------------- number / x and x.__rdiv__(y): eager's x.reciprocal() * y (14015)
+
+
+def _reflected_divisions(a):
+    return 2 / a, a.__rdiv__(torch.tensor([-4.25, 7.5], dtype=torch.float64).reshape(1, 2)), 1.7 / a
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_reflected_division_rounds_and_differentiates_as_a_reciprocal(dtype):
+    def make():  # (a zero: the reciprocal's gradient is infinite where the quotient's sum of infinities is NaN)
+        leaf = torch.tensor([[-0.45703125, 0.0, 0.5859375]], dtype=dtype, requires_grad=True)
+        return leaf, (leaf * 1).t()
+
+    (_, e_in), (_, t_in) = make(), make()
+    expected, actual = _reflected_divisions(e_in), thunder.jit(_reflected_divisions)(t_in)
+    for e, a in zip(expected, actual):
+        assert a.dtype == e.dtype and torch.equal(a, e)
+    grads = []
+    for f in (_reflected_divisions, thunder.jit(_reflected_divisions)):
+        leaf, a = make()
+        outs = f(a)
+        cotangents = [torch.linspace(-1.0, 1.0, o.numel(), dtype=o.dtype).reshape(o.shape) for o in outs]
+        grads.append(torch.autograd.grad(outs, leaf, cotangents)[0])
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+# ---------------------------------------- attention on float16/bfloat16 computed as eager's math kernel (14016)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(5, 1), (2, 3, 5, 8)])
+@pytest.mark.parametrize("scale", [None, -0.5])
+def test_low_precision_attention_on_the_math_kernel_rounds_once_as_eager(dtype, shape, scale):
+    def fn(q, k, v):  # (a 2-d query: eager's math kernel, in float32, the result rounded once)
+        return (F.scaled_dot_product_attention(q, k * 2, v, is_causal=True, scale=scale).flatten(-2),)
+
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return tuple(torch.randn(shape, generator=g).to(dtype).requires_grad_() for _ in range(3))
+
+    with sdpa_kernel(SDPBackend.MATH):
+        (expected,), (actual,) = fn(*make()), thunder.jit(fn)(*make())
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+    assert_as_eager(_in_kernel(fn, "math"), make)
