@@ -5,7 +5,9 @@ a view needs the new shape to be expressible over the old strides. The program c
 its argument's layout (``view_values``), and the tracer makes a view's shadow only when something asks for it, so
 without this check the compiled program would return a tensor where eager raises. The tracer asks it of each
 ``view`` whose argument is not known to be contiguous (a contiguous tensor takes every shape of its size): the view
-is made on the argument's shadow, eager's layout, and eager's error raised where it fails.
+is made on the argument's shadow, eager's layout, and eager's error raised where it fails. On CPU only: on CUDA the
+shadow of an attention's result has the math kernel's layout where eager runs a fused kernel (``attention_kernels``
+answers for CPU), so a refusal there could be thunder's alone.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def _plain(x) -> bool:
 def refuse_view_eager_refuses(args, kwargs) -> None:
     """Raises eager's RuntimeError for ``Tensor.view(*args, **kwargs)`` where the argument's layout refuses the
     shape (sizes known as numbers; a ``view(dtype)`` is another question)."""
-    if not args or type(args[0]) is not TracingTensor:
-        return
+    if not args or type(args[0]) is not TracingTensor or args[0].device.type != "cpu":
+        return  # (on CUDA an attention's shadow has the meta kernel's layout, not the fused kernel's: not trusted)
     shape = (*args[1:], *kwargs.values())
     if not shape or not all(_plain(s) for s in shape):
         return
