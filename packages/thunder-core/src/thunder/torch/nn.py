@@ -309,23 +309,21 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         check(
             attn_mask is None, "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"
         )
-        keep = prims.ge(
+        attn_mask = prims.ge(
             prims.broadcast_in_dim(prims.iota(L, start=0, step=1, device=q.device, dtype=dtypes.int64), (L, S), (0,)),
             prims.broadcast_in_dim(prims.iota(S, start=0, step=1, device=q.device, dtype=dtypes.int64), (L, S), (1,)),
         )
-        scores = clang.where(keep, scores, neg_inf)
     if attn_mask is not None:
         if attn_mask.dtype is dtypes.bool8:
-            scores = clang.where(attn_mask, scores, neg_inf)
+            # eager adds a boolean (or causal) mask as 0 / -inf: a masked score that is +inf or NaN becomes NaN
+            scores = clang.where(attn_mask, scores, clang.add(scores, neg_inf))
         else:
             scores = clang.add(scores, attn_mask)
-        # a query whose keys are all masked attends to nothing: PyTorch gives it zeros (a safe softmax), and
-        # so zero gradients; softmax over a row of zeros in its place keeps NaN out of the backward too
-        masked = prims.eq(clang.amax(scores, -1, True), neg_inf)
-        probs = softmax(clang.where(masked, clang.maybe_convert_to_dtype(0, scores.dtype), scores), -1)
-        probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
-    else:
-        probs = softmax(scores, -1)
+    # eager's safe softmax: a query whose scores are all -inf attends to nothing, zeros (and zero gradients); softmax
+    # over a row of zeros in its place keeps NaN out of the backward too
+    masked = prims.eq(clang.amax(scores, -1, True), neg_inf)
+    probs = softmax(clang.where(masked, clang.maybe_convert_to_dtype(0, scores.dtype), scores), -1)
+    probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
     return clang.maybe_convert_to_dtype(prims.matmul(probs, v), out_dtype)
 
 
