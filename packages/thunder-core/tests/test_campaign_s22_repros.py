@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -444,3 +445,58 @@ def test_low_precision_attention_on_the_math_kernel_rounds_once_as_eager(dtype, 
         (expected,), (actual,) = fn(*make()), thunder.jit(fn)(*make())
     assert actual.dtype == expected.dtype and torch.equal(actual, expected)
     assert_as_eager(_in_kernel(fn, "math"), make)
+
+
+# -------------------------------------- attention's masks added as eager's math kernel adds them (14002, 14004)
+
+_INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [[2.5, -0.4], [-0.35, -0.0], [-2.3, -_INF]],  # (a masked score +inf: inf - inf, NaN, as in eager)
+        [[0.5, _INF], [1.0, 0.0], [float("nan"), 2.0]],
+        [[-_INF, -_INF], [1.0, 2.0], [0.5, -0.5]],  # (a row of -inf scores: eager's safe softmax gives zeros)
+    ],
+)
+@pytest.mark.parametrize("mask", [None, "causal", "bool"])
+@pytest.mark.parametrize("shape", [(3, 2), (1, 1, 3, 2)])
+def test_attention_masks_and_infinite_scores_as_eager(values, mask, shape):
+    def fn(q):
+        m = torch.tensor([[True, False, False], [True, True, False], [False, False, False]]) if mask == "bool" else None
+        return (F.scaled_dot_product_attention(q, q * 2, q, attn_mask=m, is_causal=mask == "causal"),)
+
+    assert_as_eager(fn, lambda: (torch.tensor(values).reshape(shape).requires_grad_(),))
+
+
+# ---------------------------- detach() of an output that is returned as a view of a new base (campaign, 14003)
+
+
+def _viewed_updated_then_detached(a0):
+    v0 = (a0 * 3).view(-1)  # (a view of a tensor the program computes: the step after the call makes it again)
+    v0.mul_(2)
+    return v0.detach(), v0
+
+
+@pytest.mark.parametrize("shape", [(), (2, 3)])
+def test_detach_of_an_output_viewing_a_computed_tensor_shares_its_storage(shape):
+    assert_as_eager(_viewed_updated_then_detached, lambda: (torch.ones(shape, requires_grad=True),))
+
+
+# ---------------------------------- NumPy results laid out in their operands' memory order (campaign, 14005)
+
+
+def _numpy_of_a_transposed_tensor(x):
+    a = x.detach().numpy()  # (a transposed array: NumPy's results follow its memory order)
+    t = torch.from_numpy(np.where(a > 0, a, 0.5) / 3) * x
+    return t.exp().flatten(), torch.from_numpy(np.exp(a)).reshape(-1)
+
+
+def test_numpy_results_keep_their_operands_memory_order():
+    assert_as_eager(_numpy_of_a_transposed_tensor, lambda: ((torch.arange(6.0).reshape(3, 2) - 2).t(),), grads=False)
+    e, t = (
+        _numpy_of_a_transposed_tensor(torch.ones(3, 2).t()),
+        thunder.jit(_numpy_of_a_transposed_tensor)(torch.ones(3, 2).t()),
+    )
+    assert [x._is_view() for x in t] == [x._is_view() for x in e]
