@@ -319,6 +319,8 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
             scores = clang.where(attn_mask, scores, clang.add(scores, neg_inf))
         else:
             scores = clang.add(scores, attn_mask)
+    if S == 0:  # (no key: nothing to attend to, an empty softmax)
+        return clang.maybe_convert_to_dtype(prims.matmul(softmax(scores, -1), v), out_dtype)
     # eager's safe softmax: a query whose scores are all -inf attends to nothing, zeros (and zero gradients); softmax
     # over a row of zeros in its place keeps NaN out of the backward too
     masked = prims.eq(clang.amax(scores, -1, True), neg_inf)

@@ -800,7 +800,9 @@ def _return_internal_views(result, internal_views, extra, spec):
             continue
         if v.alias:  # (detach()'s output: the base's storage, no view; left as it is where it has grad)
             if not out.requires_grad:
-                leaves[i] = base.detach().as_strided_(size, stride, offset + base.storage_offset())
+                # (out of place: as_strided_ would bump the counter the alias shares with the base, which the
+                # program's backward may have saved)
+                leaves[i] = base.detach().as_strided(size, stride, offset + base.storage_offset()).detach()
             continue
         if detached:  # (one alias without grad per tensor: the views of one detach() share it in eager)
             key = (id(root), "detached")
