@@ -253,7 +253,7 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         try:
             torch.testing.assert_close(a, e, equal_nan=True, **tol)
         except AssertionError as err:
-            if _within_summation_order(a, e):
+            if _within_summation_order(a, e) or _hardtanh_at_nan(program, a, e, e_leaves[k], tol):
                 continue
             if low:
                 if reference is None:
@@ -263,6 +263,23 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
             detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a}\neager:   {e}"
             raise Divergence("grad", detail, program) from None
     return True
+
+
+def _hardtanh_at_nan(program: Program, a: torch.Tensor, e: torch.Tensor, leaf: torch.Tensor, tol: dict) -> bool:
+    """Whether the gradients ``a`` and ``e`` differ only where the leaf is NaN, in a program calling hardtanh or relu6.
+    Eager's ``hardtanh_backward`` answers a NaN input by its kernel's loop: the vectorised one gives 0, the scalar one
+    (a tensor's tail, a non-contiguous input) passes the cotangent, so two NaNs of one tensor may get either (campaign
+    14016: ``hardtanh_backward(ones(2, 5), x.expand(2, -1), -1, 1)`` gives 0 at the NaN of the first row, 1 at the
+    second's). Thunder's kernel reads the contiguous output: 0. Either is eager's; elsewhere the gradients must
+    agree."""
+    source = program.function_source()
+    if "hardtanh" not in source and "relu6" not in source:
+        return False
+    leaf = leaf.detach()
+    if leaf.shape != e.shape or not leaf.is_floating_point():
+        return False
+    differ = ~torch.isclose(a, e, equal_nan=True, **tol)
+    return bool(torch.isnan(leaf)[differ].all())
 
 
 def _within_summation_order(a: torch.Tensor, e: torch.Tensor) -> bool:

@@ -143,6 +143,10 @@ _VIEW = [
     "{a}.unbind(0)[0]",
     "{a}.chunk(2, -1)[0]",
     "{a}[::2]",
+    # the viewed tensor as a keyword or inside a list (the view must still alias it)
+    "torch.select(input={a}, dim=0, index=-1)",
+    "torch.transpose(input={a}, dim0=0, dim1=-1)",
+    "torch.atleast_2d(({a},))[0]",
     # opaque ops (no torch-language symbol) that return a real tensor itself: updates of the result reach it
     "{a}.resolve_neg()",
     "{a}.resolve_conj()",
@@ -249,6 +253,9 @@ _LAYOUT_CHAINS = [
     "torch.cov({a}.reshape(-1))",
     "torch.einsum('ij,jk->ki', {a}.reshape(-1, 1), {a}.reshape(1, -1))",
     "torch.tensordot({a}.reshape(-1, 1), {a}.reshape(1, -1)[:, :1], 1)",
+    # attention, laid out by the kernel eager picks (flash follows the query's layout, math is contiguous)
+    "F.scaled_dot_product_attention({a}, {a}, {a})",
+    "F.scaled_dot_product_attention({a}, {a} * 2, {a}, is_causal=True).flatten(-2)",
 ]
 # non-contiguous layouts of an input (``strided_inputs``), by rank; ``{b}`` is ``leaf * 1``
 _STRIDED_INPUTS = {

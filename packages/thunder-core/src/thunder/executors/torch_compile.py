@@ -48,6 +48,7 @@ from collections.abc import Callable
 
 import torch
 
+from thunder.core.aliasing import OPAQUE_KEEPING_RNG_STATE
 from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxy, RuntimeValueProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
@@ -61,7 +62,17 @@ __all__ = ["TorchCompileExecutor", "torch_compile_ex", "graphs_compiled"]
 
 # operations left to the torch executor: side effects (their order matters), random draws (Inductor's
 # random numbers differ from eager's), opaque fallbacks (no thunder semantics to rely on)
-_EXCLUDED_TAGS = (OpTags.DONT_DCE, OpTags.IN_PLACE, OpTags.RANDOM, "random", "opaque")
+# (and an opaque op's forward and backward for autodiff: they read and set the generator's state, which a traced graph
+# holds as a fake tensor)
+_EXCLUDED_TAGS = (
+    OpTags.DONT_DCE,
+    OpTags.IN_PLACE,
+    OpTags.RANDOM,
+    "random",
+    "opaque",
+    "opaque_backward",
+    OPAQUE_KEEPING_RNG_STATE,
+)
 
 # the backward of convolutions: PyTorch's kernel, as the convolutions themselves (rule 1)
 _CONVOLUTION_BACKWARDS = frozenset({"convolution_backward"})

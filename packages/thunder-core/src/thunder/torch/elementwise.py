@@ -168,8 +168,10 @@ true_divide = _binary(
     TPK.INT_TO_FLOAT,
     lambda x, y: x / y,
     (torch.true_divide, T.__truediv__, T.true_divide),
-    reflected=T.__rtruediv__,
 )
+# eager's ``number / x`` and ``x.__rdiv__(y)`` are ``x.reciprocal() * y``: the reciprocal rounded in x's dtype, and its
+# gradient, infinite at 0 where the quotient's is NaN
+register_torch_alias(T.__rtruediv__, lambda a, b: mul(reciprocal(a), b))
 
 
 @torchsymbol(torch.div, T.div, torch.divide, method_name="div")

@@ -275,40 +275,58 @@ def normalize(a, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):
 def scaled_dot_product_attention(
     q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None, enable_gqa: bool = False
 ):
+    return _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@torchsymbol()
+def scaled_dot_product_attention_math(
+    q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None, enable_gqa: bool = False
+):
+    """``F.scaled_dot_product_attention`` where eager runs its math kernel (``torch.nn.attention.sdpa_kernel``, or
+    inputs its fused kernels refuse): the same decomposition, which no fused-attention executor claims, so the result
+    is laid out as eager's (``tracing/attention_kernels.py``)."""
+    return _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     check(dropout_p == 0.0, "scaled_dot_product_attention with dropout has no decomposition", NotImplementedError)
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     if enable_gqa and k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]
         k = _repeat_heads(k, rep)
         v = _repeat_heads(v, rep)
-    scale = 1 / math.sqrt(E) if scale is None else scale
-    comp = dtypes.float32 if q.dtype in (dtypes.float16, dtypes.bfloat16) else q.dtype
-    scores = clang.mul(prims.matmul(q, clang.transpose(k, -2, -1)), scale)
-    scores = clang.maybe_convert_to_dtype(scores, comp)
+    # as eager's math kernel: float16/bfloat16 computed in float32 and rounded once at the end; the query and the
+    # keys each scaled by the root of the scale (its sign on the query) before their product
+    out_dtype = q.dtype
+    if out_dtype in (dtypes.float16, dtypes.bfloat16):
+        q, k, v = (clang.maybe_convert_to_dtype(t, dtypes.float32) for t in (q, k, v))
+    # (eager scales by 1/sqrt(E) as a C++ double: with E = 0 the scores are empty sums, zeros, whatever the scale)
+    scale = (1 / math.sqrt(E) if E != 0 else 1.0) if scale is None else scale
+    root = math.sqrt(abs(scale))
+    scores = prims.matmul(clang.mul(q, -root if scale < 0 else root), clang.transpose(clang.mul(k, root), -2, -1))
     neg_inf = float("-inf")
     if is_causal:
         check(
             attn_mask is None, "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"
         )
-        keep = prims.ge(
+        attn_mask = prims.ge(
             prims.broadcast_in_dim(prims.iota(L, start=0, step=1, device=q.device, dtype=dtypes.int64), (L, S), (0,)),
             prims.broadcast_in_dim(prims.iota(S, start=0, step=1, device=q.device, dtype=dtypes.int64), (L, S), (1,)),
         )
-        scores = clang.where(keep, scores, neg_inf)
     if attn_mask is not None:
         if attn_mask.dtype is dtypes.bool8:
-            scores = clang.where(attn_mask, scores, neg_inf)
+            # eager adds a boolean (or causal) mask as 0 / -inf: a masked score that is +inf or NaN becomes NaN
+            scores = clang.where(attn_mask, scores, clang.add(scores, neg_inf))
         else:
             scores = clang.add(scores, attn_mask)
-        # a query whose keys are all masked attends to nothing: PyTorch gives it zeros (a safe softmax), and
-        # so zero gradients; softmax over a row of zeros in its place keeps NaN out of the backward too
-        masked = prims.eq(clang.amax(scores, -1, True), neg_inf)
-        probs = softmax(clang.where(masked, clang.maybe_convert_to_dtype(0, scores.dtype), scores), -1)
-        probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
-    else:
-        probs = softmax(scores, -1)
-    probs = clang.maybe_convert_to_dtype(probs, q.dtype)
-    return prims.matmul(probs, v)
+    if S == 0:  # (no key: nothing to attend to, an empty softmax)
+        return clang.maybe_convert_to_dtype(prims.matmul(softmax(scores, -1), v), out_dtype)
+    # eager's safe softmax: a query whose scores are all -inf attends to nothing, zeros (and zero gradients); softmax
+    # over a row of zeros in its place keeps NaN out of the backward too
+    masked = prims.eq(clang.amax(scores, -1, True), neg_inf)
+    probs = softmax(clang.where(masked, clang.maybe_convert_to_dtype(0, scores.dtype), scores), -1)
+    probs = clang.where(masked, clang.maybe_convert_to_dtype(0, probs.dtype), probs)
+    return clang.maybe_convert_to_dtype(prims.matmul(probs, v), out_dtype)
 
 
 def _repeat_heads(t, rep):

@@ -135,8 +135,12 @@ def logsumexp(a, dim, keepdim: bool = False):
     comp, res = clang.elementwise_type_promotion(a, kind=TPK.INT_TO_FLOAT)
     x = clang.maybe_convert_to_dtype(a, comp)
     if a.ndim == 0:
+        # eager's formula on the one element (x itself was the program's tensor: a view where x is one, and -0.0
+        # where eager's log(1) + x gives 0.0)
         clang._reduction_dims(a, dim)
-        return clang.maybe_convert_to_dtype(x, res)
+        m = clang.where(prims.isinf(x), clang.maybe_convert_to_dtype(0, comp), x)
+        out = clang.add(clang.elementwise_unary(clang.elementwise_unary(clang.sub(x, m), prims.exp), prims.log), m)
+        return clang.maybe_convert_to_dtype(out, res)
     if 0 in [a.shape[d] for d in clang._reduction_dims(a, dim)]:
         # nothing to reduce: -inf, as eager (amax, which shifts the exponents, has no value over nothing); the sum
         # keeps the result connected to ``a`` (requires_grad as eager's; its gradient is empty)

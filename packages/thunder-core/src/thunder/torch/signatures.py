@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["torch_parameter_names", "bind_torch_kwargs", "kwarg_translation"]
+__all__ = ["torch_parameter_names", "bind_torch_kwargs", "kwarg_translation", "input_by_position"]
 
 # names under which PyTorch exposes an operator's first tensor argument
 _SELF_NAMES = ("input", "self")
@@ -80,6 +80,32 @@ def torch_parameter_names(func) -> set[str]:
     if "input" in names:
         names.add("self")
     return names
+
+
+_input_first: dict[Any, bool] = {}
+
+
+def input_by_position(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``torch.select(input=x, dim=0, index=1)`` as ``torch.select(x, dim=0, index=1)``: the first tensor argument
+    given by keyword (``input=``, ``self=``) passed by position, where every PyTorch signature of ``func`` has it
+    first. The tracer follows views and updates through an op's first argument: by keyword it went unseen (the view
+    an update reached was not the argument's)."""
+    if args or not kwargs:
+        return args, kwargs
+    name = "input" if "input" in kwargs else "self" if "self" in kwargs else None
+    if name is None:
+        return args, kwargs
+    try:
+        first = _input_first.get(func)
+        if first is None:
+            sigs = _torch_signatures(func)
+            first = _input_first[func] = bool(sigs) and all(sig and sig[0][0] == "input" for sig in sigs)
+    except TypeError:  # (an unhashable callable)
+        return args, kwargs
+    if not first:
+        return args, kwargs
+    kwargs = dict(kwargs)
+    return (kwargs.pop(name),), kwargs
 
 
 def _symbol_parameters(sym) -> tuple[list[str], set[str], bool, dict[str, Any]]:

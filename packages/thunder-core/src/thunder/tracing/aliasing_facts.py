@@ -75,7 +75,7 @@ def build_aliasing_record(
     aliasing = []
     seen = set()
     as_views = {v.name: v.caller for v in views}
-    of_results = {v.name: v.root for v in internal_views if not v.restrided}
+    of_results = {v.name: v.root for v in internal_views if not v.restrided and not v.alias}
     for p in outputs:
         if p.name in seen or p.name in callers or p.name in as_views or p.name in of_results:
             continue

@@ -129,6 +129,8 @@ def _resolve_dtypes(ufunc, operands) -> tuple:
 def numpy_ufunc(name: str, *operands) -> torch.Tensor:
     """NumPy's ufunc ``name`` run on the values of CPU tensors (and numbers): the result eager's NumPy call gives,
     as a tensor. The program runs it opaquely; its metadata comes from the rule registered below."""
+    if any(isinstance(x, torch.Tensor) and x.is_meta for x in operands):
+        return _numpy_ufunc_meta(name, *operands)  # (run on the shadows: the layout NumPy gives)
     np = _numpy()
     arrays = [x.detach().numpy() if isinstance(x, torch.Tensor) else x for x in operands]
     with np.errstate(all="ignore"):
@@ -138,9 +140,26 @@ def numpy_ufunc(name: str, *operands) -> torch.Tensor:
 
 @register_meta_rule(numpy_ufunc)
 def _numpy_ufunc_meta(name: str, *operands) -> torch.Tensor:
-    shape = torch.broadcast_shapes(*(x.shape for x in operands if isinstance(x, torch.Tensor)))
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    shape = torch.broadcast_shapes(*(x.shape for x in tensors))
     dtype = _torch_dtype(_resolve_dtypes(getattr(_numpy(), name), operands)[-1])
-    return torch.empty(shape, dtype=dtype, device="meta")
+    # NumPy lays the result out in its operands' memory order (order="K": a ufunc of a transposed array is
+    # transposed), as TensorIterator does for an elementwise torch op: the layout of one on the same layouts
+    with torch._C.DisableTorchFunction():
+        like = [torch.empty_strided(x.shape, x.stride(), dtype=torch.float32, device="meta") for x in tensors]
+        layout = like[0] if len(like) == 1 else torch.add(*like[:2])
+        for x in like[2:]:
+            layout = torch.add(layout, x)
+        if layout.shape != shape:
+            return torch.empty(shape, dtype=dtype, device="meta")
+        return torch.empty_strided(
+            shape, layout.stride() if len(like) > 1 else _k_order(layout), dtype=dtype, device="meta"
+        )
+
+
+def _k_order(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides NumPy gives the result of a ufunc of the one array laid out as ``t``: ``t``'s memory order, dense."""
+    return torch.empty_like(t, memory_format=torch.preserve_format).stride()
 
 
 # NumPy functions run by NumPy itself when the program runs, where their torch translation rounds otherwise

@@ -79,6 +79,7 @@ class ViewOfResult(NamedTuple):
     # index in ``PostCall.extra`` of the output's own value before an output step copied it (``layout`` None only):
     # the copy has a storage of its own, so the view's layout over its root is read from that value
     uncopied_view: int | None = None
+    alias: bool = False  # detach()'s own output: no view, an alias without grad sharing that tensor's storage
 
 
 class PostCall:
@@ -358,8 +359,8 @@ class PostCall:
             return
         # (detach()'s output itself shares the storage with no ``_base``: a view only of what detach() gives)
         detached = bool(leaf._tt_nondiff)
-        if detached and getattr(leaf, "_tt_family", None) is leaf:
-            return
+        # (detach()'s output itself: an alias, no view; made again beside the others, which may view a copy)
+        alias = detached and getattr(leaf, "_tt_family", None) is leaf
         root = view[0]
         if id(root) in self.exprs or root._tt_view is not None:
             return  # (a view of an input is the step's other business; a root that changed its layout in place)
@@ -419,6 +420,7 @@ class PostCall:
                 detached,
                 leaf._tt_bounds if layout is not None else (),
                 uncopied_view,
+                alias,
             )
         )
         self.extra.append(value)
@@ -795,6 +797,12 @@ def _return_internal_views(result, internal_views, extra, spec):
             if base.requires_grad == out.requires_grad:
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not base.is_leaf):
                     leaves[i] = base.as_strided_(size, stride, offset)
+            continue
+        if v.alias:  # (detach()'s output: the base's storage, no view; left as it is where it has grad)
+            if not out.requires_grad:
+                # (out of place: as_strided_ would bump the counter the alias shares with the base, which the
+                # program's backward may have saved)
+                leaves[i] = base.detach().as_strided(size, stride, offset + base.storage_offset()).detach()
             continue
         if detached:  # (one alias without grad per tensor: the views of one detach() share it in eager)
             key = (id(root), "detached")

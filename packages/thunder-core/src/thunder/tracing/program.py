@@ -18,6 +18,7 @@ from thunder.core.symbolic import SizeEnv, specialize
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.tracing import guards, version_counters
 from thunder.tracing.aliasing_facts import build_aliasing_record
+from thunder.tracing.attention_kernels import enabled_kernels
 from thunder.tracing.errors import TracingError, data_dependent_size_error, runtime_value_argument_error
 from thunder.tracing.inputs import (
     _ABSENT,
@@ -268,6 +269,9 @@ def trace_program(
                     specialize(ti.proxy.shape)
         prologue.check_layout = tracer.layout_read
         prologue.check_offsets = tracer.offsets_read
+        if tracer.attention_kernels is not None:  # (an attention traced as the kernel eager runs: attention_kernels.py)
+            prologue.trace.constants["_attention_kernels"] = enabled_kernels
+            prologue.fail_if(f"_attention_kernels() != {tracer.attention_kernels!r}", "the attention kernels enabled")
         if written:  # an update reaches other arguments exactly when they share its storage
             # (and from the tensors read from outside the arguments: a later call passing one of them traces again)
             prologue.distinct_storages = frozenset(

@@ -85,12 +85,14 @@ class StaleSaves:
             tensors = flat + outs
             if all(_count(w) == c for w, c in zip(tensors, counts)):
                 continue
+            if all(_settled_count(w) == c for w, c in zip(tensors, counts)):
+                continue
             answer = _probe(func, args, kwargs, flat, spec)
             if not answer:
                 continue
             saved = [(flat[i], counts[i], f"argument {i}") for i in answer[0]]
             saved += [(outs[i], counts[len(flat) + i], "result") for i in answer[1] if i < len(outs)]
-            stale = next((what for w, c, what in saved if _count(w) != c), None)
+            stale = next((what for w, c, what in saved if _settled_count(w) != c), None)
             if stale is None:
                 continue
             seen.add(node)
@@ -123,10 +125,30 @@ def _bumps(w: TracingTensor) -> int:
     if c is not None:
         return c[0]
     view = w._tt_view
+    if view is None and w._tt_pending is None:
+        return 0  # (no view: a reshape or flatten that copied has a counter of its own, not bumped yet)
     root = view[0] if view is not None else (w._tt_counter_of or (None,))[0]  # (a view whose shadow is pending)
     if root is not None and root._tt_counter is not None:
         return root._tt_counter[0]
     return 0
+
+
+def _settled_count(w) -> int:
+    """``_count(w)`` once whether ``w`` is a view is known (its pending shadow made: a reshape may have copied)."""
+    if type(w) is TracingTensor and w._tt_pending is not None:
+        from thunder.tracing.views import view_of
+
+        view_of(w)
+    return _count(w)
+
+
+def _settle_if_guessed(w) -> None:
+    """Makes the pending shadow of ``w`` now if its count would be guessed from a tensor it may view that an update
+    already reached (the guess is right for a view, the count of its own, 0, for a copy)."""
+    if type(w) is TracingTensor and w._tt_pending is not None and w._tt_counter is None and _bumps(w) > 0:
+        from thunder.tracing.views import view_of
+
+        view_of(w)
 
 
 def _flat_tensors(args) -> list[TracingTensor]:
@@ -207,6 +229,10 @@ def _probe(func, args, kwargs, flat: list[TracingTensor], spec: list[tuple]):
     if key is not None:
         _probe_cache[key] = answer
     return answer
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 def _non_leaf(m: torch.Tensor) -> torch.Tensor:
@@ -291,9 +317,14 @@ def _saved_by(mout, meta_args: list[torch.Tensor], before: set = frozenset()):
             for v in value if isinstance(value, (tuple, list)) else (value,):
                 if not isinstance(v, torch.Tensor):
                     continue
+                found = False
                 for i, a in enumerate(meta_args):
                     if v is a or v._base is a:
                         saved_args.add(i)
+                        found = True
+                if node is top and not found:
+                    # (an output saved under a name of its own, the flash kernel's ``_saved_output``: its storage)
+                    saved_outs.update(j for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and _shares(v, o))
         todo.extend(f for f, _ in node.next_functions)
     return tuple(sorted(saved_args)), tuple(sorted(saved_outs))
 
@@ -348,12 +379,18 @@ def _note_overlapping_update(saves: StaleSaves, func, args) -> None:
     # (x[key] = v: eager's node copies into x[key] alone, which may not overlap itself; but x[mask] = v with one
     # value is eager's x.masked_fill_(mask, v), and x[index_tensors] = v its x.index_put_(index_tensors, v))
     masked_fill = name == "__setitem__" and (is_masked_fill(args) or _integer_tensor_key(args))
-    if type(w) is not TracingTensor or not (masked_fill or name.endswith("_")):
+    # (x[key] = v into an x[key] that overlaps itself: eager runs it where v is that data, x[0] = x, see self_copies)
+    setitem = name == "__setitem__" and not masked_fill
+    if type(w) is not TracingTensor or not (masked_fill or setitem or name.endswith("_")):
         return
-    if not masked_fill and (name[:1] == "_" or name in _LAYOUT_ONLY):
+    if not (masked_fill or setitem) and (name[:1] == "_" or name in _LAYOUT_ONLY):
         return
 
     m = w._tt_meta
+    if setitem and m is not None:
+        from thunder.tracing.views import _written_region
+
+        m = _written_region(name, w, args)
     if m is None or not overlaps_itself(m):
         return
     view = w._tt_view
@@ -389,6 +426,8 @@ def note_saved(saves: StaleSaves, func, args, kwargs, out, first=None, first_cou
     frame = user_frame(3)
     where = (frame, frame.f_lineno if frame is not None else None)
     outs = list(outs)
+    for w in flat:
+        _settle_if_guessed(w)
     counts = [_count(w) for w in flat + outs]
     if first is not None and first_count is not None and any(o is args[0] for o in outs):
         # an in-place op saves its arguments before it updates its target, at their counts then: those sharing the

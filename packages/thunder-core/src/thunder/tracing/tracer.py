@@ -25,8 +25,9 @@ from thunder.core.symbolic import (
 )
 from thunder.core.trace import TraceCtx
 from thunder.torch.registry import InplaceOp, torch_to_thunder
-from thunder.torch.signatures import bind_torch_kwargs
+from thunder.torch.signatures import bind_torch_kwargs, input_by_position
 from thunder.tracing import autograd_queries, version_counters
+from thunder.tracing.attention_kernels import eager_attention_kernel, enabled_kernels
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
@@ -92,6 +93,7 @@ from thunder.tracing.tracing_tensor import (
 from thunder.tracing.tracing_tensor import (
     _TracingMode as _TracingMode,
 )
+from thunder.tracing.view_refusals import refuse_view_eager_refuses
 from thunder.tracing.views import (
     _DETACHING,
     _LAYOUT_QUERIES,
@@ -173,6 +175,17 @@ def _fit_run_time_sizes(value: TensorProxy, shape) -> TensorProxy:
     return ltorch_expand(value, tuple(shape))
 
 
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _holds_outside_tensor(x) -> bool:
+    """Whether ``x`` is, or is a list or tuple holding, a tensor that is no stand-in (from outside the inputs)."""
+    t = type(x)
+    if t is tuple or t is list:
+        return any(type(y) is not TracingTensor and isinstance(y, torch.Tensor) for y in x)
+    return t is not TracingTensor and isinstance(x, torch.Tensor)
+
+
 class Tracer:
     """Records the user's torch calls into ``trace``."""
 
@@ -197,6 +210,7 @@ class Tracer:
         self.input_index_values = None  # small integer tensor arguments read as numbers (InputIndexValues)
         # (former value, new value) of the updates through ``.data``, which eager's version counter does not see
         self.unseen_by_version_counter: list[tuple[TensorProxy, TensorProxy]] = []
+        self.attention_kernels = None  # the attention kernels enabled, when a call was traced as eager's choice
         self.saves = StaleSaves()  # the tensors eager's autograd saved for backward, with their versions
         trace.user_call_hook = self.symbol_called
 
@@ -264,6 +278,11 @@ class Tracer:
                 torch.matmul, (self.handle(T.transpose, (b, -2, -1), {}), self.handle(T.t, (a,), {})), {}
             )
             return self.handle(T.transpose, (product, -2, -1), {})
+        if func is T.view:
+            refuse_view_eager_refuses(args, kwargs)
+        if func is _SDPA and (chosen := eager_attention_kernel(args, kwargs)) is not None:
+            func, args, kwargs = chosen  # as the kernel eager runs computes it (attention_kernels.py)
+            self.attention_kernels = enabled_kernels()
         mapped = torch_to_thunder.get(func)
         known = self.known
         if not known and func not in known.candidates:
@@ -317,16 +336,14 @@ class Tracer:
 
     # ---------------------------------------------------------------- recording
     def record_call(self, func, mapped, args, kwargs):
-        for a in args:
-            if type(a) is not TracingTensor and isinstance(a, torch.Tensor):
-                # a tensor from outside the inputs (a global, a closure's): its stand-in, so that its views alias
-                # it, updates through them reach it (written back at the program's end) and what autograd saves of
-                # it is known, as in eager
-                args = tuple(
-                    self.outside_tensor(a) if type(a) is not TracingTensor and isinstance(a, torch.Tensor) else a
-                    for a in args
-                )
-                break
+        if not args and kwargs:  # (torch.select(input=x, ...): views and updates follow the first argument)
+            args, kwargs = input_by_position(func, args, kwargs)
+        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
+            # a tensor from outside the inputs (a global, a closure's), also as a keyword or in a list: its stand-in,
+            # so that its views alias it, updates through them reach it (written back at the program's end) and what
+            # autograd saves of it is known, as in eager
+            args = tuple(self._stand_ins_of_outside(a) for a in args)
+            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
         first = first_count = None
         if args and type(args[0]) is TracingTensor:
             first, first_count = args[0]._thunder_proxy, version_count(args[0])
@@ -603,6 +620,12 @@ class Tracer:
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
+
+    def _stand_ins_of_outside(self, x):
+        t = type(x)
+        if t is tuple or t is list:
+            return t(self._stand_ins_of_outside(y) for y in x)
+        return self.outside_tensor(x) if t is not TracingTensor and isinstance(x, torch.Tensor) else x
 
     def outside_tensor(self, t: torch.Tensor) -> TracingTensor:
         """The stand-in of a real tensor from outside the inputs (a global, a closure's, a module's that is not the

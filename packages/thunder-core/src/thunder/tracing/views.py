@@ -12,7 +12,7 @@ from thunder.core import dtypes
 from thunder.core.aliasing import may_return_alias, returns_view_of_first_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import ATOMIC_TYPES, Symbol
-from thunder.core.symbolic import hint, hints, specialize
+from thunder.core.symbolic import hint, hints, known, specialize
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.errors import (
     TracingError,
@@ -21,6 +21,7 @@ from thunder.tracing.errors import (
 )
 from thunder.tracing.fallback import _func_name, fallback_symbol
 from thunder.tracing.inplace_grad import _detached, _recording_directly, recorded_clone
+from thunder.tracing.self_copies import copies_its_own_data
 from thunder.tracing.storage_geometry import positions as _positions
 from thunder.tracing.storage_geometry import reads_past, spans_its_storage, storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
@@ -371,7 +372,7 @@ def checked_written_region(func, w: TracingTensor, args, kwargs) -> torch.Tensor
         and not _writes_one_value_everywhere(name, args, kwargs)
         # (its mask made the same for the elements of one memory location: eager_arguments)
         and not ((name == "masked_fill_" or is_masked_fill(args)) and _expanded_dims(region) is not None)
-        and not (name == "copy_" and len(args) > 1 and args[1] is w)  # (x.copy_(x): each location keeps its value)
+        and not copies_its_own_data(name, region, args)  # (x.copy_(x), x[0] = x: each location keeps its value)
         # (index_put_ accumulating into an expanded tensor, rewritten: expanded_updates.py)
         and not (name in ("index_put_", "__setitem__") and len(args) > 1 and type(args[1]).__name__ == "EveryElement")
     ):
@@ -980,7 +981,7 @@ def matmul_returning_a_view(func, args, kwargs) -> tuple[TracingTensor, TracingT
     ``requires_grad`` is set times a batch ``b`` is computed as ``(b.mT @ a.t()).mT`` (PyTorch folds the batch
     into one matrix product), and the view is kept where it is contiguous (an empty result, or a result with one
     row or one column per matrix). The program then computes it so (its tensors inside do not require grad, so
-    PyTorch would not fold there); None for every other product, and for sizes not known as numbers."""
+    PyTorch would not fold there); None for every other product, and for sizes known only when the program runs."""
     if func not in _MATMULS or kwargs or len(args) != 2:
         return None
     a, b = args
@@ -989,9 +990,9 @@ def matmul_returning_a_view(func, args, kwargs) -> tuple[TracingTensor, TracingT
     pa, pb = a._thunder_proxy, b._thunder_proxy
     if pa.ndim != 2 or pb.ndim < 3 or not pa.requires_grad:
         return None
-    shapes = (*pa.shape, *pb.shape)
-    if not all(type(s) is int for s in shapes) or pa.shape[1] != pb.shape[-2]:
-        return None  # (symbolic sizes; eager's error for mismatched ones comes from the product itself)
+    if not known(pa.shape[1] == pb.shape[-2]):
+        return None  # (eager's error for mismatched sizes comes from the product itself)
+    # (symbolic sizes: the relations the answer rests on are guarded, as any the trace reads)
     n, p = pa.shape[0], pb.shape[-1]
-    empty = n == 0 or p == 0 or any(s == 0 for s in pb.shape[:-2])
-    return (a, b) if empty or n == 1 or p == 1 else None
+    empty = known(n == 0) or known(p == 0) or any(known(s == 0) for s in pb.shape[:-2])
+    return (a, b) if empty or known(n == 1) or known(p == 1) else None

@@ -93,6 +93,7 @@ def opaque_grad_rule(sym: Symbol):
             print_name=name,
             call_ctx={name: backward},
             executor=sym.executor,
+            tags=("opaque_backward",),  # (it replays the generator's state: no fusion region traces it)
         )
         grads = backward_sym(*inputs, rng_state, *cotangents)
         for i, g in zip(wrt, grads):

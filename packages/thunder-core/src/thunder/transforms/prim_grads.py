@@ -535,8 +535,9 @@ def _linear_grad(a, w, bias):
         raise NotImplementedError("the gradient of linear with a 1-D weight is not supported")
     # as eager: the cotangent folded to 2-d once, then 2-d products (a product of the 3-d cotangent would
     # copy it again when it is not contiguous, and run a batched product)
-    g2 = ltorch.reshape(g, (-1, g.shape[-1]))
-    a2 = ltorch.reshape(a, (-1, a.shape[-1]))
+    # (the rows counted, not -1: a size 0 in the last dimension leaves -1 undetermined)
+    g2 = ltorch.reshape(g, (_leading_elements(g.shape), g.shape[-1]))
+    a2 = ltorch.reshape(a, (_leading_elements(a.shape), a.shape[-1]))
     if a.ndim > 2:
         put_grad(a, ltorch.reshape(ltorch.matmul(g2, w), a.shape))
     else:
@@ -545,6 +546,14 @@ def _linear_grad(a, w, bias):
     if bias is not None:
         put_grad(bias, ltorch.sum(g2, 0))
     return out
+
+
+def _leading_elements(shape) -> int:
+    """The number of elements of ``shape`` without its last dimension (symbolic sizes multiply as numbers)."""
+    n = 1
+    for s in shape[:-1]:
+        n = n * s
+    return n
 
 
 @register_grad(prims.embedding)

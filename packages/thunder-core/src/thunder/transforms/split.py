@@ -465,6 +465,12 @@ class ThunderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
+        if dirty:
+            # a saved view of an argument was made here, under no_grad: once the write-back or _record_view_updates
+            # bumps the counter it shares with an updated argument (an empty view of the same base, which the
+            # prologue does not group), autograd refuses to unpack it ("a view was created in no_grad mode ...").
+            # Detached, it keeps the counter (a later update still makes eager's backward refuse) and no view history
+            saved = [v.detach() if isinstance(v, torch.Tensor) and v._base is not None else v for v in saved]
         ctx.backward_fn = backward_fn
         if backward_fn.__class__ is _PrunedBackwards:
             # outputs that receive no gradient get None (not zeros): the backward leaves their branches out, as eager
