@@ -521,3 +521,25 @@ def test_attention_over_no_keys(is_causal):  # (campaign, 14013: eager's safe so
         return (F.scaled_dot_product_attention(q, k, v, is_causal=is_causal),)
 
     assert_as_eager(fn, lambda: (torch.ones(1, 2, 4, 8), torch.ones(1, 2, 0, 8), torch.ones(1, 2, 0, 8)))
+
+
+def test_attention_of_a_channels_last_global_gives_eagers_values_and_gradients():
+    # (the differential slice drew it: the CPU flash kernel was given rows of stride 3 and computed wrong values, where
+    # eager's dispatcher runs its math kernel)
+    import torch.nn.functional as F
+
+    import thunder
+
+    leaf = torch.randn(2, 3, 2, 2, dtype=torch.float64, requires_grad=True)
+
+    def f():
+        return torch.tanh(F.scaled_dot_product_attention(g, g, g))
+
+    g = (leaf * 1).contiguous(memory_format=torch.channels_last)
+    want = f()
+    (want_grad,) = torch.autograd.grad(want.sum(), leaf)
+    g = (leaf * 1).contiguous(memory_format=torch.channels_last)  # (a new graph: eager's backward freed the first)
+    got = thunder.jit(f)()
+    (got_grad,) = torch.autograd.grad(got.sum(), leaf)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)

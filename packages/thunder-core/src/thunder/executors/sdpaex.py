@@ -58,11 +58,13 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
 
 
 def _sdpa_fwd_impl(q, k, v, dropout_p, is_causal, attn_mask, scale):
+    # (the CPU flash kernel, like the efficient ones, reads each row as unit-stride: given a channels-last query it
+    # computed wrong values where eager's dispatcher would have run its math kernel)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
         )
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     out, lse, _seed, _offset = torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale
     )
@@ -86,11 +88,11 @@ sdpa_fwd = sdpa_ex.register_operator("sdpa_fwd", meta=_sdpa_fwd_meta, fn=_sdpa_f
 
 
 def _sdpa_bwd_impl(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale):
+    grad_out, q, k, v = (_last_dim_contiguous(t) for t in (grad_out, q, k, v))
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+            grad_out, q, k, v, _last_dim_contiguous(out), lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
         )
-    grad_out, q, k, v = (_last_dim_contiguous(t) for t in (grad_out, q, k, v))
     # without dropout the forward kernel returns empty 0-d int64 CPU tensors as its random state, which
     # the backward does not read; the mask asks for no bias gradient (the checker takes no mask on CUDA)
     no_rng = torch.empty((), dtype=torch.int64)
