@@ -91,7 +91,7 @@ def _sdpa_bwd_impl(grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask,
     grad_out, q, k, v = (_last_dim_contiguous(t) for t in (grad_out, q, k, v))
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad_out, q, k, v, _last_dim_contiguous(out), lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+            grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
         )
     # without dropout the forward kernel returns empty 0-d int64 CPU tensors as its random state, which
     # the backward does not read; the mask asks for no bias gradient (the checker takes no mask on CUDA)

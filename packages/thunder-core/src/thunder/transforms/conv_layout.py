@@ -26,10 +26,9 @@ of its convolutions' multiply-adds, or at least ``MIXED_POINTWISE_SHARE`` of the
 larger than 1x1 reads ``WIDE_DENSE_CHANNELS`` channels or more (DenseNet-121: 0.52, 3x3 convolutions of 128
 channels; its fused training step 0.93-0.95 of its contiguous one, ``torch.compile`` 0.89-0.90), on the CPU
 gets, before each such convolution's and each dense convolution's input that is not channels-last already, a
-conversion to channels-last. PyTorch's kernels then give the results of convolutions,
-batch norms, elementwise operations, pooling and concatenations of channels-last maps the same layout, so the
-layout flows through the network; before
-any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
+conversion to channels-last. PyTorch's kernels then give the results of convolutions, batch norms, elementwise
+operations, pooling and concatenations of channels-last maps the same layout, so the layout flows through the
+network; before any other consumer (a ``view`` or ``reshape`` of a feature map, a ``permute``, a ``linear``) and before the
 program returns it, a value is converted back to contiguous, as eager would have it. A program where that would
 take a conversion of a feature map (in either direction) for fewer than ``CONVOLUTIONS_PER_CONVERSION``
 convolutions running in channels-last (a network that leaves the convolution chain after every convolution, as
