@@ -30,21 +30,39 @@ def mmapped():
 if sys.argv[1] == "jit":
     import thunder
     thunder.jit(lambda x: x * 2)(torch.ones(2))
-before = mmapped()
-t = torch.empty(4 << 20, dtype=torch.uint8)
-print(mmapped() > before)
+if sys.argv[2] == "mmapped":
+    before = mmapped()
+    t = torch.empty(4 << 20, dtype=torch.uint8)
+    print(mmapped() > before)
+else:  # 120 MiB of 6 MiB heap blocks, touched and freed: is the heap's top then given back (trimmed)?
+    # (the 1 MiB block below them, freed last, has glibc consolidate the small freed chunks, so that the top is free)
+    trigger = torch.ones(1 << 20, dtype=torch.uint8)
+    blocks = [torch.ones(6 << 20, dtype=torch.uint8) for _ in range(20)]
+    grown = libc.mallinfo2().arena
+    del blocks, trigger
+    print(libc.mallinfo2().arena < grown - (60 << 20))
 """
 
 
-def _four_mib_tensor_is_mmapped(mode: str, **env) -> bool:
+def _probe(mode: str, question: str, **env) -> bool:
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, mode],
+        [sys.executable, "-c", _PROBE, mode, question],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, **env},
     )
     return out.stdout.strip().splitlines()[-1] == "True"
+
+
+def _four_mib_tensor_is_mmapped(mode: str, **env) -> bool:
+    return _probe(mode, "mmapped", **env)
+
+
+def _freed_heap_top_is_trimmed(mode: str, **env) -> bool:
+    # (without glibc's per-thread cache of small freed chunks, which are never merged: one of them left above the
+    # blocks, a tensor's header, would keep the top in use and make the answer depend on where it landed)
+    return _probe(mode, "trimmed", GLIBC_TUNABLES="glibc.malloc.tcache_count=0", **env)
 
 
 def test_the_first_program_settles_glibcs_thresholds_so_freed_tensors_stay_in_the_heap():
@@ -55,6 +73,16 @@ def test_the_first_program_settles_glibcs_thresholds_so_freed_tensors_stay_in_th
     assert not _four_mib_tensor_is_mmapped("jit")
     # switched off: as before
     assert _four_mib_tensor_is_mmapped("jit", THUNDER_SETTLE_MALLOC="0")
+
+
+def test_the_first_program_keeps_a_steps_freed_heap_top_instead_of_trimming_it():
+    # 120 MiB freed at the heap's top (the blocks served from the heap: the mmap threshold set above them) is given
+    # back to the system by glibc, so that the next step faults every page in again
+    assert _freed_heap_top_is_trimmed("plain", MALLOC_MMAP_THRESHOLD_="33554432")
+    # after thunder's first program the heap keeps up to TRIM_THRESHOLD_BYTES free
+    assert host_memory.TRIM_THRESHOLD_BYTES > 120 << 20
+    assert not _freed_heap_top_is_trimmed("jit")
+    assert _freed_heap_top_is_trimmed("jit", THUNDER_SETTLE_MALLOC="0", MALLOC_MMAP_THRESHOLD_="33554432")
 
 
 def test_settling_happens_once_per_process():
