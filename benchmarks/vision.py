@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import resource
 import statistics
 import sys
 import time
@@ -164,11 +165,16 @@ def bench_model(
         variants["eager_control"] = create(name)
         _step(variants["eager_control"], x)
     times: dict[str, list[float]] = {k: [] for k in variants}
+    # minor page faults during each variant's steps: memory the C library gave back and took again (see
+    # thunder/executors/host_memory.py), a cost of the allocator's state that the step time alone does not explain
+    faults = dict.fromkeys(variants, 0)
     order = list(variants)
     for r in range(steps):
         # each round starts with the next variant, so that no variant always runs right after another
         for k in order[r % len(order) :] + order[: r % len(order)]:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             times[k].append(_timed(lambda m=variants[k]: _step(m, x)))
+            faults[k] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     med = {k: stat(v) for k, v in times.items()}
     result = {
         "eager_step_ms": round(med["eager"] * 1e3, 2),
@@ -177,6 +183,7 @@ def bench_model(
         "thunder_first_call_s": round(first_call["thunder"], 3),
         # the first call less one steady step: tracing, transforms and building the program
         "thunder_compile_s": round(max(first_call["thunder"] - med["thunder"], 0.0), 3),
+        "page_faults_per_step": {k: round(n / steps) for k, n in faults.items()},
     }
     if fusion:
         result.update(
