@@ -32,6 +32,8 @@ import statistics
 import sys
 import time
 
+from bench_env import settle_fusion
+
 
 def _step(model, x):
     out = model(x)
@@ -159,8 +161,7 @@ def bench_model(
     for m in variants.values():  # warm-up
         _step(m, x)
     if fusion:  # the fused regions' first calls queue graphs for the input layouts they met: wait for them
-        thunder.wait_for_fusion(fmodel)
-        _step(fmodel, x)
+        settle_fusion(thunder, fmodel, lambda: _step(fmodel, x))
     if control:  # a second eager copy: its ratio to eager is the benchmark's own noise floor
         variants["eager_control"] = create(name)
         _step(variants["eager_control"], x)
