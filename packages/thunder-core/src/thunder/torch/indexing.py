@@ -83,6 +83,30 @@ def getitem(a, key):
     return result
 
 
+@torchsymbol(torch.select, T.select, method_name="select", tags=("view",))
+def select(a, dim: int, index: int):
+    """``a.select(dim, index)``: the elements at ``index`` along ``dim``, as ``a[..., index]`` (where that size is
+    known only when the program runs, the index is checked then, as for ``a[index]``)."""
+    if type(index) is not int and type(index) is not torch.SymInt:
+        raise NotImplementedError("select with an index that is not an integer")  # (a tensor's: PyTorch runs it)
+    check(a.ndim > 0, "select() cannot be applied to a 0-dim tensor.", IndexError)
+    dim = canonicalize_dim(a.ndim, dim)
+    n = a.shape[dim]
+    if is_data_dependent(n) and type(index) is int:
+        message = f"select(): index {index} out of range for tensor of size {{size}} at dimension {dim}"
+        _require_size_at_least(n, index + 1 if index >= 0 else -index, IndexError, message)
+    else:
+        check(
+            -n <= index < n,
+            lambda: f"select(): index {index} out of range for tensor of size {list(a.shape)} at dimension {dim}",
+            IndexError,
+        )
+    k = index + n if index < 0 else index
+    starts, stops = [0] * a.ndim, list(a.shape)
+    starts[dim], stops[dim] = k, k + 1
+    return prims.squeeze(prims.slice(a, starts, stops, [1] * a.ndim), (dim,))
+
+
 def _slice_bounds(k: slice, n) -> tuple:
     """``k.indices(n)[:2]`` for a positive step, where ``n`` or the bounds may be symbolic sizes (each
     comparison is then a guard of the trace)."""

@@ -1,0 +1,110 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14001..14024, session 23) found, each against eager:
+values, dtypes, ``requires_grad``, gradients and whether each output is a view; and the checker's rules that tell
+eager's own rounding and thunder's documented refusals from mismatches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from differential.functions import ScaleGrad
+from eager_comparison import assert_as_eager
+
+import thunder
+
+# ------------------------------------ select / narrow of a size known only when the program runs (unique, nonzero)
+
+
+def _select_of_unique_updated(take):  # (campaign, 14007: take a 0-d bfloat16 leaf)
+    v0 = ScaleGrad.apply(take)
+    v2 = torch.unique_consecutive(v0, return_inverse=False, return_counts=False, dim=None)
+    v2.select(-1, 0).add_(v0, alpha=-1)
+    return (v2,)
+
+
+def _last_of_unique_scaled(x, w):
+    v = torch.unique_consecutive(x)
+    v.select(0, -1).mul_(w[0])
+    return v, v.select(0, 0) * w
+
+
+def _narrow_of_unique_updated(x, w):
+    v = torch.unique_consecutive(x)
+    v.narrow(0, 1, 2).add_(w[:2])
+    return v, v.narrow(-1, -1, 1) * w
+
+
+def _columns_of_nonzero(x):
+    v = torch.nonzero(x).to(x.dtype)
+    v.select(1, 0).mul_(2)
+    v.narrow(1, -1, 1).add_(1)
+    return v, v.select(1, 1) * 1, v.select(-1, 0)
+
+
+def _bf16_scalar():
+    return (torch.tensor(-0.5, dtype=torch.bfloat16, requires_grad=True),)
+
+
+def _runs():
+    return torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 4.0]), torch.tensor([3.0, -2.0], requires_grad=True)
+
+
+def _grid():
+    return (torch.tensor([[0.0, 1.0, 2.0], [2.0, 0.0, 0.0]]),)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_last_of_unique_scaled, _runs),
+        (_narrow_of_unique_updated, _runs),
+        (_columns_of_nonzero, _grid),
+    ],
+)
+def test_select_and_narrow_of_a_size_known_when_the_program_runs(fn, make):
+    assert_as_eager(fn, make)
+
+
+def test_select_of_unique_updated_in_place_as_eager():
+    assert_as_eager(_select_of_unique_updated, _bf16_scalar, grads=False)
+    for f in (_select_of_unique_updated, thunder.jit(_select_of_unique_updated)):
+        (take,) = _bf16_scalar()
+        (out,) = f(take)
+        with pytest.raises(NotImplementedError, match="unique_consecutive"):  # (eager has no derivative for it)
+            torch.autograd.grad(out.sum(), take)
+
+
+@pytest.mark.parametrize(
+    "fn, error",
+    [
+        (lambda x: torch.unique_consecutive(x).select(0, 4) * 1, IndexError),
+        (lambda x: torch.unique_consecutive(x).select(0, -5) * 1, IndexError),
+        (lambda x: torch.unique_consecutive(x).narrow(0, 2, 3) * 1, RuntimeError),
+        (lambda x: torch.unique_consecutive(x).narrow(0, -5, 1) * 1, IndexError),
+    ],
+)
+def test_select_and_narrow_past_a_size_known_when_the_program_runs_raise_as_eager(fn, error):
+    x = torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 4.0])  # (4 distinct runs)
+    with pytest.raises(error) as expected:
+        fn(x)
+    with pytest.raises(error) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).split(" (")[0] == str(expected.value).split(" (")[0]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.narrow(0, -7, 1),
+        lambda x: x.narrow(0, 2, -1),
+        lambda x: x.narrow(0, 4, 2),
+        lambda x: x.sum().select(0, 0),
+        lambda x: x.select(0, 5),
+    ],
+)
+def test_select_and_narrow_errors_of_known_sizes_are_eagers(fn):
+    x = torch.arange(5.0)
+    with pytest.raises(Exception) as expected:
+        fn(x)
+    with pytest.raises(type(expected.value)) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
