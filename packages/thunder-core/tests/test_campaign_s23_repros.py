@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from differential.check import Divergence, check_program
+from differential import check
+from differential.check import Divergence, DocumentedRefusal, check_program
 from differential.functions import ScaleGrad
 from differential.programs import FEATURES, InputSpec, Program
 from eager_comparison import assert_as_eager
 
 import thunder
+from thunder.tracing.errors import TracingError
 
 # ------------------------------------ select / narrow of a size known only when the program runs (unique, nonzero)
 
@@ -142,3 +144,73 @@ def test_low_precision_gradient_off_by_a_contribution_stays_a_mismatch(monkeypat
     with pytest.raises(Divergence) as info:
         check_program(_einsum_program(), skip={"symbolic", "second_call", "aliasing"})
     assert info.value.kind == "grad"
+
+
+# ----------------------------------------- an update of an argument restrided past its elements: a documented refusal
+
+
+def _restrided_past_then_updated(a0):  # (campaign, 14006: a0 a step-2 slice of a non-leaf of 20 elements)
+    a0.as_strided_((2, 2), (1, 2))
+    v0 = a0 * a0.detach()
+    v1 = torch.atleast_2d((a0,))[0]
+    v1.mul_(v0)
+    return (v0,)
+
+
+def _restrided_program() -> Program:
+    values = [
+        0.9,
+        0.7,
+        -0.7,
+        -0.2,
+        0.4,
+        0.2,
+        -0.3,
+        1.5,
+        1.1,
+        -0.2,
+        -0.4,
+        1.1,
+        0.5,
+        2.9,
+        -0.4,
+        -2.3,
+        -0.0,
+        0.9,
+        -1.3,
+        0.6,
+    ]
+    return Program(
+        inputs=[InputSpec(values, torch.float32, True, view="{b}[::2]")],
+        lines=[
+            "a0.as_strided_((2, 2), (1, 2))",
+            "v0 = a0 * a0.detach()",
+            "v1 = torch.atleast_2d((a0,))[0]",
+            "v1.mul_(v0)",
+        ],
+        outputs=["v0"],
+        features=frozenset(FEATURES),
+    )
+
+
+def test_update_of_an_argument_restrided_past_its_elements_is_refused_naming_the_line():
+    leaf = torch.randn(20, requires_grad=True)
+    _restrided_past_then_updated((leaf * 1)[::2])  # (eager runs it)
+    with pytest.raises(TracingError, match="restrided .as_strided_. to storage elements past its own") as info:
+        thunder.jit(_restrided_past_then_updated)((leaf * 1)[::2])
+    assert "v1.mul_(v0)" in str(info.value)
+
+
+def test_checker_counts_a_refusal_the_sharp_edges_page_documents_apart_from_mismatches(monkeypatch):
+    with pytest.raises(DocumentedRefusal):
+        check_program(_restrided_program(), output_aliasing=True)
+    monkeypatch.setattr(check, "_DOCUMENTED_REFUSALS", {})  # (a refusal the page does not document is a mismatch)
+    with pytest.raises(Divergence) as info:
+        check_program(_restrided_program(), output_aliasing=True)
+    assert info.value.kind == "error"
+
+
+def test_every_refusal_the_checker_excuses_is_documented():
+    page = " ".join(check._SHARP_EDGES.read_text().split())
+    assert check._DOCUMENTED_REFUSALS
+    assert all(phrase in page for phrase in check._DOCUMENTED_REFUSALS.values())
