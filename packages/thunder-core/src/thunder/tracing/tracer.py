@@ -222,6 +222,9 @@ class Tracer:
                 if has_symbolic(shape):
                     return _symbolic_size_query(func, shape, args, kwargs)
             if func in _LAYOUT_QUERIES:
+                if type(args[0]) is not TracingTensor and isinstance(args[0], torch.Tensor):
+                    # a tensor from outside the inputs (a global, a closure's): its stand-in has its real layout
+                    args = (self.outside_tensor(args[0]), *args[1:])
                 if isinstance(args[0], TracingTensor):  # strides of symbolic sizes: answered as numbers
                     specialize(args[0]._thunder_proxy.shape)
                 self.layout_read = True
@@ -272,6 +275,8 @@ class Tracer:
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         args, kwargs = eager_arguments(func, args, kwargs)
+        # (before the checks that read the arguments' layout: a view of a transposed global, a global's product)
+        args, kwargs = self._outside_as_stand_ins(args, kwargs)
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(
@@ -326,6 +331,15 @@ class Tracer:
             return (*args[:position], number, *args[position + 1 :]), kwargs
         return args, {**kwargs, keyword: number}
 
+    def _outside_as_stand_ins(self, args, kwargs):
+        """``args`` and ``kwargs`` with each tensor from outside the inputs (a global, a closure's), also as a keyword
+        or in a list, replaced by its stand-in (with its real layout): so that its views alias it, updates through
+        them reach it (written back at the program's end) and what autograd saves of it is known, as in eager."""
+        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
+            args = tuple(self._stand_ins_of_outside(a) for a in args)
+            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
+        return args, kwargs
+
     def symbol_called(self, sym: Symbol, args, kwargs):
         """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""
         if self.in_symbol:
@@ -338,12 +352,7 @@ class Tracer:
     def record_call(self, func, mapped, args, kwargs):
         if not args and kwargs:  # (torch.select(input=x, ...): views and updates follow the first argument)
             args, kwargs = input_by_position(func, args, kwargs)
-        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
-            # a tensor from outside the inputs (a global, a closure's), also as a keyword or in a list: its stand-in,
-            # so that its views alias it, updates through them reach it (written back at the program's end) and what
-            # autograd saves of it is known, as in eager
-            args = tuple(self._stand_ins_of_outside(a) for a in args)
-            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
+        args, kwargs = self._outside_as_stand_ins(args, kwargs)
         first = first_count = None
         if args and type(args[0]) is TracingTensor:
             first, first_count = args[0]._thunder_proxy, version_count(args[0])
