@@ -47,6 +47,7 @@ class TracingTensor(torch.Tensor):
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
     _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)
+    _tt_grad_leaf_view = False  # an input that is a view of a leaf requiring grad (likewise)
     _tt_class = torch.Tensor  # what x.__class__ answers: the class of the tensor it stands for
     _tt_counter = None  # [eager's bumps of its version counter while tracing], shared by views (version_counters)
     _tt_counter_of = None  # the arguments of the view op that made it, until its counter is decided

@@ -152,6 +152,7 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_meta = None
     w._tt_input = True
     w._tt_grad_leaf = t.requires_grad and t.is_leaf
+    w._tt_grad_leaf_view = t.requires_grad and t._base is not None and t._base.is_leaf and t._base.requires_grad
     w._tt_inference = t.is_inference()
     # (whether the caller's tensor's base requires grad: a view of it made without grad requires grad exactly then)
     w._tt_base_requires_grad = (t._base if t._base is not None else t).requires_grad
@@ -233,8 +234,9 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
                 f"out-of-place one (as in eager)\n  {describe_location(user_frame(3))}"
             )
     root = wrapper if view is None else view[0]
-    if root._tt_grad_leaf:
-        through_view = view is not None or getattr(func, "__name__", None) == "__setitem__"
+    leaf_view = wrapper._tt_grad_leaf_view or root._tt_grad_leaf_view  # (an argument viewing the caller's leaf)
+    if root._tt_grad_leaf or leaf_view:
+        through_view = view is not None or leaf_view or getattr(func, "__name__", None) == "__setitem__"
         what = "a view of a leaf Variable" if through_view else "a leaf Variable"
         raise RuntimeError(
             f"{what} that requires grad is being used in an in-place operation "
