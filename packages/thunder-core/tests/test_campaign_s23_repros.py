@@ -214,3 +214,125 @@ def test_every_refusal_the_checker_excuses_is_documented():
     page = " ".join(check._SHARP_EDGES.read_text().split())
     assert check._DOCUMENTED_REFUSALS
     assert all(phrase in page for phrase in check._DOCUMENTED_REFUSALS.values())
+
+
+# ------------------------------------------------ a tensor read from outside the arguments, with its real layout
+
+
+def _transposed_global():
+    global _g
+    base = torch.arange(12.0).reshape(3, 4)
+    _g = base.t()  # (a view of base: strides (1, 4))
+    return (torch.ones(12),)
+
+
+def _view_of_the_global(x):
+    return (_g.view(-1) + x,)  # (eager: the transposed layout refuses the view)
+
+
+def _layout_of_the_global(x):
+    return (x * _g.stride(0) + _g.storage_offset(), x * int(_g.is_contiguous()))
+
+
+def _global_reshaped_and_updated(x):
+    _g.t()[0].add_(x[:4])
+    return _g.t().reshape(-1), _g.reshape(-1) + x, _g.mT
+
+
+@pytest.mark.parametrize("fn", [_layout_of_the_global, _global_reshaped_and_updated])
+def test_a_captured_tensor_has_its_real_layout(fn):
+    e_args, e_global = _transposed_global(), _g
+    expected = fn(*e_args)
+    t_args, t_global = _transposed_global(), _g
+    actual = thunder.jit(fn)(*t_args)
+    for a, e in zip(actual, expected):
+        assert (a.dtype, a.shape, a._is_view(), a._base is t_global._base) == (
+            e.dtype,
+            e.shape,
+            e._is_view(),
+            e._base is e_global._base,
+        )
+        torch.testing.assert_close(a, e)
+    torch.testing.assert_close(t_global._base, e_global._base)
+
+
+def test_a_view_eager_refuses_of_a_captured_tensor_is_refused():
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        _view_of_the_global(*_transposed_global())
+    with pytest.raises(RuntimeError, match="view size is not compatible") as actual:
+        thunder.jit(_view_of_the_global)(*_transposed_global())
+    assert "return (_g.view(-1) + x,)" in "".join(getattr(actual.value, "__notes__", ()))  # (the user's line)
+
+
+# ------------------------------------------ an argument that is a view of a leaf requiring grad, updated in place
+
+
+def _fill_through_the_aliased_view(a0, a1):  # (campaign, widened with eager_errors: a1 is a0.mT, a0 a leaf)
+    a1[..., :1] = 0.5
+    return (a0,)
+
+
+def _scale_the_view(a1):
+    a1.mul_(2)
+    return (a1,)
+
+
+def _scale_a_row_of_the_view(a1):
+    a1.t()[0].mul_(2)
+    return (a1 * 1,)
+
+
+def _leaf_and_its_transpose():
+    a0 = torch.randn(2, 3, requires_grad=True)
+    return a0, a0.mT
+
+
+def _rows_of_a_leaf():
+    return (torch.tensor([[-1.0, 0.5], [2.0, -0.25], [0.75, 1.5]], requires_grad=True)[1:],)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_fill_through_the_aliased_view, _leaf_and_its_transpose),
+        (_scale_the_view, _rows_of_a_leaf),
+        (_scale_a_row_of_the_view, _rows_of_a_leaf),
+    ],
+)
+def test_update_of_an_argument_viewing_a_leaf_that_requires_grad_raises_as_eager(fn, make):
+    match = "a view of a leaf Variable that requires grad is being used in an in-place operation"
+    with pytest.raises(RuntimeError, match=match):
+        fn(*make())
+    args = make()
+    before = [a.detach().clone() for a in args]
+    with pytest.raises(RuntimeError, match=match) as info:
+        thunder.jit(fn)(*args)
+    assert fn.__name__ in str(info.value)
+    for a, b in zip(args, before):  # (nothing written)
+        torch.testing.assert_close(a.detach(), b)
+
+
+def test_update_under_no_grad_of_an_argument_viewing_a_leaf_runs_as_eager():
+    def fn(a1):
+        with torch.no_grad():
+            a1.mul_(2)
+        return (a1 * 1,)
+
+    assert_as_eager(fn, _rows_of_a_leaf, grads=False)
+
+
+# ------------------------------------------------------------- programs eager rejects: thunder must reject them too
+
+
+def test_checker_reports_a_program_thunder_runs_where_eager_raises(monkeypatch):
+    program = Program(
+        inputs=[InputSpec([[1.0, 2.0], [3.0, 4.0]], torch.float64, False)],
+        lines=["v0 = a0.t().view(-1)"],
+        outputs=["v0"],
+        raises=True,
+    )
+    assert check_program(program)  # (thunder raises as eager does)
+    monkeypatch.setattr(thunder, "jit", lambda fn, **kw: lambda *a: (a[0].t().reshape(-1),))
+    with pytest.raises(Divergence) as info:
+        check_program(program)
+    assert info.value.kind == "runs where eager raises"

@@ -57,6 +57,9 @@ class Divergence(AssertionError):
     @property
     def cls(self) -> str:
         """The mismatch class: the kind, and for errors the exception type and its message's gist."""
+        if self.kind.removeprefix("symbolic ") == "runs where eager raises":
+            gist = re.sub(r"\b[avt]\d+\b|\d+|'[^']*'|\"[^\"]*\"|\[[^\]]*\]", "_", self.detail.splitlines()[0])
+            return f"{self.kind}: {gist.removeprefix('eager raised ')[:80]}"
         if self.kind not in ("error", "backward runs"):
             return self.kind
         line = self.detail.splitlines()[0]
@@ -216,8 +219,10 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         warnings.simplefilter("ignore")
         try:
             expected = fn(*program.bind(fn, e_inputs))
-        except Exception:
-            return False
+        except Exception as refusal:
+            if not program.raises:
+                return False
+            return _raises_as_eager(program, fn, refusal, cache)
         t_inputs = program.make_inputs()
         options = dict(program.jit_options)
         if cache is not None:
@@ -300,6 +305,22 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
             detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a}\neager:   {e}"
             raise Divergence("grad", detail, program) from None
     return True
+
+
+def _raises_as_eager(program: Program, fn, refusal: Exception, cache: str | None) -> bool:
+    """Raises ``Divergence`` unless ``thunder.jit`` raises on ``program``, whose last line eager rejects with
+    ``refusal``: a program eager rejects must not return an answer in thunder (its error may differ in words)."""
+    import thunder
+
+    options = dict(program.jit_options)
+    if cache is not None:
+        options["cache"] = cache
+    try:
+        thunder.jit(fn, **options)(*program.bind(fn, program.make_inputs()))
+    except Exception:
+        return True
+    gist = " ".join(str(refusal).split())[:200]
+    raise Divergence("runs where eager raises", f"eager raised {type(refusal).__name__}: {gist}; thunder ran", program)
 
 
 def _hardtanh_at_nan(program: Program, a: torch.Tensor, e: torch.Tensor, leaf: torch.Tensor, tol: dict) -> bool:
