@@ -70,6 +70,7 @@ from thunder.tracing.known_values import (
     KnownValues,
     check_index_tensor,
 )
+from thunder.tracing.multi_views import mark_multi_views
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.restrided_gradients import note_restride_past_elements
@@ -119,7 +120,6 @@ from thunder.tracing.views import (
     checked_written_region,
     eager_arguments,
     layout_query,
-    mark_multi_views,
     matmul_returning_a_view,
     may_alias,
     run_on_shadows,
@@ -359,8 +359,7 @@ class Tracer:
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
-            if type(out) is tuple:
-                mark_multi_views(func, out, args)
+            mark_multi_views(func, out, args)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
                     view_made_without_grad(self.trace, out, args)

@@ -95,7 +95,7 @@ class TracingTensor(torch.Tensor):
                 self._tt_value = value
                 self._tt_seen = base._tt_version
                 if self._tt_multi_view is not None:
-                    _views.note_rebased_multi_view(self, value)
+                    _multi_views.note_rebased_multi_view(self, value)
         return self._tt_value
 
     @_thunder_proxy.setter
@@ -251,6 +251,7 @@ _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
 # views.py and numpy_arrays.py import TracingTensor from here; TracingTensor reads views' derivations and the
 # tracing mode patches torch.from_numpy (numpy_arrays) at run time (imported last, as modules, so either module
 # may be imported first)
+import thunder.tracing.multi_views as _multi_views  # noqa: E402
 import thunder.tracing.numpy_arrays as _numpy_arrays  # noqa: E402
 import thunder.tracing.restrided_gradients as _restrided  # noqa: E402
 import thunder.tracing.views as _views  # noqa: E402
