@@ -215,6 +215,32 @@ def index_add(a, dim: int, index, source, *, alpha=1):
 def index_copy(a, dim: int, index, source):
     dim = canonicalize_dim(a.ndim, dim)
     check(index.ndim <= 1, "index_copy_(): Index should have dimension 1 or 0", IndexError)
+    n = index.numel()
+    if source.ndim == 0:
+        check(
+            n == 1, lambda: f"index_copy_(): When source is scalar, index should have one element (got {n})", IndexError
+        )
+    elif a.ndim > 0:
+        check(
+            source.ndim == a.ndim,
+            lambda: (
+                "index_copy_(): When source and destination are not scalars, their dimensionality must match. "
+                f"Source dimensionality ({source.ndim}), destination dimensionality ({a.ndim})"
+            ),
+            IndexError,
+        )
+        check(
+            n == source.shape[dim],
+            lambda: f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) ({source.shape[dim]})",
+            IndexError,
+        )
+    others = [d for d in range(a.ndim) if d != dim]
+    check(
+        [a.shape[d] for d in others] == [source.shape[d] for d in others]
+        if source.ndim == a.ndim
+        else source.ndim > 0 or all(a.shape[d] == 1 for d in others),
+        "index_copy_(): Source/destination tensor must have same slice shapes",
+    )
     if a.ndim == 0:
         return clang.reshape(source, ())
     return prims.scatter(a, _index_along(index, dim, source.shape), source, dim)
