@@ -336,3 +336,81 @@ def test_checker_reports_a_program_thunder_runs_where_eager_raises(monkeypatch):
     with pytest.raises(Divergence) as info:
         check_program(program)
     assert info.value.kind == "runs where eager raises"
+
+
+def _raises_as_eager(fn, make):
+    with pytest.raises(Exception) as expected:
+        fn(*make())
+    with pytest.raises(type(expected.value)) as actual:
+        thunder.jit(fn)(*make())
+    return expected.value, actual.value
+
+
+# ----------------------------------------------- a view of an output of a view op returning several views, updated
+
+
+def _transpose_of_a_chunk_scaled(a):  # (campaign, 14002)
+    v0 = a.chunk(2, -1)[0]
+    v0.t().mul_(2)
+    return (v0,)
+
+
+def _column_of_a_chunk_scaled(a):
+    v0 = a.chunk(2, -1)[0]
+    v0.select(-1, 0).mul_(2)
+    return (v0,)
+
+
+def _nonleaf_3x2():
+    return (torch.arange(6.0).reshape(3, 2).requires_grad_() * 1,)
+
+
+@pytest.mark.parametrize("fn", [_transpose_of_a_chunk_scaled, _column_of_a_chunk_scaled])
+def test_update_of_a_view_of_a_multi_view_output_raises_as_eager(fn):
+    expected, actual = _raises_as_eager(fn, _nonleaf_3x2)
+    assert str(actual).split(" (as in eager)")[0].rstrip(".") == str(expected).split("\n")[0].rstrip(".")
+
+
+def test_update_of_a_view_of_a_copy_of_a_multi_view_output_runs_as_eager():
+    def fn(a):
+        v0 = a.chunk(2, -1)[0]
+        (v0 * 1).t().mul_(2)
+        return (v0,)
+
+    assert_as_eager(fn, _nonleaf_3x2)
+
+
+# ------------------------------------------- out= of a view copy, whose out variant requires the result's dtype
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.t_copy(x, out=torch.empty((2,), dtype=torch.float64)),  # (campaign, 14002)
+        lambda x: torch.as_strided_copy(x, (2,), (1,), out=torch.empty((2,), dtype=torch.float64)),
+    ],
+)
+def test_out_of_a_view_copy_in_another_dtype_raises_as_eager(fn):
+    expected, actual = _raises_as_eager(fn, lambda: (torch.tensor([1.0, 2.0], dtype=torch.float16),))
+    assert "Expected out tensor to have dtype" in str(expected) and "Expected out tensor to have dtype" in str(actual)
+
+
+def test_out_of_an_op_casting_into_another_dtype_runs_as_eager():
+    assert_as_eager(lambda x: torch.add(x, 1, out=torch.empty((2,), dtype=torch.float64)), lambda: (torch.ones(2),))
+
+
+# ------------------------------------------------------------------------- index_copy's checks of its arguments
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.index_copy(0, torch.tensor([0]), a[-2:] * 2),  # (campaign, 14006: more rows than indices)
+        lambda a: a.index_copy(0, torch.tensor([0, 1]), torch.tensor(2.0)),
+        lambda a: a.index_copy(0, torch.tensor([0]), a[0] * 2),
+        lambda a: a.index_copy(1, torch.tensor([0]), a[:2, :1]),
+    ],
+)
+def test_index_copy_of_mismatched_arguments_raises_as_eager(fn):
+    expected, actual = _raises_as_eager(fn, lambda: (torch.arange(6.0).reshape(3, 2),))
+    assert str(actual).split("\n")[0] in str(expected)

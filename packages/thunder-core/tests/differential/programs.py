@@ -718,8 +718,15 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
             )
             if "eager_errors" in features and refused and draw(st.integers(0, 3)) == 0:
                 lines.append(line)  # (the program's last line: thunder must reject it as eager does)
-                # (its result returned: a compiled program may drop a dead computation, whose error eager raises)
-                raises = new if line.startswith(f"{new} = ") else True
+                # (its result, or the tensor it updates, returned: a compiled program may drop a dead computation,
+                # whose error eager raises)
+                target = re.match(r"(\w+)\s*(?:\.\w+_\(|\[|[-+*/]=)", line.removeprefix("with torch.no_grad(): "))
+                if line.startswith(f"{new} = "):
+                    raises = new
+                elif target and isinstance(env.get(target.group(1)), torch.Tensor):
+                    raises = target.group(1)
+                else:
+                    raises = True
                 break
             continue  # eager rejects it: drop the line
         if new in env:
