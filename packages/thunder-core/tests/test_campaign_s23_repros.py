@@ -414,3 +414,22 @@ def test_out_of_an_op_casting_into_another_dtype_runs_as_eager():
 def test_index_copy_of_mismatched_arguments_raises_as_eager(fn):
     expected, actual = _raises_as_eager(fn, lambda: (torch.arange(6.0).reshape(3, 2),))
     assert str(actual).split("\n")[0] in str(expected)
+
+
+# ------------------------------------------------ a product whose inner size is known only when the program runs
+
+
+def _product_of_unique(a, b):  # (campaign, 14007: unique of a 0-d tensor, times a matrix of one row)
+    v3 = torch.unique(a.detach().sum() + 1.0)
+    return torch.matmul(v3, b), b.t() @ v3
+
+
+def test_product_of_a_size_known_when_the_program_runs_as_eager():
+    assert_as_eager(_product_of_unique, lambda: (torch.tensor([1.0, 2.0, 2.0]), torch.ones(1, 2, requires_grad=True)))
+
+
+def test_product_of_mismatched_inner_sizes_known_when_the_program_runs_raises_as_eager():
+    def fn(a, b):
+        return (torch.unique(a) @ b,)
+
+    _raises_as_eager(fn, lambda: (torch.tensor([1.0, 2.0, 2.0]), torch.ones(3, 2)))

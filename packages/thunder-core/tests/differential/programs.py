@@ -720,7 +720,7 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
                 lines.append(line)  # (the program's last line: thunder must reject it as eager does)
                 # (its result, or the tensor it updates, returned: a compiled program may drop a dead computation,
                 # whose error eager raises)
-                target = re.match(r"(\w+)\s*(?:\.\w+_\(|\[|[-+*/]=)", line.removeprefix("with torch.no_grad(): "))
+                target = re.match(r"(\w+)\s*[.\[+\-*/]", line.removeprefix("with torch.no_grad(): "))
                 if line.startswith(f"{new} = "):
                     raises = new
                 elif target and isinstance(env.get(target.group(1)), torch.Tensor):
