@@ -433,3 +433,23 @@ def test_product_of_mismatched_inner_sizes_known_when_the_program_runs_raises_as
         return (torch.unique(a) @ b,)
 
     _raises_as_eager(fn, lambda: (torch.tensor([1.0, 2.0, 2.0]), torch.ones(3, 2)))
+
+
+# ------------------------------------------------ a scatter or index update reading its own destination as source
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[..., :1].scatter_(-1, torch.zeros(1, dtype=torch.int64), x[..., :1].expand_as(x[..., :1])),
+        lambda x: x.scatter_add_(0, torch.zeros_like(x, dtype=torch.int64), x),  # (campaign, 14006/14009)
+        lambda x: x.index_copy_(0, torch.tensor([0, 1, 2]), x),
+    ],
+)
+def test_update_reading_its_destination_as_its_source_raises_as_eager(fn):
+    expected, actual = _raises_as_eager(fn, lambda: (torch.tensor([1.0, 2.0, 3.0]),))
+    assert "refer to a single memory location" in str(expected) and "refer to a single memory location" in str(actual)
+
+
+def test_elementwise_update_reading_its_destination_runs_as_eager():
+    assert_as_eager(lambda x: (x.add_(x), x.mul_(x.view(-1))), lambda: (torch.tensor([1.0, 2.0, 3.0]),), grads=False)

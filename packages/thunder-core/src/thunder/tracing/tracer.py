@@ -812,12 +812,23 @@ class Tracer:
     def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
         """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
         eager's error, or eager's own call run on a copy of the storage (``thunder/tracing/overlap.py``)."""
-        from thunder.tracing.overlap import overlapping_inputs, update_on_storage
+        from thunder.tracing.overlap import overlapping_inputs, refuse_full_overlap, update_on_storage
 
         if not callable(func) or isinstance(func, Symbol):
             return False
         dm = shadow(wrapper)
         sid = _storage_id(dm)
+        layout = (dm.shape, dm.stride(), dm.storage_offset())
+        same = [
+            i
+            for i, a in enumerate(args)
+            if i > 0
+            and type(a) is TracingTensor
+            and (a is wrapper or _storage_id(shadow(a)) == sid)
+            and (shadow(a).shape, shadow(a).stride(), shadow(a).storage_offset()) == layout
+        ]
+        if same:
+            refuse_full_overlap(func, dm, same, [shadow(a) if type(a) is TracingTensor else a for a in args], kwargs)
         candidates = [
             (i, shadow(a))
             for i, a in enumerate(args)
