@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import hypothesis  # noqa: E402
-from differential.check import CHECKS, Divergence, check_program  # noqa: E402
+from differential.check import CHECKS, Divergence, DocumentedRefusal, check_program  # noqa: E402
 from differential.programs import FEATURES, programs  # noqa: E402
 from hypothesis import HealthCheck, Phase, find, given, settings  # noqa: E402
 from hypothesis.errors import NoSuchExample  # noqa: E402
@@ -71,6 +71,7 @@ def _minimize(program, cls: str, skip) -> object:
 
 def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrink: bool, skip: set[str]) -> dict:
     tally: collections.Counter = collections.Counter()
+    refused: collections.Counter = collections.Counter()
     first: dict = {}
     ran = [0]
 
@@ -85,6 +86,8 @@ def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrin
             except Divergence as d:
                 tally[d.cls] += 1
                 first.setdefault(d.cls, d)
+            except DocumentedRefusal as r:  # (a clear error docs/sharp_edges.md documents: no mismatch)
+                refused[r.cls] += 1
             ran[0] += 1
 
     if seed is not None:
@@ -97,6 +100,10 @@ def campaign(features: set[str], n: int, max_lines: int, seed: int | None, shrin
     )
     for cls, count in tally.most_common():
         print(f"  {count:5d}  {cls}")
+    if refused:
+        print(f"{sum(refused.values())} documented refusals (docs/sharp_edges.md), not mismatches")
+        for cls, count in refused.most_common():
+            print(f"  {count:5d}  {cls}")
     if shrink:
         for cls, d in first.items():
             try:

@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 import torch
-from differential.check import CHECKS, Divergence, check_program
+from differential.check import CHECKS, Divergence, DocumentedRefusal, check_program
 from differential.programs import FEATURES, InputSpec, Program, _make_all, programs
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
@@ -56,7 +56,10 @@ _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_to
 def test_thunder_matches_eager_on_random_programs(program: Program) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_program(program, skip=_SKIP, output_aliasing=True)
+        try:
+            check_program(program, skip=_SKIP, output_aliasing=True)
+        except DocumentedRefusal:
+            pass  # (a clear error docs/sharp_edges.md documents, where eager runs: a limit, not a mismatch)
 
 
 def test_ci_lists_name_real_features_and_checks() -> None:
@@ -288,7 +291,10 @@ def test_thunder_matches_eager_on_op_db_statements(program: Program) -> None:
     # op_db's operations with their sample inputs, beside inputs that are views of non-leaf tensors
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_program(program, skip=_SKIP, output_aliasing=True)
+        try:
+            check_program(program, skip=_SKIP, output_aliasing=True)
+        except DocumentedRefusal:
+            pass  # (a clear error docs/sharp_edges.md documents, where eager runs: a limit, not a mismatch)
 
 
 def test_op_db_programs_are_the_same_for_the_same_seed() -> None:

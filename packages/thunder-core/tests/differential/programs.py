@@ -66,6 +66,8 @@ FEATURES = {
     "another shape (resized)",
     "captured_inputs": "inputs the function reads as globals (as a closure's tensor or another module's parameter) "
     "instead of taking them as arguments",
+    "eager_errors": "about one program in four ends with a line eager rejects (a view its layout refuses, sizes that "
+    "do not match, a bound past a size): thunder must raise too, not return an answer",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -247,6 +249,10 @@ _LAYOUT_CHAINS = [
     "({a} - 1).abs().neg().contiguous()",
     "({a}.transpose(0, -1) * 2).exp().reshape(-1)",
     "(({a} + 1) * 3).sigmoid().view(-1)",
+    # the layout read as numbers (of a non-contiguous argument or global: the program is specialised on it)
+    "{a} * {a}.stride(-1) + {a}.storage_offset()",
+    "{a} * int({a}.is_contiguous())",
+    "{a}.view(-1)",
     "torch.mul({a}.detach(), 2, out={a}.new_zeros(1))",
     "torch.add({a}.detach().transpose(0, -1), 1, out={a}.new_empty(0))",
     # composites whose eager result is a view of a tensor made inside them (later updates must keep it one)
@@ -378,6 +384,8 @@ class Program:
     jit_options: dict = field(default_factory=dict)
     # the inputs the function reads as globals, not arguments ("captured_inputs"): ``bind`` sets them
     captured: tuple[int, ...] = ()
+    # the last line raises in eager ("eager_errors"): thunder.jit must raise too
+    raises: bool = False
 
     def _names(self) -> list[str]:
         names = self.params or [f"a{i}" for i in range(len(self.inputs))]
@@ -423,6 +431,8 @@ class Program:
         if used:
             parts.append("from torch.autograd.function import once_differentiable")
             parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
+        if self.raises:
+            parts.append("# (eager raises at fn's last line: thunder.jit must raise too)")
         parts.append(self.function_source())
         names = ", ".join(f"a{i}" for i in range(len(self.inputs)))
         parts.append("def make_inputs():")
@@ -653,6 +663,7 @@ _MODIFIERS = {
     "recompute",
     "strided_inputs",
     "captured_inputs",
+    "eager_errors",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 
@@ -687,6 +698,7 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
     lines: list[str] = []
     n_lines = draw(st.integers(1, max_lines))
     counter = 0
+    raises = False
     for _ in range(n_lines):
         feature = draw(st.sampled_from(stmt_features))
         new = f"v{counter}"
@@ -698,8 +710,24 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 exec(line, env)
-        except Exception:
+        except Exception as refusal:
             env.pop(new, None)
+            # (eager's own refusals of the values, not a line Python cannot compile)
+            refused = isinstance(refusal, (RuntimeError, IndexError, ValueError)) and not isinstance(
+                refusal, SyntaxError
+            )
+            if "eager_errors" in features and refused and draw(st.integers(0, 3)) == 0:
+                lines.append(line)  # (the program's last line: thunder must reject it as eager does)
+                # (its result, or the tensor it updates, returned: a compiled program may drop a dead computation,
+                # whose error eager raises)
+                target = re.match(r"(\w+)\s*[.\[+\-*/]", line.removeprefix("with torch.no_grad(): "))
+                if line.startswith(f"{new} = "):
+                    raises = new
+                elif target and isinstance(env.get(target.group(1)), torch.Tensor):
+                    raises = target.group(1)
+                else:
+                    raises = True
+                break
             continue  # eager rejects it: drop the line
         if new in env:
             if not isinstance(env[new], torch.Tensor):
@@ -713,8 +741,8 @@ def programs(draw, features: frozenset[str] | set[str] = frozenset(FEATURES), ma
     # favour returning what the program updated in place, so lost updates show in the outputs
     mutated = [n for n in names if any(line.startswith(n + ".") or line.startswith(n + "[") for line in lines)]
     extra = draw(st.lists(st.sampled_from(mutated + names), max_size=3, unique=True))
-    outputs = list(dict.fromkeys(last + extra))
-    program = Program(inputs, lines, outputs, features)
+    outputs = list(dict.fromkeys(([raises] if type(raises) is str else []) + last + extra))
+    program = Program(inputs, lines, outputs, features, raises=bool(raises))
     if "operator_names" in features:
         # chosen from the program drawn, not drawn: the other features' programs stay those of the same seed
         pick = random.Random(zlib.crc32(program.function_source().encode()))

@@ -363,7 +363,8 @@ def squeeze(a: TensorProxy, dims=None) -> TensorProxy:
 def slice_in_dim(a: TensorProxy, start: int, stop: int, step: int = 1, dim: int = 0) -> TensorProxy:
     dim = canonicalize_dim(a.ndim, dim)
     n = a.shape[dim]
-    if start == 0 and stop == n and step == 1:
+    # (a bound or size known only when the program runs: kept as a slice unless it spans the dim for every value)
+    if step == 1 and known(start == 0) and known(stop == n):
         return a
     starts = [0] * a.ndim
     stops = list(a.shape)

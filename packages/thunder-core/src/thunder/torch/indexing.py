@@ -83,6 +83,30 @@ def getitem(a, key):
     return result
 
 
+@torchsymbol(torch.select, T.select, method_name="select", tags=("view",))
+def select(a, dim: int, index: int):
+    """``a.select(dim, index)``: the elements at ``index`` along ``dim``, as ``a[..., index]`` (where that size is
+    known only when the program runs, the index is checked then, as for ``a[index]``)."""
+    if type(index) is not int and type(index) is not torch.SymInt:
+        raise NotImplementedError("select with an index that is not an integer")  # (a tensor's: PyTorch runs it)
+    check(a.ndim > 0, "select() cannot be applied to a 0-dim tensor.", IndexError)
+    dim = canonicalize_dim(a.ndim, dim)
+    n = a.shape[dim]
+    if is_data_dependent(n) and type(index) is int:
+        message = f"select(): index {index} out of range for tensor of size {{size}} at dimension {dim}"
+        _require_size_at_least(n, index + 1 if index >= 0 else -index, IndexError, message)
+    else:
+        check(
+            -n <= index < n,
+            lambda: f"select(): index {index} out of range for tensor of size {list(a.shape)} at dimension {dim}",
+            IndexError,
+        )
+    k = index + n if index < 0 else index
+    starts, stops = [0] * a.ndim, list(a.shape)
+    starts[dim], stops[dim] = k, k + 1
+    return prims.squeeze(prims.slice(a, starts, stops, [1] * a.ndim), (dim,))
+
+
 def _slice_bounds(k: slice, n) -> tuple:
     """``k.indices(n)[:2]`` for a positive step, where ``n`` or the bounds may be symbolic sizes (each
     comparison is then a guard of the trace)."""
@@ -191,6 +215,32 @@ def index_add(a, dim: int, index, source, *, alpha=1):
 def index_copy(a, dim: int, index, source):
     dim = canonicalize_dim(a.ndim, dim)
     check(index.ndim <= 1, "index_copy_(): Index should have dimension 1 or 0", IndexError)
+    n = index.numel()
+    if source.ndim == 0:
+        check(
+            n == 1, lambda: f"index_copy_(): When source is scalar, index should have one element (got {n})", IndexError
+        )
+    elif a.ndim > 0:
+        check(
+            source.ndim == a.ndim,
+            lambda: (
+                "index_copy_(): When source and destination are not scalars, their dimensionality must match. "
+                f"Source dimensionality ({source.ndim}), destination dimensionality ({a.ndim})"
+            ),
+            IndexError,
+        )
+        check(
+            n == source.shape[dim],
+            lambda: f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) ({source.shape[dim]})",
+            IndexError,
+        )
+    others = [d for d in range(a.ndim) if d != dim]
+    check(
+        [a.shape[d] for d in others] == [source.shape[d] for d in others]
+        if source.ndim == a.ndim
+        else source.ndim > 0 or all(a.shape[d] == 1 for d in others),
+        "index_copy_(): Source/destination tensor must have same slice shapes",
+    )
     if a.ndim == 0:
         return clang.reshape(source, ())
     return prims.scatter(a, _index_along(index, dim, source.shape), source, dim)

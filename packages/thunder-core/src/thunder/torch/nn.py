@@ -12,6 +12,7 @@ from thunder import clang
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import is_data_dependent
 from thunder.torch import elementwise as ew
 from thunder.torch import reductions as red
 from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
@@ -30,7 +31,22 @@ def matmul(a, b):
         # eager's batched path (bmm) returns at once, without its dtype check, when the product has no elements or
         # no terms, and gives b's dtype: then so do we (its values and gradients are zeros or empty)
         a = clang.maybe_convert_to_dtype(a, b.dtype)
+    _require_inner_sizes_equal(a, b)
     return prims.matmul(a, b)
+
+
+def _require_inner_sizes_equal(a, b) -> None:
+    """An inner size of the product known only when the program runs (unique's, nonzero's) against a number: the
+    program checks then that they are equal, as eager does, and the trace relies on it."""
+    if a.ndim == 0 or b.ndim == 0:
+        return
+    from thunder.torch.indexing import _require_size_at_least
+
+    k, n = a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]
+    for x, y in ((k, n), (n, k)):
+        if is_data_dependent(x) and type(y) is int:
+            message = f"size mismatch in matmul: inner sizes {{size}} and {y}"
+            _require_size_at_least(x, y, RuntimeError, message, below=y + 1)
 
 
 def _batched_product_of_nothing(a, b) -> bool:

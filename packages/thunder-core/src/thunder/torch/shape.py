@@ -11,6 +11,8 @@ from thunder import clang
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, canonicalize_dims, check
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import is_data_dependent
+from thunder.torch.indexing import _require_size_at_least
 from thunder.torch.registry import register_torch_alias, torchsymbol
 
 T = torch.Tensor
@@ -281,12 +283,32 @@ def unbind(a, dim: int = 0):
 
 @torchsymbol(torch.narrow, T.narrow, method_name="narrow", tags=("view",))
 def narrow(a, dim: int, start: int, length: int):
+    check(a.ndim > 0, "narrow() cannot be applied to a 0-dim tensor.", RuntimeError)
+    check(length >= 0, "narrow(): length must be non-negative.", RuntimeError)
     dim = canonicalize_dim(a.ndim, dim)
-    if start < 0:
-        start += a.shape[dim]
+    n = a.shape[dim]
+    given = start
+    if is_data_dependent(n) and type(start) is int:
+        # a size known only when the program runs: eager's checks are made then (start in [-n, n], then the end)
+        out_of_range = f"start out of range (expected to be in range of [-{{size}}, {{size}}], but got {given})"
+        _require_size_at_least(n, abs(start), IndexError, out_of_range)
+        if start < 0:
+            start = start + n
+            check(length <= -given, lambda: f"start ({given}) + length ({length}) exceeds dimension size (...).")
+        elif length > 0:
+            exceeds = f"start ({start}) + length ({length}) exceeds dimension size ({{size}})."
+            _require_size_at_least(n, start + length, RuntimeError, exceeds)
+        return clang.slice_in_dim(a, start, start + length, 1, dim)
     check(
-        0 <= start and start + length <= a.shape[dim],
-        lambda: f"start ({start}) + length ({length}) exceeds dimension size ({a.shape[dim]}).",
+        -n <= start <= n,
+        lambda: f"start out of range (expected to be in range of [{-n}, {n}], but got {given})",
+        IndexError,
+    )
+    if start < 0:
+        start += n
+    check(
+        start + length <= n,
+        lambda: f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
     )
     return clang.slice_in_dim(a, start, start + length, 1, dim)
 

@@ -200,6 +200,8 @@ def call_with_out(handle, func, args, kwargs):
                 f"result type {torch_message_name(r.dtype) or r.dtype} can't be cast to the desired output type "
                 f"{torch_message_name(o.dtype) or o.dtype}"
             )
+        if r.dtype != o.dtype:
+            _refuse_out_dtype_eager_refuses(func, args, rest, o)
         if not same_shape(o.shape, r.shape):
             if _rebindable(o):
                 _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
@@ -209,3 +211,21 @@ def call_with_out(handle, func, args, kwargs):
     if isinstance(out, (tuple, list)):
         return type(result)(outs) if type(result) not in (tuple, list) else type(out)(outs)
     return out
+
+
+def _refuse_out_dtype_eager_refuses(func, args, rest, o) -> None:
+    """Raises eager's error where ``func``'s out= variant requires the result's dtype exactly (the variants PyTorch
+    generates, of view copies such as ``t_copy`` and ``as_strided_copy``: "Expected out tensor to have dtype ...")
+    while most ops cast into ``o``: PyTorch is asked, on the arguments' shadows."""
+    from thunder.tracing.views import _to_shadows, shadow
+
+    target = shadow(o) if type(o) is TracingTensor else o
+    try:
+        with torch._C.DisableTorchFunction():
+            meta_out = torch.empty(target.shape, dtype=target.dtype, device="meta")
+            func(*_to_shadows(args), **_to_shadows(rest), out=meta_out)
+    except RuntimeError as e:
+        if "Expected out tensor to have dtype" in str(e):
+            raise RuntimeError(f"{e}\n  {describe_location(user_frame(3))}") from None
+    except Exception:
+        pass  # (no meta kernel: the dtype is not refused here)

@@ -17,7 +17,7 @@ import torch
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol, flat_proxies
 
-__all__ = ["partial_overlap_error", "overlapping_inputs", "update_on_storage"]
+__all__ = ["partial_overlap_error", "overlapping_inputs", "refuse_full_overlap", "update_on_storage"]
 
 _PARTIAL = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
@@ -101,6 +101,36 @@ def overlapping_inputs(
             if pd is None or pm is None or pd & pm:
                 found.append(pos)
     return found
+
+
+def refuse_full_overlap(func, dst: torch.Tensor, same: list[int], args, kwargs) -> None:
+    """Eager's error where ``func`` refuses a source laid out exactly as its destination ``dst`` (the arguments at
+    ``same``: ``x.scatter_(d, i, x)``; scatter, index and masked updates assert no overlap at all, where elementwise
+    updates allow it): PyTorch's own call is run on a scratch storage laid out so, other tensors as zeros."""
+    name = getattr(func, "__name__", "")
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        n = dst.storage_offset() + 1 + sum((k - 1) * abs(s) for k, s in zip(dst.shape, dst.stride()))
+        if dst.numel() == 0 or n > 1 << 16:
+            return
+        storage = torch.zeros((n,), dtype=dst.dtype)
+
+        def scratch(i, a):
+            if i == 0 or i in same:
+                return storage.as_strided(*_layout(dst))
+            if isinstance(a, torch.Tensor):
+                return torch.zeros(tuple(a.shape), dtype=a.dtype)
+            return a
+
+        values = [scratch(i, a) for i, a in enumerate(args)]
+        rest = {
+            k: torch.zeros(tuple(v.shape), dtype=v.dtype) if isinstance(v, torch.Tensor) else v
+            for k, v in kwargs.items()
+        }
+        try:
+            func(*values, **rest)
+        except RuntimeError as e:
+            if "refer to a single memory location" in str(e):
+                raise partial_overlap_error(name) from None
 
 
 def update_on_storage(func, root_meta: torch.Tensor, root: TensorProxy, views: dict[int, torch.Tensor], args, kwargs):

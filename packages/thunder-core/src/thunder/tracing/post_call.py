@@ -38,8 +38,8 @@ from thunder.tracing.hidden_bases import (
     hidden_base_view,
     return_hidden_base_views,
 )
+from thunder.tracing.multi_views import rebased_multi_view
 from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
-from thunder.tracing.views import rebased_multi_view
 
 __all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
 

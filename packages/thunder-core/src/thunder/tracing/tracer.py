@@ -70,6 +70,7 @@ from thunder.tracing.known_values import (
     KnownValues,
     check_index_tensor,
 )
+from thunder.tracing.multi_views import mark_multi_views
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.restrided_gradients import note_restride_past_elements
@@ -119,7 +120,6 @@ from thunder.tracing.views import (
     checked_written_region,
     eager_arguments,
     layout_query,
-    mark_multi_views,
     matmul_returning_a_view,
     may_alias,
     run_on_shadows,
@@ -222,6 +222,9 @@ class Tracer:
                 if has_symbolic(shape):
                     return _symbolic_size_query(func, shape, args, kwargs)
             if func in _LAYOUT_QUERIES:
+                if type(args[0]) is not TracingTensor and isinstance(args[0], torch.Tensor):
+                    # a tensor from outside the inputs (a global, a closure's): its stand-in has its real layout
+                    args = (self.outside_tensor(args[0]), *args[1:])
                 if isinstance(args[0], TracingTensor):  # strides of symbolic sizes: answered as numbers
                     specialize(args[0]._thunder_proxy.shape)
                 self.layout_read = True
@@ -272,6 +275,8 @@ class Tracer:
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         args, kwargs = eager_arguments(func, args, kwargs)
+        # (before the checks that read the arguments' layout: a view of a transposed global, a global's product)
+        args, kwargs = self._outside_as_stand_ins(args, kwargs)
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(
@@ -326,6 +331,15 @@ class Tracer:
             return (*args[:position], number, *args[position + 1 :]), kwargs
         return args, {**kwargs, keyword: number}
 
+    def _outside_as_stand_ins(self, args, kwargs):
+        """``args`` and ``kwargs`` with each tensor from outside the inputs (a global, a closure's), also as a keyword
+        or in a list, replaced by its stand-in (with its real layout): so that its views alias it, updates through
+        them reach it (written back at the program's end) and what autograd saves of it is known, as in eager."""
+        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
+            args = tuple(self._stand_ins_of_outside(a) for a in args)
+            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
+        return args, kwargs
+
     def symbol_called(self, sym: Symbol, args, kwargs):
         """A symbol was called at the top level: by the user's code (e.g. a registered operator) or by us."""
         if self.in_symbol:
@@ -338,20 +352,14 @@ class Tracer:
     def record_call(self, func, mapped, args, kwargs):
         if not args and kwargs:  # (torch.select(input=x, ...): views and updates follow the first argument)
             args, kwargs = input_by_position(func, args, kwargs)
-        if any(map(_holds_outside_tensor, args)) or (kwargs and any(map(_holds_outside_tensor, kwargs.values()))):
-            # a tensor from outside the inputs (a global, a closure's), also as a keyword or in a list: its stand-in,
-            # so that its views alias it, updates through them reach it (written back at the program's end) and what
-            # autograd saves of it is known, as in eager
-            args = tuple(self._stand_ins_of_outside(a) for a in args)
-            kwargs = {k: self._stand_ins_of_outside(v) for k, v in kwargs.items()}
+        args, kwargs = self._outside_as_stand_ins(args, kwargs)
         first = first_count = None
         if args and type(args[0]) is TracingTensor:
             first, first_count = args[0]._thunder_proxy, version_count(args[0])
         out = self._record_call(func, mapped, args, kwargs)
         if type(out) is TracingTensor or type(out) is tuple:
             version_counters.share_counter(func, out, args)
-            if type(out) is tuple:
-                mark_multi_views(func, out, args)
+            mark_multi_views(func, out, args)
             if not torch.is_grad_enabled():
                 if func not in _DETACHING:
                     view_made_without_grad(self.trace, out, args)
@@ -804,12 +812,23 @@ class Tracer:
     def _overlapping_update(self, func, wrapper: TracingTensor, args, kwargs) -> bool:
         """``x[1:].add_(x[:-1])``: an update reading a tensor that partly shares the destination's memory is
         eager's error, or eager's own call run on a copy of the storage (``thunder/tracing/overlap.py``)."""
-        from thunder.tracing.overlap import overlapping_inputs, update_on_storage
+        from thunder.tracing.overlap import overlapping_inputs, refuse_full_overlap, update_on_storage
 
         if not callable(func) or isinstance(func, Symbol):
             return False
         dm = shadow(wrapper)
         sid = _storage_id(dm)
+        layout = (dm.shape, dm.stride(), dm.storage_offset())
+        same = [
+            i
+            for i, a in enumerate(args)
+            if i > 0
+            and type(a) is TracingTensor
+            and (a is wrapper or _storage_id(shadow(a)) == sid)
+            and (shadow(a).shape, shadow(a).stride(), shadow(a).storage_offset()) == layout
+        ]
+        if same:
+            refuse_full_overlap(func, dm, same, [shadow(a) if type(a) is TracingTensor else a for a in args], kwargs)
         candidates = [
             (i, shadow(a))
             for i, a in enumerate(args)

@@ -47,6 +47,7 @@ class TracingTensor(torch.Tensor):
     _tt_grad = None  # a detach() output updated with values that require grad: its gradient path
     _tt_layout_of = None  # an input's real tensor, until its shadow is made from it (input_shadow)
     _tt_grad_leaf = False  # an input that is a leaf requiring grad (eager refuses to update it in place)
+    _tt_grad_leaf_view = False  # an input that is a view of a leaf requiring grad (likewise)
     _tt_class = torch.Tensor  # what x.__class__ answers: the class of the tensor it stands for
     _tt_counter = None  # [eager's bumps of its version counter while tracing], shared by views (version_counters)
     _tt_counter_of = None  # the arguments of the view op that made it, until its counter is decided
@@ -94,7 +95,7 @@ class TracingTensor(torch.Tensor):
                 self._tt_value = value
                 self._tt_seen = base._tt_version
                 if self._tt_multi_view is not None:
-                    _views.note_rebased_multi_view(self, value)
+                    _multi_views.note_rebased_multi_view(self, value)
         return self._tt_value
 
     @_thunder_proxy.setter
@@ -250,6 +251,7 @@ _GRAD_MODE_SWITCHES = frozenset({torch._C._set_grad_enabled})
 # views.py and numpy_arrays.py import TracingTensor from here; TracingTensor reads views' derivations and the
 # tracing mode patches torch.from_numpy (numpy_arrays) at run time (imported last, as modules, so either module
 # may be imported first)
+import thunder.tracing.multi_views as _multi_views  # noqa: E402
 import thunder.tracing.numpy_arrays as _numpy_arrays  # noqa: E402
 import thunder.tracing.restrided_gradients as _restrided  # noqa: E402
 import thunder.tracing.views as _views  # noqa: E402

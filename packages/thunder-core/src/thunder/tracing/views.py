@@ -152,6 +152,7 @@ def set_input_layout(w: TracingTensor, t: torch.Tensor) -> None:
     w._tt_meta = None
     w._tt_input = True
     w._tt_grad_leaf = t.requires_grad and t.is_leaf
+    w._tt_grad_leaf_view = t.requires_grad and t._base is not None and t._base.is_leaf and t._base.requires_grad
     w._tt_inference = t.is_inference()
     # (whether the caller's tensor's base requires grad: a view of it made without grad requires grad exactly then)
     w._tt_base_requires_grad = (t._base if t._base is not None else t).requires_grad
@@ -163,55 +164,6 @@ _NO_GRAD_VIEW_UPDATE = (
     "inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both outside (if "
     "you want the inplace to be tracked) (as in eager)"
 )
-# view ops returning several views: eager refuses in-place updates of those views with grad
-MULTI_VIEW_OPS = frozenset(
-    "unbind split chunk split_with_sizes tensor_split hsplit vsplit dsplit unflatten_dense_tensors".split()
-)
-
-
-def mark_multi_views(func, out, args=()) -> None:
-    """Marks the outputs of ``func`` (``x.unbind(0)``, ``x.split(2)`` ...) as views eager refuses to update in
-    place with grad (``_refuse_update_of_grad_leaf``), with the version count of their base then (an update of
-    the base after it makes eager refuse their history: ``note_rebased_multi_view``)."""
-    name = getattr(func, "__name__", None)
-    if name not in MULTI_VIEW_OPS or type(out) is not tuple:
-        return
-    from thunder.tracing.saved_versions import version_count
-
-    count = version_count(args[0]) if args else None
-    frame = user_frame(3)
-    made = (frame, frame.f_lineno if frame is not None else None)
-    for i, o in enumerate(out):
-        if type(o) is TracingTensor and (o._tt_view is not None or o._tt_pending is not None):
-            o._tt_multi_view = (name[0].upper() + name[1:], i, count, made)
-
-
-def rebased_multi_view(w: TracingTensor) -> bool:
-    """Whether ``w`` is an output of a view op returning several views whose base (or another view of it) was
-    updated in place since (eager refuses its history then)."""
-    from thunder.tracing.saved_versions import version_count
-
-    multi = w._tt_multi_view
-    return multi is not None and multi[2] is not None and version_count(w) != multi[2]
-
-
-def note_rebased_multi_view(w: TracingTensor, value: TensorProxy) -> None:
-    """``w``, an output of a view op returning several views that requires grad, re-derived as ``value`` after its
-    base or another view of it was updated in place: eager refuses its history (the error comes where a gradient
-    needs it), so the program's backward raises eager's error where a gradient reaches ``value``."""
-    name, index, _, made = w._tt_multi_view
-    tracer = w._tt_owner
-    if not rebased_multi_view(w) or not value.requires_grad or tracer is None:
-        return
-    frame = user_frame(3)
-    if frame is None or frame.f_code.co_filename.startswith("<thunder"):  # (read by the step after the call)
-        frame = made[0]
-    message = (
-        f"Output {index} of {name} is a view and its base or another view of its base has been modified inplace. "
-        "This view is the output of a function that returns multiple views. Such functions do not allow the output "
-        "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
-    )
-    tracer.saves.raising.append((value, message, (frame, frame.f_lineno if frame is not None else None)))
 
 
 def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
@@ -233,8 +185,9 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
                 f"out-of-place one (as in eager)\n  {describe_location(user_frame(3))}"
             )
     root = wrapper if view is None else view[0]
-    if root._tt_grad_leaf:
-        through_view = view is not None or getattr(func, "__name__", None) == "__setitem__"
+    leaf_view = wrapper._tt_grad_leaf_view or root._tt_grad_leaf_view  # (an argument viewing the caller's leaf)
+    if root._tt_grad_leaf or leaf_view:
+        through_view = view is not None or leaf_view or getattr(func, "__name__", None) == "__setitem__"
         what = "a view of a leaf Variable" if through_view else "a leaf Variable"
         raise RuntimeError(
             f"{what} that requires grad is being used in an in-place operation "
