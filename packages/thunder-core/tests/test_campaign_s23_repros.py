@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from differential import check
 from differential.check import Divergence, DocumentedRefusal, check_program
 from differential.functions import ScaleGrad
@@ -453,3 +454,43 @@ def test_update_reading_its_destination_as_its_source_raises_as_eager(fn):
 
 def test_elementwise_update_reading_its_destination_runs_as_eager():
     assert_as_eager(lambda x: (x.add_(x), x.mul_(x.view(-1))), lambda: (torch.tensor([1.0, 2.0, 3.0]),), grads=False)
+
+
+# ------------------------------------- gelu of infinity: NaN in eager's vectorised loop, infinity in its scalar one
+
+
+def test_eagers_gelu_of_infinity_depends_on_its_kernels_loop():
+    # (the fact the checker's gelu rule rests on: if eager ever answers one way, the rule can go)
+    inf = float("inf")
+    assert torch.isnan(F.gelu(torch.full((40,), inf))[0])
+    assert torch.isinf(F.gelu(torch.full((1,), inf))[0])
+
+
+def _gelu_program() -> Program:
+    return Program(
+        inputs=[InputSpec([[0.5, float("inf")], [-2.0, 1.5]], torch.float32, False, view="{b}")],
+        lines=["v0 = F.gelu(a0)"],
+        outputs=["v0"],
+        features=frozenset(FEATURES),
+        jit_options={},
+    )
+
+
+def _thunder_answering(monkeypatch, change) -> None:
+    jit = thunder.jit
+    monkeypatch.setattr(thunder, "jit", lambda fn, **kw: lambda *a: tuple(change(t) for t in jit(fn, **kw)(*a)))
+
+
+def test_gelu_of_infinity_from_the_other_loop_is_no_mismatch(monkeypatch):
+    # eager's vectorised loop answers gelu(inf) NaN here; thunder answering infinity, as eager's scalar loop does
+    assert torch.isnan(F.gelu(torch.tensor([[0.5, float("inf")], [-2.0, 1.5]]))[0, 1])
+    _thunder_answering(monkeypatch, lambda t: torch.where(torch.isnan(t), float("inf"), t))
+    assert check_program(_gelu_program(), skip={"symbolic", "second_call", "aliasing"})
+
+
+def test_gelu_giving_nan_for_a_finite_value_stays_a_mismatch(monkeypatch):
+    # (gelu(1.5), the one finite output above 1, NaN in thunder)
+    _thunder_answering(monkeypatch, lambda t: torch.where(torch.isfinite(t) & (t > 1), float("nan"), t))
+    with pytest.raises(Divergence) as info:
+        check_program(_gelu_program(), skip={"symbolic", "second_call", "aliasing"})
+    assert info.value.kind == "value"

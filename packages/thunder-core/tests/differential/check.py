@@ -116,6 +116,8 @@ def _compare(actual, expected, what: str, program: Program, *, check_requires_gr
         try:
             torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True, **_tol(e.dtype))
         except AssertionError as err:
+            if _gelu_at_infinity(program, a.detach(), e.detach()):
+                continue
             kind = "input_mutation" if what == "input" else "value"
             detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a.detach()}\neager:   {e.detach()}"
             raise Divergence(kind, detail, program) from None
@@ -321,6 +323,21 @@ def _raises_as_eager(program: Program, fn, refusal: Exception, cache: str | None
         return True
     gist = " ".join(str(refusal).split())[:200]
     raise Divergence("runs where eager raises", f"eager raised {type(refusal).__name__}: {gist}; thunder ran", program)
+
+
+def _gelu_at_infinity(program: Program, a: torch.Tensor, e: torch.Tensor) -> bool:
+    """Whether the values ``a`` and ``e`` differ only where one is NaN and the other infinite, in a program calling
+    gelu. Eager's ``gelu`` answers an infinite input by its kernel's loop: the vectorised one gives NaN, the scalar one
+    (a short tensor, a tensor's tail, a non-contiguous input) gives infinity (campaign 14014:
+    ``F.gelu(torch.full((40,), inf))[0]`` is NaN, ``F.gelu(torch.full((1,), inf))[0]`` is inf). Thunder runs eager's
+    kernel on a tensor whose elements may fall in the other loop. Either is eager's; elsewhere the values must agree."""
+    if "gelu" not in program.function_source():
+        return False
+    if a.shape != e.shape or not a.is_floating_point() or a.dtype != e.dtype:
+        return False
+    differ = ~torch.isclose(a, e, equal_nan=True, **_tol(e.dtype))
+    nan_for_infinity = (torch.isnan(a) & torch.isinf(e)) | (torch.isinf(a) & torch.isnan(e))
+    return bool(nan_for_infinity[differ].all())
 
 
 def _hardtanh_at_nan(program: Program, a: torch.Tensor, e: torch.Tensor, leaf: torch.Tensor, tol: dict) -> bool:
