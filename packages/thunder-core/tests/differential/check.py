@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from pathlib import Path
@@ -41,8 +42,14 @@ def _documented_refusal(exc: Exception) -> bool:
     message = str(exc)
     if not isinstance(exc, TracingError) or "<differential program>" not in message:
         return False
-    page = " ".join(_SHARP_EDGES.read_text().split()) if _SHARP_EDGES.exists() else ""
+    page = _sharp_edges_page()
     return any(message.startswith(start) and phrase in page for start, phrase in _DOCUMENTED_REFUSALS.items())
+
+
+@functools.cache
+def _sharp_edges_page() -> str:
+    """docs/sharp_edges.md with its whitespace runs made single spaces (read once per process)."""
+    return " ".join(_SHARP_EDGES.read_text().split()) if _SHARP_EDGES.exists() else ""
 
 
 class Divergence(AssertionError):

@@ -109,7 +109,7 @@ def refuse_full_overlap(func, dst: torch.Tensor, same: list[int], args, kwargs) 
     updates allow it): PyTorch's own call is run on a scratch storage laid out so, other tensors as zeros."""
     name = getattr(func, "__name__", "")
     with torch._C.DisableTorchFunction(), torch.no_grad():
-        n = dst.storage_offset() + 1 + sum((k - 1) * abs(s) for k, s in zip(dst.shape, dst.stride()))
+        n = _span(dst)[1]
         if dst.numel() == 0 or n > 1 << 16:
             return
         storage = torch.zeros((n,), dtype=dst.dtype)
