@@ -138,3 +138,29 @@ def test_backward_through_the_other_outputs_alone_runs():
         f(xe)[0].sum().backward()
     with pytest.raises(RuntimeError, match=_MODIFIED):
         jf(xt)[0].sum().backward()
+
+
+@pytest.mark.parametrize("cache", [None, "symbolic values"])
+def test_a_gradient_through_a_detached_value_does_not_reach_the_call(cache):
+    """An output computed from a ``detach`` of the call's result carries no gradient back to the call: thunder raised
+    eager's error for a backward through it alone, because it followed the values and not the gradients (the
+    outputs reaching the call now follow only values a gradient can reach). Through the output that does reach it,
+    both raise."""
+
+    def f(x):
+        y = x * 3
+        q = torch.div(y, y + 1, rounding_mode="floor")  # (saves y)
+        y.mul_(2)
+        return q.detach() * x, q * x
+
+    kwargs = {} if cache is None else {"cache": cache}
+    jf = thunder.jit(f, **kwargs)
+    xe = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    xt = xe.detach().clone().requires_grad_()
+    f(xe)[0].sum().backward()
+    jf(xt)[0].sum().backward()
+    torch.testing.assert_close(xt.grad, xe.grad)
+    with pytest.raises(RuntimeError, match=_MODIFIED):
+        f(xe)[1].sum().backward()
+    with pytest.raises(RuntimeError, match=_MODIFIED):
+        jf(xt)[1].sum().backward()

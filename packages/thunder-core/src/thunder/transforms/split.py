@@ -250,7 +250,7 @@ def split_forward_backward(
         seeds = {o.name: c for o, c in zip(outputs, cotangents) if _differentiable(o) and o.name in reached}
         backward, acc = emit_backward(work, joint, seeds)
         # (a call whose saved tensor was updated in place after it: eager's backward raises when it reaches it)
-        backward_error = _stale_save_error(trace, outputs, acc)
+        backward_error = _stale_save_error(trace, outputs, acc, reached)
         bw.names |= work.names
         grads = [
             acc.get(p.name) if isinstance(p, TensorProxy) and p.name in requires_grad else None for p in trace.args
@@ -665,17 +665,21 @@ def _raise_if_reached(cotangents, message: str, reaching: tuple[int, ...], error
             raise error(message)
 
 
-def _stale_save_error(trace: TraceCtx, outputs: list, acc: dict) -> tuple[str, tuple[int, ...], type[Exception]] | None:
+def _stale_save_error(
+    trace: TraceCtx, outputs: list, acc: dict, grad_reach: set[str]
+) -> tuple[str, tuple[int, ...], type[Exception]] | None:
     """(eager's error message, the outputs whose gradient reaches the call, the error's type) for the first call the
     backward reaches whose saved tensor was updated in place after it, or whose derivative eager does not have
-    (``stale_saves``, found while tracing: saved_versions.py)."""
+    (``stale_saves``, found while tracing: saved_versions.py). A gradient comes back to the call only along values it
+    can reach (``grad_reach``, the joint's): not through a ``detach`` or an integer result, whose outputs' cotangents
+    (autograd's zeros, empty ones included) never reach it in eager."""
     for name, message, error in trace.tags.get("stale_saves", ()):
         if name not in acc:
             continue
         reached = {name}
         for b in trace.bound_symbols:
             if any(getattr(a, "name", None) in reached for a in b.flat_args):
-                reached.update(o.name for o in b.flat_outs if hasattr(o, "name"))
+                reached.update(o.name for o in b.flat_outs if getattr(o, "name", None) in grad_reach)
         return message, tuple(i for i, o in enumerate(outputs) if o.name in reached), error
     return None
 
