@@ -238,6 +238,8 @@ _GIVING_THE_VALUE_BACK = {
     "amax_0d": lambda a: a.amax(-1),
     "sum_0d": lambda a: a.sum(-1),
     "mean_0d": lambda a: torch.mean(a, 0),
+    "repeat_0d": lambda a: a.repeat(()),
+    "tile_0d": lambda a: torch.tile(a, ()),
 }
 
 
@@ -251,6 +253,26 @@ def test_op_giving_an_arguments_value_back_returns_a_tensor_of_its_own(op):
         return [leaf], (leaf, torch.randint(-4, 5, (2, 1, 3), dtype=torch.int32))
 
     assert_matches_eager(f, make)
+
+
+@pytest.mark.parametrize("computed", ["product", "view_of_a_product"])
+@pytest.mark.parametrize("op", sorted(_GIVING_THE_VALUE_BACK))
+def test_op_giving_a_computed_values_value_back_returns_a_tensor_of_its_own(op, computed):
+    """Campaign seed 14027: ``v.repeat(())`` of a 0-d ``v`` the program computed, returned beside ``v``, came back as
+    ``v`` itself (its decomposition gave back its argument), so an update of one output changed the other."""
+
+    def f(a0):
+        v = a0 * 2 if computed == "product" else (a0 * 2).reshape(1, 1)[0, 0]
+        return _GIVING_THE_VALUE_BACK[op](v), v
+
+    def make():
+        leaf = torch.randn((), dtype=torch.float64, requires_grad=True)
+        return [leaf], (leaf,)
+
+    assert_matches_eager(f, make)
+    out, v = thunder.jit(f)(torch.randn(()))
+    out.add_(1)
+    assert not torch.equal(out, v)
 
 
 _UPDATES_THROUGH_A_VIEW = {

@@ -173,15 +173,17 @@ def repeat(a, *repeats):
         len(repeats) >= a.ndim,
         "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor",
     )
-    a = clang.reshape(a, (1,) * (len(repeats) - a.ndim) + a.shape)
+    padded = clang.reshape(a, (1,) * (len(repeats) - a.ndim) + a.shape)
     # interleave a unit dim before each dim, expand it to the repeat count, then merge
     expanded_shape, unit_shape = [], []
-    for r, s in zip(repeats, a.shape):
+    for r, s in zip(repeats, padded.shape):
         unit_shape += [1, s]
         expanded_shape += [r, s]
-    x = clang.reshape(a, unit_shape)
+    x = clang.reshape(padded, unit_shape)
     x = clang.expand(x, expanded_shape)
-    return clang.reshape(x, [r * s for r, s in zip(repeats, a.shape)])
+    out = clang.reshape(x, [r * s for r, s in zip(repeats, padded.shape)])
+    # eager's repeat always writes new memory: a 0-d tensor repeated () times is a copy, not the tensor itself
+    return prims.clone(out) if out is a else out
 
 
 @torchsymbol(torch.repeat_interleave, T.repeat_interleave, method_name="repeat_interleave")
