@@ -173,3 +173,21 @@ def test_tensor_over_an_array_is_no_view_as_in_eager(convert, shape):
     torch.testing.assert_close(actual, expected)
     assert actual._is_view() == expected._is_view() is False
     assert returned is x
+
+
+def _numpy_reductions_to_a_number(x):
+    a = x.numpy()
+    return x + torch.as_tensor(np.mean(a)) + torch.as_tensor(np.sum(a)) * torch.as_tensor(np.std(a))
+
+
+def test_numpy_reduction_to_a_number_runs_as_numpy_under_symbolic_sizes():
+    """Campaign seed 14030: under ``cache="symbolic values"`` ``np.mean`` of a float32 array ran as ``torch.mean``,
+    whose summation order rounds otherwise (one float32 step off NumPy's). A reduction to one number does not
+    depend on the sizes for its shape, so NumPy itself runs it when the program runs. (A program calling NumPy is
+    still traced once per shape: NumPy's dtype and shape are asked of it for the sizes as numbers.)"""
+    jf = thunder.jit(_numpy_reductions_to_a_number, cache="symbolic values")
+    g = torch.Generator().manual_seed(0)
+    for shape in [(1, 1, 2, 3), (1, 1, 3, 5), (1, 1, 7, 4)]:
+        x = torch.randn(shape, generator=g).permute(0, 2, 3, 1)  # (NumPy sums a non-contiguous array its own way)
+        actual, expected = jf(x), _numpy_reductions_to_a_number(x)
+        assert torch.equal(actual, expected), (shape, (actual - expected).abs().max())

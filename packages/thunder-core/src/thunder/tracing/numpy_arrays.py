@@ -4,8 +4,8 @@
 NumPy hands every ufunc (``np.exp``, ``np.maximum``, ``a + b``) and every array function (``np.sum``,
 ``np.mean``, ``np.where``) called on it to the stand-in (NEP 13 ``__array_ufunc__`` and NEP 18
 ``__array_function__``), which records the operation. A ufunc, and a sum, product, mean, std, var or cumsum of an
-array of sizes known as numbers, is recorded as an opaque call that runs NumPy itself when the program runs
-(torch's kernels of the same meaning round otherwise: ``np.exp`` and NumPy's pairwise sums in float32); the other
+array of sizes known as numbers (or reducing any array to one number), is recorded as an opaque call that runs NumPy
+itself when the program runs (torch's kernels of the same meaning round otherwise: ``np.exp`` and NumPy's pairwise sums in float32); the other
 functions (``np.where``, ``np.stack``, reshapes) as the torch operation of the same meaning. ``torch.from_numpy(a)``,
 ``torch.as_tensor(a)`` and ``torch.tensor(a)`` turn it back into a tensor; an array the function returns is a
 real ``np.ndarray`` of the program's output, as in eager.
@@ -172,11 +172,12 @@ def _plain(x) -> bool:
 
 def _runs_as_numpy(func, args, kwargs, expected) -> bool:
     """Whether ``func`` on these arguments runs as NumPy when the program runs: one of ``_RUN_BY_NUMPY`` on an
-    array of sizes known as numbers, its other arguments plain numbers (axis, ddof, keepdims)."""
+    array of sizes known as numbers, or reducing to one number (sizes known as symbols too), its other arguments
+    plain numbers (axis, ddof, keepdims)."""
     if func.__name__ not in _RUN_BY_NUMPY or expected is None or not args or type(args[0]) is not TracedArray:
         return False
-    if not all(type(s) is int for s in args[0]._tensor.shape):
-        return False
+    if not all(type(s) is int for s in args[0]._tensor.shape) and getattr(expected, "ndim", None) != 0:
+        return False  # (a reduction to one number is NumPy's whatever the sizes: its shape does not depend on them)
     return all(_plain(x) for x in args[1:]) and all(_plain(v) for v in kwargs.values())
 
 
