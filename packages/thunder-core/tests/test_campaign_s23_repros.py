@@ -445,6 +445,9 @@ def test_product_of_mismatched_inner_sizes_known_when_the_program_runs_raises_as
         lambda x: x[..., :1].scatter_(-1, torch.zeros(1, dtype=torch.int64), x[..., :1].expand_as(x[..., :1])),
         lambda x: x.scatter_add_(0, torch.zeros_like(x, dtype=torch.int64), x),  # (campaign, 14006/14009)
         lambda x: x.index_copy_(0, torch.tensor([0, 1, 2]), x),
+        # (campaign, 14036: the indices come in a tuple, which the scratch call passed as stand-ins)
+        lambda x: x.index_put_((torch.tensor([0, 0, 1]),), x, accumulate=True),
+        lambda x: x.index_put_((torch.tensor([2, 0, 1]),), x),
     ],
 )
 def test_update_reading_its_destination_as_its_source_raises_as_eager(fn):

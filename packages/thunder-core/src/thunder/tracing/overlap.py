@@ -15,6 +15,7 @@ from itertools import count
 import torch
 
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol, flat_proxies
 
 __all__ = ["partial_overlap_error", "overlapping_inputs", "refuse_full_overlap", "update_on_storage"]
@@ -114,18 +115,16 @@ def refuse_full_overlap(func, dst: torch.Tensor, same: list[int], args, kwargs) 
             return
         storage = torch.zeros((n,), dtype=dst.dtype)
 
+        def zeros(a):  # (the indices of index_put_ come in a tuple)
+            return torch.zeros(tuple(a.shape), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
+
         def scratch(i, a):
             if i == 0 or i in same:
                 return storage.as_strided(*_layout(dst))
-            if isinstance(a, torch.Tensor):
-                return torch.zeros(tuple(a.shape), dtype=a.dtype)
-            return a
+            return tree_map(zeros, a)
 
         values = [scratch(i, a) for i, a in enumerate(args)]
-        rest = {
-            k: torch.zeros(tuple(v.shape), dtype=v.dtype) if isinstance(v, torch.Tensor) else v
-            for k, v in kwargs.items()
-        }
+        rest = tree_map(zeros, kwargs)
         try:
             func(*values, **rest)
         except RuntimeError as e:
