@@ -497,3 +497,24 @@ def test_gelu_giving_nan_for_a_finite_value_stays_a_mismatch(monkeypatch):
     with pytest.raises(Divergence) as info:
         check_program(_gelu_program(), skip={"symbolic", "second_call", "aliasing"})
     assert info.value.kind == "value"
+
+
+# ------------------------------------------------ the gradient of one element of a complex tensor (pad of 0j)
+
+
+def test_gradient_through_an_element_of_a_complex_view_as_eager():
+    """Campaign 14042: the backward of ``select`` on a complex tensor pads its cotangent with ``0j``, which
+    ``F.pad`` refused (it takes a real value)."""
+
+    def fn(a):
+        z = torch.view_as_complex(torch.ones(5, 2, dtype=torch.float64) + a.mean())
+        return z.select(0, -1), z[1:3]
+
+    def make():
+        return (torch.randn(1, 3, dtype=torch.float64, requires_grad=True),)
+
+    (ae,) = make()
+    at = ae.detach().clone().requires_grad_()
+    for out in (fn(ae), thunder.jit(fn)(at)):
+        (out[0].abs() + out[1].real.sum() * out[1].imag.sum()).backward()
+    torch.testing.assert_close(at.grad, ae.grad)

@@ -269,6 +269,11 @@ def pad(a, padding_value, padding_config):
     flat = []
     for lo, hi, _ in reversed(padding_config):
         flat += [lo, hi]
+    if isinstance(padding_value, complex):  # (F.pad takes a real value: a complex gradient's zeros come as 0j)
+        if padding_value.imag == 0:
+            return F.pad(a, flat, value=padding_value.real)
+        padded = F.pad(torch.zeros(a.shape, dtype=torch.bool, device=a.device), flat, value=True)
+        return torch.where(padded, padding_value, F.pad(a, flat))
     return F.pad(a, flat, value=padding_value)
 
 
