@@ -55,3 +55,55 @@ def test_symbolic_sizes_unprunable_backward_gets_zeros_of_the_calls_sizes(monkey
         a0, a1 = torch.randn(1, n), torch.randn(1, n, requires_grad=True)
         (ga,) = torch.autograd.grad(jitted(a0, a1)[0].sum(), a1)
         torch.testing.assert_close(ga, 2 * a1.detach())
+
+
+# ----------------------------------------------------------- out= eager refuses: another dtype, an input requiring grad
+
+
+def _round_into_double(x):  # (campaign, 14010: eager's CPU kernel checks the dtype, its meta kernel does not)
+    v4 = torch.empty((), dtype=torch.float64)
+    torch.round(x.prod(), decimals=0, out=v4)
+    return v4
+
+
+def _diff_into_double(x):  # (campaign, 14012)
+    v2 = torch.empty((1,), dtype=torch.float64)
+    torch.diff(x, 0, 0, None, None, out=v2)
+    return v2
+
+
+_captured = torch.tensor([-1.5, -1.0, 0.5], dtype=torch.bfloat16, requires_grad=True)
+
+
+def _sub_of_captured_requiring_grad(x):  # (campaign, 14012: the tensor requiring grad is a global)
+    v0 = torch.empty((3,), dtype=torch.float64)
+    torch.sub(_captured, torch.tensor(-4.1, dtype=torch.float64), out=v0)
+    return v0 + x
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        (_round_into_double, torch.tensor([1.5, 2.0])),
+        (_diff_into_double, torch.tensor([[1.5], [2.0]], dtype=torch.float16)),
+        (_sub_of_captured_requiring_grad, torch.zeros(3, dtype=torch.float64)),
+    ],
+)
+def test_out_eager_refuses_is_refused_naming_the_line(fn, x):
+    with pytest.raises(RuntimeError) as expected:
+        fn(x)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+    assert "test_campaign_s24_repros.py" in str(actual.value)
+
+
+def test_out_of_another_dtype_eager_casts_into_still_runs():
+    def fn(x):
+        o = torch.empty((2,), dtype=torch.float64)
+        torch.add(x, x, out=o)
+        torch.sin(x, out=o[:1])
+        return o
+
+    x = torch.tensor([1.5, -2.25])
+    torch.testing.assert_close(thunder.jit(fn)(x), fn(x))

@@ -271,7 +271,7 @@ class Tracer:
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
         if kwargs.get("out") is not None:  # computed, then written into out as eager (out_arguments.py)
-            return call_with_out(self.handle, func, args, kwargs)
+            return call_with_out(self.handle, func, *self._outside_as_stand_ins(args, kwargs))  # (a global's grad too)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         args, kwargs = eager_arguments(func, args, kwargs)
