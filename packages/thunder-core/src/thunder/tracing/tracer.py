@@ -70,7 +70,7 @@ from thunder.tracing.known_values import (
     KnownValues,
     check_index_tensor,
 )
-from thunder.tracing.multi_views import mark_multi_views
+from thunder.tracing.multi_views import mark_multi_views, refuse_rebased_use
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.restrided_gradients import note_restride_past_elements
@@ -192,6 +192,7 @@ class Tracer:
     def __init__(self, trace: TraceCtx, *, record_log: bool = True):
         self.trace = trace
         self.in_symbol = False
+        self.multi_view_read = False  # an output of unbind/split... was read since the last call (multi_views.py)
         self.log: list[tuple] | None = [] if record_log else None  # what was intercepted (interpreter_log_records)
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
@@ -374,6 +375,8 @@ class Tracer:
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
+        if self.multi_view_read:  # (eager refuses the history of one whose base was updated: refuse_rebased_use)
+            refuse_rebased_use(self, func, args, kwargs)
         start = len(scope)
         fell_back = mapped is None
         if mapped is None:
@@ -577,6 +580,8 @@ class Tracer:
                 "function was stored in an object that outlives the call (for example a cache that allocates "
                 "its buffers lazily on first use). Create such tensors before calling the jitted function."
             )
+        if x._tt_multi_view is not None:
+            self.multi_view_read = True
         return x._thunder_proxy
 
     def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs, kwargs=None):
