@@ -150,7 +150,11 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
             # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
             _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
             return
-    handle(T.resize_, (o, tuple(r.shape)), {})
+    o._tt_out_resize = True
+    try:
+        handle(T.resize_, (o, tuple(r.shape)), {})
+    finally:
+        o._tt_out_resize = False
     with torch._C.DisableTorchFunction():
         rm = shadow(r)
         if tuple(rm.shape) == hints(r.shape) and not rm.is_contiguous():

@@ -54,12 +54,14 @@ from thunder.tracing.fallback import (
     interpreter_log_records as interpreter_log_records,
 )
 from thunder.tracing.inplace_grad import (
-    _HISTORY_KEEPING_UPDATES,
+    _HISTORY_KEEPING_UPDATES as _KEEPING,
+    _LAYOUT_UPDATES,
     _func_name_of,
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
     comparison_operands_requiring_grad,
+    refuse_resize_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -627,9 +629,11 @@ class Tracer:
                     f"output with shape {list(hints(wrapper._tt_value.shape))} doesn't match the broadcast shape "
                     f"{list(hints(value.shape))} (in {_func_name(func)})\n  {where}"
                 )
-            # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
-            # update a leaf that requires grad, as autograd does not record it)
-            if same_shape(value.shape, wrapper._tt_value.shape) and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
+            # (an update of the values or of the layout (unsqueeze_, as_strided_), not a resize; eager lets a
+            # non-differentiable logical op update a leaf that requires grad, as autograd does not record it)
+            name = _func_name_of(func)
+            refuse_resize_requiring_grad(name, wrapper)
+            if name in _LAYOUT_UPDATES or (same_shape(value.shape, wrapper._tt_value.shape) and name not in _KEEPING):
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
