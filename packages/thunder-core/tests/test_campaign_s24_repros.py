@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eager_comparison import assert_as_eager
+
 import thunder
+from thunder.tracing.errors import TracingError
 from thunder.transforms import split
 
 # ------------------------- symbolic sizes: an output nobody differentiates gets no gradient (not zeros through inf)
@@ -107,3 +110,156 @@ def test_out_of_another_dtype_eager_casts_into_still_runs():
 
     x = torch.tensor([1.5, -2.25])
     torch.testing.assert_close(thunder.jit(fn)(x), fn(x))
+
+
+# ---------------------- an output of a view op returning several views, used after its base was updated in place
+
+
+def _gathered_unbound_then_updated(a0):  # (campaign, 14010)
+    v0 = a0.gather(1, torch.zeros_like(a0, dtype=torch.int64))
+    v1 = v0.unbind(0)[0]
+    v0.diagonal().sigmoid_()
+    return v1.transpose(0, -1)
+
+
+_PARTS = {
+    "unbind": lambda v: v.unbind(0)[1],
+    "chunk": lambda v: v.chunk(2)[1],
+    "split_sizes": lambda v: v.split([1, 1])[0],
+    "unbind_t": lambda v: v.unbind(0)[0].t(),
+}
+
+
+def _used_after_update(part, use):
+    def fn(a0):
+        v0 = a0 * 1
+        v1 = part(v0)
+        v0.mul_(2)
+        return use(v1)
+
+    return fn
+
+
+def _leaf():
+    return (torch.linspace(-2.0, 3.0, 12).reshape(2, 3, 2).requires_grad_(),)
+
+
+@pytest.mark.parametrize("part", sorted(_PARTS))
+@pytest.mark.parametrize("use", [lambda v: v.sum(), lambda v: v.clone(), lambda v: v.transpose(0, -1) * 1])
+def test_multi_view_output_read_with_grad_after_its_base_was_updated_raises_as_eager(part, use):
+    fn = _used_after_update(_PARTS[part], use)
+    with pytest.raises(RuntimeError) as expected:
+        fn(*_leaf())
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(*_leaf())
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+    assert "test_campaign_s24_repros.py" in str(actual.value)
+
+
+def test_gathered_unbound_then_updated_raises_as_eager():
+    x = (torch.randn(2, 3, 2, 2, dtype=torch.float16, requires_grad=True) * 1)[:, :, ::2]
+    with pytest.raises(RuntimeError, match="Output 0 of Unbind is a view and its base") as expected:
+        _gathered_unbound_then_updated(x)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(_gathered_unbound_then_updated)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("part", sorted(_PARTS))
+@pytest.mark.parametrize(
+    "use",
+    [lambda v: v > 0, lambda v: v.detach() * 2, lambda v: v.argmax(), torch.no_grad()(lambda v: v * 2)],
+)
+def test_multi_view_output_read_without_its_history_after_its_base_was_updated_runs_as_eager(part, use):
+    assert_as_eager(_used_after_update(_PARTS[part], use), _leaf)
+
+
+@pytest.mark.parametrize("split", [lambda v: v.tensor_split(2)[0], lambda v: v.hsplit(3)[1]])
+def test_tensor_split_outputs_are_ordinary_views_as_in_eager(split):
+    def updated(a):
+        a = a * 1
+        split(a).mul_(2)
+        return a
+
+    def read_after_update(a):
+        a = a * 1
+        v = split(a)
+        a.mul_(2)
+        return v * 2
+
+    assert_as_eager(updated, _leaf)
+    assert_as_eager(read_after_update, _leaf)
+
+
+# ------------------------------------------- a layout update or a resize of a tensor requiring grad, refused as eager
+
+
+def _restrided_leaf(a0):  # (campaign, 14014: a0 a leaf requiring grad)
+    a0.as_strided_((2, 2), (1, 2), storage_offset=1)
+    return a0
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        _restrided_leaf,
+        lambda x: x.unsqueeze_(0),
+        lambda x: x.squeeze_(),
+        lambda x: x[0].as_strided_((2,), (1,)),
+        lambda x: x.resize_(9),
+        lambda x: (x * 1).resize_(3, 3),
+        lambda x: (x * 1).resize_as_(x),
+        torch.no_grad()(lambda x: x.resize_(9)),
+    ],
+)
+def test_layout_update_or_resize_of_a_tensor_requiring_grad_raises_as_eager(update):
+    def fn(x):
+        return update(x) * 1
+
+    def make():
+        return torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5], [3.0, 1.0, -2.0]], requires_grad=True)
+
+    with pytest.raises(RuntimeError) as expected:
+        fn(make())
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(make())
+    first = str(expected.value).splitlines()[0].rstrip(".")
+    assert str(actual.value).splitlines()[0].split(" (")[0] == first
+    assert "test_campaign_s24_repros.py" in str(actual.value)
+
+
+def test_out_requiring_grad_resized_under_no_grad_runs_as_eager():
+    def fn(x):
+        o = (x * 0)[0]
+        with torch.no_grad():
+            torch.add(x, x, out=o)  # (its kernel resizes o below autograd: no "cannot resize" refusal)
+        return o.detach(), x * 2
+
+    assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], requires_grad=True),))
+
+
+# --------------------------------------------- a factory's requires_grad=True makes a leaf requiring grad, as eager
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (torch.zeros(3, requires_grad=True) * 2, x * 2),
+        lambda x: (torch.tensor([1.0, 2.0, 3.0], requires_grad=True) * x, x.new_ones(3, requires_grad=True) + 1),
+        lambda x: (torch.no_grad()(lambda: torch.full((3,), 2.0, requires_grad=True))() * x,),
+    ],
+)
+def test_factory_requiring_grad_makes_a_leaf_requiring_grad(fn):
+    assert_as_eager(fn, lambda: (torch.tensor([0.5, -1.0, 2.0]),), grads=False)
+
+
+def test_factory_leaf_requiring_grad_returned_is_refused_naming_the_line():
+    def fn(x):
+        with torch.no_grad():
+            o = torch.zeros(3, requires_grad=True)
+        return o, x * 2
+
+    assert fn(torch.ones(3))[0].requires_grad
+    with pytest.raises(TracingError, match="cannot return a tensor made a leaf requiring grad") as info:
+        thunder.jit(fn)(torch.ones(3))
+    assert "test_campaign_s24_repros.py" in str(info.value)

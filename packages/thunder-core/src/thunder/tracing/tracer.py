@@ -273,6 +273,9 @@ class Tracer:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
+        if kwargs.get("requires_grad") is True:  # a factory's: a leaf requiring grad, as after requires_grad_()
+            made = self.handle(func, args, {**kwargs, "requires_grad": False})
+            return autograd_queries.requires_grad_in_place(self, made, True)
         if kwargs.get("out") is not None:  # computed, then written into out as eager (out_arguments.py)
             return call_with_out(self.handle, func, *self._outside_as_stand_ins(args, kwargs))  # (a global's grad too)
         if func in INDEX_TENSOR_ARGUMENTS:
