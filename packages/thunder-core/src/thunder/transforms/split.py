@@ -466,12 +466,6 @@ class ThunderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
-        if dirty:
-            # a saved view of an argument was made here, under no_grad: once the write-back or _record_view_updates
-            # bumps the counter it shares with an updated argument (an empty view of the same base, which the
-            # prologue does not group), autograd refuses to unpack it ("a view was created in no_grad mode ...").
-            # Detached, it keeps the counter (a later update still makes eager's backward refuse) and no view history
-            saved = [v.detach() if isinstance(v, torch.Tensor) and v._base is not None else v for v in saved]
         ctx.backward_fn = backward_fn
         if backward_fn.__class__ is _PrunedBackwards:
             # outputs that receive no gradient get None (not zeros): the backward leaves their branches out, as eager
@@ -554,6 +548,9 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
         backward_fn = _PrunedBackwards(backward_fn, fb, build_backward, fb.backward_error)
     elif fb.backward_error is not None:
         backward_fn = _raising(backward_fn, *fb.backward_error)
+    record = fb.forward.tags.get("aliasing")
+    if fb.dirty or (record is not None and record.updates):
+        forward_fn = _saving_detached_views(forward_fn)
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
         if backward_fn.__class__ is _PrunedBackwards:
             backward_fn.given_none = False  # (wrapped: autograd materialises the zeros, see ThunderFunction)
@@ -598,6 +595,22 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
             return computation_of_inputs(*inputs, source)
 
     return computation
+
+
+def _saving_detached_views(forward_fn):
+    """``forward_fn`` of a program that writes an argument in place, saving its views of arguments detached.
+
+    Such a view is made inside ``ThunderFunction.forward``, under no_grad: once the write-back (also of an update
+    eager made under no_grad) or ``_record_view_updates`` bumps the counter it shares with an updated argument (an
+    empty view of the same base, which the prologue does not group), autograd refuses to unpack it ("a view was
+    created in no_grad mode ..."). Detached, it keeps the counter (a later update still makes eager's backward
+    refuse) and has no view history."""
+
+    def forward(*inputs):
+        outputs, saved = forward_fn(*inputs)
+        return outputs, [v.detach() if isinstance(v, torch.Tensor) and v._base is not None else v for v in saved]
+
+    return forward
 
 
 _UNBUILT = object()  # (a set of absent outputs whose backward was not built yet)
