@@ -263,3 +263,63 @@ def test_factory_leaf_requiring_grad_returned_is_refused_naming_the_line():
     with pytest.raises(TracingError, match="cannot return a tensor made a leaf requiring grad") as info:
         thunder.jit(fn)(torch.ones(3))
     assert "test_campaign_s24_repros.py" in str(info.value)
+
+
+# ------------------ a saved view of an argument whose base the program updates without grad (an empty shared base)
+
+
+def _clamped_without_grad_then_multiplied(sort, copy_, prod):  # (campaign, 14004: empty aliased arguments)
+    v0 = copy_.narrow(-1, 0, 1)
+    with torch.no_grad():
+        v0.clamp_(min=0)
+    v2 = copy_.reshape(-1)
+    return (sort @ v2,)
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_saved_view_of_an_argument_updated_without_grad_gives_eagers_gradient(rows):
+    def make():
+        leaf = torch.linspace(-1.0, 1.0, rows).reshape(1, rows).to(torch.float16).requires_grad_()
+        a0 = (leaf * 1)[::2]
+        return leaf, (a0, a0.mT, a0)
+
+    grads = []
+    for f in (_clamped_without_grad_then_multiplied, thunder.jit(_clamped_without_grad_then_multiplied)):
+        leaf, inputs = make()
+        (out,) = f(*inputs)
+        grads.append((out, torch.autograd.grad(out.sum(), leaf), inputs[0]))
+    (e, ge, xe), (a, ga, xa) = grads
+    torch.testing.assert_close(a, e)
+    torch.testing.assert_close(ga, ge)
+    torch.testing.assert_close(xa, xe)
+
+
+# ------------------------------------ a subtraction with a bool operand whose result is unused (eager's check raises)
+
+
+_captured_scalar = torch.tensor(0.05, dtype=torch.float64, requires_grad=True) * 1
+
+
+def _unused_bool_subtraction(a0, a1):  # (campaign, 14020: eager raises at the dead line)
+    v1 = _captured_scalar.view(-1)
+    with torch.no_grad():
+        v2 = _captured_scalar - a1  # noqa: F841
+    return (v1,)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _unused_bool_subtraction,
+        lambda a0, a1: (a1 - a1, a0)[1] * 1,
+        lambda a0, a1: (1 - a1, a0)[1] * 1,
+        lambda a0, a1: (torch.sub(a0, True, alpha=2), a0)[1] * 1,
+    ],
+)
+def test_unused_subtraction_with_a_bool_operand_raises_as_eager(fn):
+    a0, a1 = torch.tensor([0.5, -1.0]), torch.tensor([[False, True], [True, False]])
+    with pytest.raises(RuntimeError) as expected:
+        fn(a0, a1)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(a0, a1)
+    assert str(actual.value) == str(expected.value)
