@@ -323,3 +323,55 @@ def test_unused_subtraction_with_a_bool_operand_raises_as_eager(fn):
     with pytest.raises(RuntimeError) as actual:
         thunder.jit(fn)(a0, a1)
     assert str(actual.value) == str(expected.value)
+
+
+# --------------------------- a global read first by autograd.Function.apply, then updated in place (no leaf: eager runs)
+
+
+class _Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10
+
+
+_global_view = None
+
+
+def _applied_then_updated(a0):  # (campaign, 14021/14022: the global is a view of a non-leaf requiring grad)
+    v2 = _Doubled.apply(_global_view)
+    torch.nn.functional.silu(_global_view, inplace=True)
+    return v2, _global_view * a0
+
+
+def test_global_read_by_function_apply_then_updated_in_place_runs_as_eager():
+    global _global_view
+    results = []
+    for f in (_applied_then_updated, thunder.jit(_applied_then_updated)):
+        leaf = torch.tensor([1.5, -0.5, 0.5, -1.0, 0.5], dtype=torch.float64, requires_grad=True)
+        _global_view = (leaf * 1)[1:]
+        outs = f(torch.tensor([2.0, 1.0, -1.0, 0.5], dtype=torch.float64))
+        results.append((outs, torch.autograd.grad([o.sum() for o in outs], leaf), _global_view.detach().clone()))
+    (e, ge, xe), (a, ga, xa) = results
+    torch.testing.assert_close(a, e)
+    torch.testing.assert_close(ga, ge)
+    torch.testing.assert_close(xa, xe)
+
+
+def _unused_relu_of_bool(add):  # (campaign, 14022: the relu updates a view of a tensor nobody reads)
+    v0 = torch.zeros((3,), dtype=torch.bool)
+    torch.nn.functional.relu(v0[0], inplace=True)
+    return add * 2
+
+
+@pytest.mark.parametrize("fn", [_unused_relu_of_bool, lambda x: (torch.relu(x > 0), x)[1] * 1])
+def test_unused_relu_of_bool_raises_as_eager(fn):
+    x = torch.tensor([0.5, -1.0])
+    with pytest.raises(RuntimeError) as expected:
+        fn(x)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value) == str(expected.value)

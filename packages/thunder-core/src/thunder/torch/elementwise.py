@@ -376,6 +376,8 @@ def lerp(start, end, weight):
 
 @torchsymbol(F.relu, torch.relu, T.relu, method_name="relu")
 def relu(a, inplace: bool = False):
+    # (eager's kernel checks it; checked here while tracing, so an unused relu's error stays with it)
+    check(a.dtype is not dtypes.bool8, "Boolean inputs not supported for relu", RuntimeError)
     return clang.where(gt(a, 0), a, clang.maybe_convert_to_dtype(0, a.dtype))
 
 
