@@ -375,3 +375,48 @@ def test_unused_relu_of_bool_raises_as_eager(fn):
     with pytest.raises(RuntimeError) as actual:
         thunder.jit(fn)(x)
     assert str(actual.value) == str(expected.value)
+
+
+# --------------------------- a product of two dtypes with no elements, which eager runs as a bmm (no dtype check)
+
+
+def _remainder_then_product(slice_prim, matmul):  # (campaign, 14010: matmul a channels_last bfloat16 batch)
+    v1 = torch.where(slice_prim > 0, slice_prim, 0.5 * slice_prim)
+    v3 = torch.remainder(slice_prim, v1)
+    return torch.matmul(matmul, v3)
+
+
+def _channels_last_batch():
+    values = [[[[0.5, -1.28125]], [[float("nan"), 0.146484375]], [[float("inf"), -1.0546875]]]]
+    batch = torch.tensor(values, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    return torch.tensor([[], []], dtype=torch.float64), batch
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_remainder_then_product, _channels_last_batch),
+        (torch.matmul, lambda: (torch.ones(3, 2, 1, dtype=torch.bfloat16).transpose(0, 1), torch.ones(1, 0))),
+        (torch.matmul, lambda: (torch.ones(1, 2, dtype=torch.bfloat16), torch.ones(2, 2, 0, dtype=torch.float64))),
+    ],
+)
+def test_product_of_two_dtypes_without_elements_in_eagers_batched_path_runs_as_eager(fn, make):
+    assert_as_eager(lambda a, b: fn(a, b), make, grads=False)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (torch.ones(1, 3, 1, 2, dtype=torch.bfloat16), torch.ones(2, 0, dtype=torch.float64)),
+        lambda: (
+            torch.ones(1, 3, 1, 2, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last),
+            torch.ones(2, 0, dtype=torch.float64, requires_grad=True),
+        ),
+        lambda: (torch.ones(1, 2, dtype=torch.bfloat16, requires_grad=True), torch.ones(2, 2, 0)),
+    ],
+)
+def test_product_of_two_dtypes_eager_folds_into_one_matrix_product_raises(make):
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.matmul(*make())
+    with pytest.raises(RuntimeError, match="dtype"):
+        thunder.jit(lambda a, b: a @ b)(*make())

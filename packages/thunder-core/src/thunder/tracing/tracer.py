@@ -72,6 +72,7 @@ from thunder.tracing.known_values import (
     KnownValues,
     check_index_tensor,
 )
+from thunder.tracing.matmul_paths import unfolded_product_of_nothing
 from thunder.tracing.multi_views import mark_multi_views, refuse_rebased_use
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
@@ -283,6 +284,8 @@ class Tracer:
         args, kwargs = eager_arguments(func, args, kwargs)
         # (before the checks that read the arguments' layout: a view of a transposed global, a global's product)
         args, kwargs = self._outside_as_stand_ins(args, kwargs)
+        if unfolded_product_of_nothing(func, args, kwargs):  # (eager's bmm: no dtype check, b's dtype)
+            args = (self.handle(T.to, (args[0], args[1].dtype), {}), args[1])
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(
