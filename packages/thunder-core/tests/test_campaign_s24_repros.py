@@ -420,3 +420,62 @@ def test_product_of_two_dtypes_eager_folds_into_one_matrix_product_raises(make):
         torch.matmul(*make())
     with pytest.raises(RuntimeError, match="dtype"):
         thunder.jit(lambda a, b: a @ b)(*make())
+
+
+# ------------------- symbolic sizes: an out= call whose out= form eager has no derivative for (diag into a matrix)
+
+
+def _diag_into_matrix(a2):  # (campaign, 14011)
+    v1 = torch.empty((10, 10), dtype=torch.float64)
+    torch.diag(a2, out=v1)
+    return (v1,)
+
+
+@pytest.mark.parametrize("cache", [None, "symbolic values"])
+def test_out_form_without_derivative_raises_in_backward_as_eager_with_symbolic_sizes(cache):
+    fns = (_diag_into_matrix, thunder.jit(_diag_into_matrix, **({"cache": cache} if cache else {})))
+    for f in fns:
+        leaf = torch.linspace(-1.0, 1.0, 20, dtype=torch.float64, requires_grad=True)
+        (out,) = f((leaf * 1)[::2])
+        assert out.requires_grad
+        with pytest.raises(RuntimeError, match="derivative for aten::diag_embed is not implemented"):
+            torch.autograd.grad(out.sum(), leaf)
+
+
+# ---------- symbolic sizes: an empty output nobody differentiates does not reach a call whose saved tensor was updated
+
+
+def _scattered_after_floor_division(a0):  # (campaign, 14018: a0 is empty)
+    v1 = a0 * int(torch.div(a0.numel() + 1, 2, rounding_mode="floor") - 1)
+    v2 = v1[:, :1]
+    v3 = torch.div(v2, v2, rounding_mode="floor")
+    v1.scatter_(0, torch.zeros_like(v1, dtype=torch.int64), v1.expand_as(v1))
+    return v3.detach(), v1
+
+
+def _updated_then_log_softmax_updated(a0):  # (campaign, 14015: a0 is empty, updated in place)
+    a0.add_(a0, alpha=-1)
+    v0 = torch.nn.functional.log_softmax(a0, dim=-1)
+    with torch.no_grad():
+        v0.add_(1)
+    return (v0 * 2).detach(), a0
+
+
+@pytest.mark.parametrize(
+    "fn, rows",
+    [(_scattered_after_floor_division, 0), (_updated_then_log_softmax_updated, 0), (_updated_then_log_softmax_updated, 2)],
+)
+def test_symbolic_sizes_backward_of_updated_saves_raises_only_where_eagers_does(fn, rows):
+    results = []
+    for f in (fn, thunder.jit(fn, cache="symbolic values")):
+        leaf = torch.linspace(-1.0, 1.0, 2 * rows).reshape(2, rows).to(torch.bfloat16).requires_grad_()
+        out = f(leaf * 1)[-1]
+        try:
+            results.append(torch.autograd.grad(out.sum(), leaf))
+        except RuntimeError as e:
+            results.append(str(e).split(":")[0])
+    assert type(results[0]) is type(results[1])
+    if isinstance(results[0], str):
+        assert results[1] == results[0]
+    else:
+        torch.testing.assert_close(results[1], results[0])

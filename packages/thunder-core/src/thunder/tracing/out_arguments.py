@@ -13,7 +13,7 @@ import torch
 
 from thunder.core.dtypes import torch_message_name
 from thunder.core.pytree import tree_flatten, tree_map
-from thunder.core.symbolic import known, same_shape
+from thunder.core.symbolic import hints, known, same_shape
 from thunder.tracing.errors import describe_location, user_frame
 from thunder.tracing.storage_geometry import storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
@@ -35,7 +35,8 @@ def _on_meta(x):
     if not isinstance(x, TracingTensor):
         return x
     p = x._thunder_proxy
-    t = torch.empty(tuple(p.shape), dtype=p.dtype.torch_dtype, device="meta")
+    # (the traced call's sizes: symbolic ones too, whose shape is no tuple of numbers)
+    t = torch.empty(hints(p.shape), dtype=p.dtype.torch_dtype, device="meta")
     return t.requires_grad_(p.requires_grad) if t.is_floating_point() or t.is_complex() else t
 
 
