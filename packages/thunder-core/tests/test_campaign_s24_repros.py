@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eager_comparison import assert_as_eager
 
 import thunder
@@ -45,7 +44,12 @@ def test_symbolic_sizes_leave_undifferentiated_outputs_out_of_the_backward(fn, d
         expected, ge = _grads(fn, differentiated, n)
         actual, ga = _grads(jitted, differentiated, n)
         for e, a in zip(expected, actual):
-            assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (e.dtype, e.shape, e.requires_grad, e._is_view())
+            assert (a.dtype, a.shape, a.requires_grad, a._is_view()) == (
+                e.dtype,
+                e.shape,
+                e.requires_grad,
+                e._is_view(),
+            )
             torch.testing.assert_close(a, e, equal_nan=True)
         torch.testing.assert_close(ga, ge, equal_nan=True)
 
@@ -463,7 +467,11 @@ def _updated_then_log_softmax_updated(a0):  # (campaign, 14015: a0 is empty, upd
 
 @pytest.mark.parametrize(
     "fn, rows",
-    [(_scattered_after_floor_division, 0), (_updated_then_log_softmax_updated, 0), (_updated_then_log_softmax_updated, 2)],
+    [
+        (_scattered_after_floor_division, 0),
+        (_updated_then_log_softmax_updated, 0),
+        (_updated_then_log_softmax_updated, 2),
+    ],
 )
 def test_symbolic_sizes_backward_of_updated_saves_raises_only_where_eagers_does(fn, rows):
     results = []

@@ -54,7 +54,7 @@ from thunder.tracing.fallback import (
     interpreter_log_records as interpreter_log_records,
 )
 from thunder.tracing.inplace_grad import (
-    _HISTORY_KEEPING_UPDATES as _KEEPING,
+    _HISTORY_KEEPING_UPDATES,
     _LAYOUT_UPDATES,
     _func_name_of,
     _nondifferentiable_update,
@@ -639,7 +639,9 @@ class Tracer:
             # non-differentiable logical op update a leaf that requires grad, as autograd does not record it)
             name = _func_name_of(func)
             refuse_resize_requiring_grad(name, wrapper)
-            if name in _LAYOUT_UPDATES or (same_shape(value.shape, wrapper._tt_value.shape) and name not in _KEEPING):
+            if name in _LAYOUT_UPDATES or (
+                same_shape(value.shape, wrapper._tt_value.shape) and name not in _HISTORY_KEEPING_UPDATES
+            ):
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
