@@ -487,3 +487,45 @@ def test_symbolic_sizes_backward_of_updated_saves_raises_only_where_eagers_does(
         assert results[1] == results[0]
     else:
         torch.testing.assert_close(results[1], results[0])
+
+
+# -------- an in-place layout change of a tensor requiring grad under no_grad: the gradient through it is refused
+
+
+@pytest.mark.parametrize(
+    "change", [lambda x: x.t_(), lambda x: x.unsqueeze_(0), lambda x: x.as_strided_((2, 2), (1, 2))]
+)
+@pytest.mark.parametrize("leaf", [True, False])
+def test_gradient_through_a_layout_changed_without_grad_raises_naming_the_lines(change, leaf):
+    def fn(x, y):
+        with torch.no_grad():
+            change(x)
+        return x * torch.arange(2.0), y * 2
+
+    def make():
+        base = torch.tensor([[0.5, -1.0], [1.5, 2.0]], requires_grad=True)
+        return (base if leaf else base * 1), torch.tensor([1.0, -2.0], requires_grad=True)
+
+    expected, actual = fn(*make()), thunder.jit(fn)(*make())
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e)
+        assert a.requires_grad == e.requires_grad
+    x, y = make()
+    out = thunder.jit(fn)(x, y)
+    (gy,) = torch.autograd.grad(out[1].sum(), y, retain_graph=True)
+    torch.testing.assert_close(gy, torch.full((2,), 2.0))  # (a gradient not through it is computed)
+    with pytest.raises(RuntimeError, match="whose layout was changed in place without grad") as info:
+        out[0].sum().backward()
+    assert str(info.value).count("test_campaign_s24_repros.py") == 2  # (the change's line and the use's)
+
+
+def test_layout_change_without_grad_of_a_detached_tensor_or_a_view_nobody_reads_runs_as_eager():
+    def fn(x):
+        y = x.detach()
+        with torch.no_grad():
+            y.t_()
+            y.squeeze_()
+            x[0].unsqueeze_(0)
+        return x * 2, y * 1
+
+    assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0], [1.5, 2.0]], requires_grad=True),))

@@ -75,6 +75,16 @@ def refuse_resize_requiring_grad(name: str | None, wrapper) -> None:
             raise RuntimeError(f"cannot resize variables that require grad\n  {describe_location(user_frame(3))}")
 
 
+def note_unrecorded_layout_change(name: str | None, wrapper) -> None:
+    """Notes an in-place change of the sizes or strides (``t_``, ``unsqueeze_``, ``as_strided_`` ...) of a tensor
+    that requires grad made where autograd does not record it (under no_grad): eager's backward hands the gradient
+    of the new layout, as it is, to the history of the old one (after ``x.t_()`` it comes back transposed), which
+    thunder's backward, deriving each element's gradient, does not reproduce. The backward raises, naming both
+    lines, where a gradient comes through a call that read the tensor afterwards (``multi_views.refuse_rebased_use``)."""
+    if name in _LAYOUT_UPDATES and not torch.is_grad_enabled() and wrapper._thunder_proxy.requires_grad:
+        wrapper._tt_unrecorded_layout = f"{name}() {describe_location(user_frame(3))}"
+
+
 def _func_name_of(func) -> str | None:
     return getattr(func, "__name__", None)
 

@@ -34,6 +34,9 @@ def mark_multi_views(func, out, args=()) -> None:
     place with grad (``_refuse_update_of_grad_leaf``), with the version count of their base then (an update of
     the base after it makes eager refuse their history: ``note_rebased_multi_view``)."""
     name = getattr(func, "__name__", None) or ""
+    if type(out) is TracingTensor and args and type(args[0]) is TracingTensor and args[0]._tt_unrecorded_layout:
+        if view_of(out) is not None:  # (a view of a tensor relaid out under no_grad: its gradient goes there too)
+            out._tt_unrecorded_layout = args[0]._tt_unrecorded_layout
     if type(out) is TracingTensor:  # a view of such an output is one too for eager (its creation meta propagates)
         if args and type(args[0]) is TracingTensor and args[0]._tt_multi_view and view_of(out) is not None:
             out._tt_multi_view = (name[:1].upper() + name[1:], 0, *args[0]._tt_multi_view[2:])
@@ -91,7 +94,9 @@ _REBASED_REFUSAL = "its base or another view of its base has been modified inpla
 
 def refuse_rebased_use(tracer, func, args, kwargs) -> None:
     """Raises eager's error, naming the line, where ``func`` reads the history of an argument that is an output of
-    a view op returning several views (``x.unbind(0)[0]``) requiring grad whose base was updated in place since:
+    a view op returning several views (``x.unbind(0)[0]``) requiring grad whose base was updated in place since (and
+    makes the backward raise, naming the line, where a gradient comes through such a read of a tensor whose layout
+    was changed in place under no_grad: ``note_unrecorded_layout_change``):
     eager's autograd refuses it where the call records a gradient (``v.t()``, ``v * 2`` under grad mode; not
     ``v > 0``, ``v.detach()``). Which calls those are is asked of PyTorch: ``func`` runs on meta tensors, that
     argument replaced by such an output of its own sizes, rebased the same way."""
@@ -101,7 +106,8 @@ def refuse_rebased_use(tracer, func, args, kwargs) -> None:
     rebased = [
         a
         for a in tree_flatten((args, kwargs))[0]
-        if type(a) is TracingTensor and rebased_multi_view(a) and a._thunder_proxy.requires_grad
+        if type(a) is TracingTensor
+        and ((rebased_multi_view(a) and a._thunder_proxy.requires_grad) or a._tt_unrecorded_layout is not None)
     ]
     if not rebased:
         return
@@ -122,8 +128,20 @@ def refuse_rebased_use(tracer, func, args, kwargs) -> None:
             return
         else:
             return
-    name, index = rebased[0]._tt_multi_view[:2]
-    raise RuntimeError(f"{_message(name, index)}\n  {describe_location(user_frame(4))}")
+    frame = user_frame(4)
+    if all(rebased_multi_view(a) is False for a in rebased):
+        # (relaid out without grad: the forward is eager's, a gradient through this read is not)
+        for a in rebased:
+            message = (
+                "thunder.jit does not give a gradient through a tensor whose layout was changed in place without grad "
+                f"({a._tt_unrecorded_layout}: eager's backward gives its history the gradient of the new layout as "
+                "it is, which thunder does not reproduce); change the layout with grad enabled, or of a detached tensor"
+            )
+            tracer.saves.raising.append((a._thunder_proxy, message, (frame, frame.f_lineno if frame else None)))
+        return
+    name, index = next(a for a in rebased if rebased_multi_view(a))._tt_multi_view[:2]
+    where = describe_location(frame)
+    raise RuntimeError(f"{_message(name, index)}\n  {where}")
 
 
 def _rebased_probe(like: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,7 @@ from thunder.tracing.inplace_grad import (
     _still_requires_grad,
     _strip_inplace,
     comparison_operands_requiring_grad,
+    note_unrecorded_layout_change,
     refuse_resize_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
@@ -588,7 +589,7 @@ class Tracer:
                 "function was stored in an object that outlives the call (for example a cache that allocates "
                 "its buffers lazily on first use). Create such tensors before calling the jitted function."
             )
-        if x._tt_multi_view is not None:
+        if x._tt_multi_view is not None or x._tt_unrecorded_layout is not None:
             self.multi_view_read = True
         return x._thunder_proxy
 
@@ -894,6 +895,7 @@ class Tracer:
         (``_tt_former``); for an input that root is also what the program writes back into the caller's
         tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
         """
+        note_unrecorded_layout_change(_func_name_of(func), wrapper)  # (refused where its history is read)
         if self.before_layout_change is not None:
             self.before_layout_change()
             self.before_layout_change = None
