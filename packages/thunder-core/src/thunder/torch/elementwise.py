@@ -145,7 +145,27 @@ register_torch_alias(T.__iadd__, InplaceOp(add))
 @torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, method_name="sub")
 def sub(a, b, *, alpha=1, out=None):
     check(out is None, "out= is not supported", NotImplementedError)
+    _refuse_bool_subtraction(a, b)
     return clang.sub(a, _scaled(a, b, alpha))
+
+
+def _is_bool(x) -> bool:
+    return type(x) is bool or (isinstance(x, TensorProxy) and x.dtype is dtypes.bool8)
+
+
+def _refuse_bool_subtraction(a, b) -> None:
+    """Eager's kernel refuses a bool operand (its check, made here while tracing: an unused subtraction's error
+    would otherwise go with it)."""
+    if _is_bool(a) and _is_bool(b):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
+            "operator instead."
+        )
+    if _is_bool(a) or _is_bool(b):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, "
+            "use the `~` or `logical_not()` operator instead."
+        )
 
 
 register_torch_alias(T.__rsub__, lambda a, b: sub(b, a))
@@ -356,6 +376,8 @@ def lerp(start, end, weight):
 
 @torchsymbol(F.relu, torch.relu, T.relu, method_name="relu")
 def relu(a, inplace: bool = False):
+    # (eager's kernel checks it; checked here while tracing, so an unused relu's error stays with it)
+    check(a.dtype is not dtypes.bool8, "Boolean inputs not supported for relu", RuntimeError)
     return clang.where(gt(a, 0), a, clang.maybe_convert_to_dtype(0, a.dtype))
 
 

@@ -50,11 +50,12 @@ def _require_inner_sizes_equal(a, b) -> None:
 
 
 def _batched_product_of_nothing(a, b) -> bool:
-    """Whether eager's ``torch.matmul(a, b)`` runs as a ``bmm`` (``b`` at least 3-D, ``a`` too or a matrix, which
-    eager does not fold into an ``mm`` then) of an empty product (a size 0 in either: the batch, the rows, the
+    """Whether eager's ``torch.matmul(a, b)`` runs as a ``bmm`` (``b`` at least 3-D, ``a`` too or a matrix not
+    requiring grad, which eager does not fold into an ``mm`` then; a batch times a vector or matrix: see
+    ``thunder.tracing.matmul_paths``) of an empty product (a size 0 in either: the batch, the rows, the
     columns or the inner dimension). Sizes not known while tracing: False."""
-    if b.ndim < 3 or a.ndim < 2:
-        return False
+    if b.ndim < 3 or a.ndim < 2 or (a.ndim == 2 and a.requires_grad):
+        return False  # (a matrix requiring grad: eager folds the batch into an mm, which checks the dtypes)
     sizes = (*a.shape, *b.shape)
     return all(type(n) is int for n in sizes) and 0 in sizes
 

@@ -14,6 +14,8 @@ from thunder.tracing.autograd_function import (
 )
 from thunder.tracing.errors import (
     TracingError,
+    describe_location,
+    user_frame,
 )
 
 T = torch.Tensor
@@ -58,6 +60,29 @@ def _still_requires_grad(trace, old: TensorProxy, new: TensorProxy) -> TensorPro
 # in-place ops PyTorch declares non-differentiable: autograd does not record them, so the updated tensor keeps
 # the gradient path it had (comparisons such as eq_ are differentiable, with a zero gradient)
 _HISTORY_KEEPING_UPDATES = frozenset(("logical_not_", "logical_and_", "logical_or_", "logical_xor_"))
+
+
+# in-place ops that change only a tensor's sizes and strides: eager refuses them on a leaf that requires grad (or a
+# view of one) as it refuses a write
+_LAYOUT_UPDATES = frozenset("unsqueeze_ squeeze_ t_ transpose_ swapdims_ swapaxes_ as_strided_".split())
+
+
+def refuse_resize_requiring_grad(name: str | None, wrapper) -> None:
+    """Eager refuses ``x.resize_(...)`` and ``x.resize_as_(y)`` of a tensor that requires grad, in any grad mode
+    (not the resize of an ``out=`` tensor, which its kernel does below autograd: ``wrapper._tt_out_resize``)."""
+    if (name == "resize_" or name == "resize_as_") and wrapper._thunder_proxy.requires_grad:
+        if not wrapper._tt_out_resize:
+            raise RuntimeError(f"cannot resize variables that require grad\n  {describe_location(user_frame(3))}")
+
+
+def note_unrecorded_layout_change(name: str | None, wrapper) -> None:
+    """Notes an in-place change of the sizes or strides (``t_``, ``unsqueeze_``, ``as_strided_`` ...) of a tensor
+    that requires grad made where autograd does not record it (under no_grad): eager's backward hands the gradient
+    of the new layout, as it is, to the history of the old one (after ``x.t_()`` it comes back transposed), which
+    thunder's backward, deriving each element's gradient, does not reproduce. The backward raises, naming both
+    lines, where a gradient comes through a call that read the tensor afterwards (``multi_views.refuse_rebased_use``)."""
+    if name in _LAYOUT_UPDATES and not torch.is_grad_enabled() and wrapper._thunder_proxy.requires_grad:
+        wrapper._tt_unrecorded_layout = f"{name}() {describe_location(user_frame(3))}"
 
 
 def _func_name_of(func) -> str | None:

@@ -181,6 +181,13 @@ class _InputBuilder:
             wrapper = self.by_id.get(id(t))
         if wrapper is not None:
             return wrapper
+        # (with the tracing mode off, as inside a torch call, also where Function.apply or a return reads the tensor:
+        # is_leaf and _base read through the mode answered for a stand-in, and a global that is no leaf became a
+        # leaf requiring grad, whose in-place update was refused)
+        with torch._C.DisableTorchFunction():
+            return self._captured(t)
+
+    def _captured(self, t: torch.Tensor) -> TracingTensor:
         _reject_unusual_tensor(t, "a tensor read from outside the arguments")
         expr = self.prologue.constant(t, "_captured")
         wrapper = self._stand_in(t, "captured")

@@ -13,7 +13,7 @@ import torch
 
 from thunder.core.dtypes import torch_message_name
 from thunder.core.pytree import tree_flatten, tree_map
-from thunder.core.symbolic import known, same_shape
+from thunder.core.symbolic import hints, known, same_shape
 from thunder.tracing.errors import describe_location, user_frame
 from thunder.tracing.storage_geometry import storage_elements
 from thunder.tracing.tracing_tensor import TracingTensor
@@ -35,7 +35,8 @@ def _on_meta(x):
     if not isinstance(x, TracingTensor):
         return x
     p = x._thunder_proxy
-    t = torch.empty(tuple(p.shape), dtype=p.dtype.torch_dtype, device="meta")
+    # (the traced call's sizes: symbolic ones too, whose shape is no tuple of numbers)
+    t = torch.empty(hints(p.shape), dtype=p.dtype.torch_dtype, device="meta")
     return t.requires_grad_(p.requires_grad) if t.is_floating_point() or t.is_complex() else t
 
 
@@ -53,7 +54,7 @@ def _autograd_refusal(func, args, kwargs) -> bool:
             result = func(*meta_args, **meta_kwargs)
     except RuntimeError as e:
         if "don't support automatic differentiation" in str(e):
-            raise RuntimeError(str(e)) from None
+            raise RuntimeError(f"{e}\n  {describe_location(user_frame(2))}") from None
         return False
     except Exception:  # noqa: BLE001  (no meta kernel, or another error the traced call will report)
         return False
@@ -150,7 +151,11 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
             # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
             _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
             return
-    handle(T.resize_, (o, tuple(r.shape)), {})
+    o._tt_out_resize = True
+    try:
+        handle(T.resize_, (o, tuple(r.shape)), {})
+    finally:
+        o._tt_out_resize = False
     with torch._C.DisableTorchFunction():
         rm = shadow(r)
         if tuple(rm.shape) == hints(r.shape) and not rm.is_contiguous():
@@ -213,19 +218,47 @@ def call_with_out(handle, func, args, kwargs):
     return out
 
 
+# eager's refusals of an out= tensor of another dtype than the result's: the generated out= variants of view copies
+# ("Expected out tensor to have dtype ..."), TensorIterator kernels that require all operands' dtypes equal ("Found
+# dtype Double but expected Float": round(decimals=)), kernels that read out= as the input's scalar type ("expected
+# scalar_type Half but found Double": diff)
+_OUT_DTYPE_ERRORS = ("Expected out tensor to have dtype", "Found dtype", "expected scalar_type")
+
+# (the run on the real device, see below, reads and writes tensors of the call's sizes: past this many elements the
+# meta kernels' answer stands alone)
+_DEVICE_CHECK_ELEMENTS = 1 << 16
+
+
 def _refuse_out_dtype_eager_refuses(func, args, rest, o) -> None:
-    """Raises eager's error where ``func``'s out= variant requires the result's dtype exactly (the variants PyTorch
-    generates, of view copies such as ``t_copy`` and ``as_strided_copy``: "Expected out tensor to have dtype ...")
-    while most ops cast into ``o``: PyTorch is asked, on the arguments' shadows."""
+    """Raises eager's error where ``func``'s out= variant requires the result's dtype (most ops cast into ``o``):
+    PyTorch is asked, on the arguments' shadows, then (where the meta kernel lets it pass: some dtype checks live in
+    the device kernels only, as round's with ``decimals=``) on zeros of the arguments' sizes and dtypes on ``o``'s
+    device, laid out to take no memory (expanded) where the kernel only reads them."""
     from thunder.tracing.views import _to_shadows, shadow
 
     target = shadow(o) if type(o) is TracingTensor else o
+    with torch._C.DisableTorchFunction():
+        meta_args, meta_rest = _to_shadows(args), _to_shadows(rest)
+        _raise_out_dtype_error(func, meta_args, meta_rest, torch.empty(target.shape, dtype=target.dtype, device="meta"))
+        tensors = [t for t in tree_flatten((meta_args, meta_rest))[0] if isinstance(t, torch.Tensor)]
+        if sum(t.numel() for t in tensors) + target.numel() > _DEVICE_CHECK_ELEMENTS:
+            return
+        device = o.device
+
+        def zeros(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            return torch.zeros((), dtype=t.dtype, device=device).expand(t.shape)
+
+        real_args, real_rest = tree_map(zeros, (meta_args, meta_rest))
+        _raise_out_dtype_error(func, real_args, real_rest, torch.empty(target.shape, dtype=target.dtype, device=device))
+
+
+def _raise_out_dtype_error(func, args, rest, out) -> None:
     try:
-        with torch._C.DisableTorchFunction():
-            meta_out = torch.empty(target.shape, dtype=target.dtype, device="meta")
-            func(*_to_shadows(args), **_to_shadows(rest), out=meta_out)
+        func(*args, **rest, out=out)
     except RuntimeError as e:
-        if "Expected out tensor to have dtype" in str(e):
-            raise RuntimeError(f"{e}\n  {describe_location(user_frame(3))}") from None
-    except Exception:
-        pass  # (no meta kernel: the dtype is not refused here)
+        if any(m in str(e) for m in _OUT_DTYPE_ERRORS):
+            raise RuntimeError(f"{e}\n  {describe_location(user_frame(4))}") from None
+    except Exception:  # noqa: BLE001, S110  (no kernel for these arguments: the dtype is not refused here)
+        pass

@@ -49,13 +49,9 @@ class StaleSaves:
         for node, message, where in self.raising:
             if node.name not in seen:
                 seen.add(node.name)
-                out.append(
-                    (
-                        node.name,
-                        f"{message} (eager's backward raises this too)\n  {describe_location(*where)}",
-                        RuntimeError,
-                    )
-                )
+                # (eager's error, or thunder's own refusal of a gradient it would not compute as eager does)
+                also = "" if message.startswith("thunder.jit") else " (eager's backward raises this too)"
+                out.append((node.name, f"{message}{also}\n  {describe_location(*where)}", RuntimeError))
         for saver, saved, node, where in self.known:
             node = node.name
             stale = next((i for i, (w, c) in enumerate(saved) if _count(w) != c), None)

@@ -55,11 +55,14 @@ from thunder.tracing.fallback import (
 )
 from thunder.tracing.inplace_grad import (
     _HISTORY_KEEPING_UPDATES,
+    _LAYOUT_UPDATES,
     _func_name_of,
     _nondifferentiable_update,
     _still_requires_grad,
     _strip_inplace,
     comparison_operands_requiring_grad,
+    note_unrecorded_layout_change,
+    refuse_resize_requiring_grad,
 )
 from thunder.tracing.inplace_grad import (
     recorded_clone as recorded_clone,
@@ -70,7 +73,8 @@ from thunder.tracing.known_values import (
     KnownValues,
     check_index_tensor,
 )
-from thunder.tracing.multi_views import mark_multi_views
+from thunder.tracing.matmul_paths import unfolded_product_of_nothing
+from thunder.tracing.multi_views import mark_multi_views, refuse_rebased_use
 from thunder.tracing.numpy_arrays import FROM_ARRAY, TracedArray, array_of, tensor_of
 from thunder.tracing.out_arguments import call_with_out
 from thunder.tracing.restrided_gradients import note_restride_past_elements
@@ -192,6 +196,7 @@ class Tracer:
     def __init__(self, trace: TraceCtx, *, record_log: bool = True):
         self.trace = trace
         self.in_symbol = False
+        self.multi_view_read = False  # an output of unbind/split... was read since the last call (multi_views.py)
         self.log: list[tuple] | None = [] if record_log else None  # what was intercepted (interpreter_log_records)
         self._pending_name = None
         self._store_names: dict[tuple[int, int], str | None] = {}
@@ -270,13 +275,18 @@ class Tracer:
             # no_grad / enable_grad / set_grad_enabled: switch the mode for real (later calls see it; see _grad_mode)
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
+        if kwargs.get("requires_grad") is True:  # a factory's: a leaf requiring grad, as after requires_grad_()
+            made = self.handle(func, args, {**kwargs, "requires_grad": False})
+            return autograd_queries.requires_grad_in_place(self, made, True)
         if kwargs.get("out") is not None:  # computed, then written into out as eager (out_arguments.py)
-            return call_with_out(self.handle, func, args, kwargs)
+            return call_with_out(self.handle, func, *self._outside_as_stand_ins(args, kwargs))  # (a global's grad too)
         if func in INDEX_TENSOR_ARGUMENTS:
             args, kwargs = self._read_index_tensor(func, args, kwargs)
         args, kwargs = eager_arguments(func, args, kwargs)
         # (before the checks that read the arguments' layout: a view of a transposed global, a global's product)
         args, kwargs = self._outside_as_stand_ins(args, kwargs)
+        if unfolded_product_of_nothing(func, args, kwargs):  # (eager's bmm: no dtype check, b's dtype)
+            args = (self.handle(T.to, (args[0], args[1].dtype), {}), args[1])
         if (folded := matmul_returning_a_view(func, args, kwargs)) is not None:
             a, b = folded  # as eager computes it: (b.mT @ a.t()).mT, a view of the product
             product = self.handle(
@@ -374,6 +384,8 @@ class Tracer:
         scope = trace.scopes[-1]  # the program, or a custom autograd.Function's backward being traced
         # unwrapping may re-derive views (recorded symbols a fallback below must not delete)
         uargs, ukwargs = self._unwrap_inputs(args), self._unwrap_inputs(kwargs)
+        if self.multi_view_read:  # (eager refuses the history of one whose base was updated: refuse_rebased_use)
+            refuse_rebased_use(self, func, args, kwargs)
         start = len(scope)
         fell_back = mapped is None
         if mapped is None:
@@ -577,6 +589,8 @@ class Tracer:
                 "function was stored in an object that outlives the call (for example a cache that allocates "
                 "its buffers lazily on first use). Create such tensors before calling the jitted function."
             )
+        if x._tt_multi_view is not None or x._tt_unrecorded_layout is not None:
+            self.multi_view_read = True
         return x._thunder_proxy
 
     def _inplace(self, func, op: InplaceOp, args, uargs, ukwargs, kwargs=None):
@@ -622,9 +636,13 @@ class Tracer:
                     f"output with shape {list(hints(wrapper._tt_value.shape))} doesn't match the broadcast shape "
                     f"{list(hints(value.shape))} (in {_func_name(func)})\n  {where}"
                 )
-            # (an update of the values, not of the sizes: t_, resize_; eager lets a non-differentiable logical op
-            # update a leaf that requires grad, as autograd does not record it)
-            if same_shape(value.shape, wrapper._tt_value.shape) and _func_name_of(func) not in _HISTORY_KEEPING_UPDATES:
+            # (an update of the values or of the layout (unsqueeze_, as_strided_), not a resize; eager lets a
+            # non-differentiable logical op update a leaf that requires grad, as autograd does not record it)
+            name = _func_name_of(func)
+            refuse_resize_requiring_grad(name, wrapper)
+            if name in _LAYOUT_UPDATES or (
+                same_shape(value.shape, wrapper._tt_value.shape) and name not in _HISTORY_KEEPING_UPDATES
+            ):
                 _refuse_update_of_grad_leaf(func, wrapper)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
@@ -877,6 +895,7 @@ class Tracer:
         (``_tt_former``); for an input that root is also what the program writes back into the caller's
         tensor, which gets its new layout after the call (``thunder/tracing/layout_updates.py``).
         """
+        note_unrecorded_layout_change(_func_name_of(func), wrapper)  # (refused where its history is read)
         if self.before_layout_change is not None:
             self.before_layout_change()
             self.before_layout_change = None

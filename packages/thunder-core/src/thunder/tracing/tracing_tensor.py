@@ -52,6 +52,8 @@ class TracingTensor(torch.Tensor):
     _tt_counter = None  # [eager's bumps of its version counter while tracing], shared by views (version_counters)
     _tt_counter_of = None  # the arguments of the view op that made it, until its counter is decided
     _tt_leaf_view = False  # a view made without grad of a tensor requiring grad: a leaf that requires grad
+    _tt_out_resize = False  # being resized as an out= tensor (by the kernel, not autograd's resize_: out_arguments.py)
+    _tt_unrecorded_layout = None  # the line that changed its layout in place under no_grad, requiring grad
     _tt_multi_view = None  # (op name, output index): an output of a view op returning several views (x.unbind())
     _tt_made_leaf = None  # the user's line of the requires_grad_() that made this computed tensor a leaf requiring grad
     _tt_inference = False  # an input that is an inference tensor (updated in place under inference_mode only)

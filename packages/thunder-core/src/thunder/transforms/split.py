@@ -7,6 +7,7 @@ PyTorch autograd connects them: outputs carry a ``ThunderFunctionBackward`` grad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -465,16 +466,13 @@ class ThunderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, forward_fn, backward_fn, non_differentiable, dirty, *inputs):
         outputs, saved = forward_fn(*inputs)
-        if dirty:
-            # a saved view of an argument was made here, under no_grad: once the write-back or _record_view_updates
-            # bumps the counter it shares with an updated argument (an empty view of the same base, which the
-            # prologue does not group), autograd refuses to unpack it ("a view was created in no_grad mode ...").
-            # Detached, it keeps the counter (a later update still makes eager's backward refuse) and no view history
-            saved = [v.detach() if isinstance(v, torch.Tensor) and v._base is not None else v for v in saved]
         ctx.backward_fn = backward_fn
         if backward_fn.__class__ is _PrunedBackwards:
             # outputs that receive no gradient get None (not zeros): the backward leaves their branches out, as eager
             ctx.set_materialize_grads(False)
+            if backward_fn.symbolic:
+                # (a backward that cannot be pruned seeds zeros of the sizes this call's outputs have)
+                ctx.backward_fn = backward_fn.of_sizes(tuple(outputs[i].shape for i in backward_fn.seeded))
         # symbolic sizes the backward reads are saved as numbers beside the tensors
         numbers = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
         ctx.saved_numbers = numbers
@@ -546,10 +544,13 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
         for i, p in enumerate(fb.output_proxies)
         if isinstance(p, TensorProxy) and (not _differentiable(p) or p.name in fb.non_differentiable)
     )
-    if build_backward is not None and fb.seeded and all(_static(fb.output_proxies[i]) for i in fb.seeded):
+    if build_backward is not None and fb.seeded:
         backward_fn = _PrunedBackwards(backward_fn, fb, build_backward, fb.backward_error)
     elif fb.backward_error is not None:
         backward_fn = _raising(backward_fn, *fb.backward_error)
+    record = fb.forward.tags.get("aliasing")
+    if fb.dirty or (record is not None and record.updates):
+        forward_fn = _saving_detached_views(forward_fn)
     if any("grad_source" in b.sym.tags for b in fb.forward.bound_symbols):
         if backward_fn.__class__ is _PrunedBackwards:
             backward_fn.given_none = False  # (wrapped: autograd materialises the zeros, see ThunderFunction)
@@ -596,6 +597,25 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
     return computation
 
 
+def _saving_detached_views(forward_fn):
+    """``forward_fn`` of a program that writes an argument in place, saving its views of arguments detached.
+
+    Such a view is made inside ``ThunderFunction.forward``, under no_grad: once the write-back (also of an update
+    eager made under no_grad) or ``_record_view_updates`` bumps the counter it shares with an updated argument (an
+    empty view of the same base, which the prologue does not group), autograd refuses to unpack it ("a view was
+    created in no_grad mode ..."). Detached, it keeps the counter (a later update still makes eager's backward
+    refuse) and has no view history."""
+
+    def forward(*inputs):
+        outputs, saved = forward_fn(*inputs)
+        return outputs, [v.detach() if isinstance(v, torch.Tensor) and v._base is not None else v for v in saved]
+
+    return forward
+
+
+_UNBUILT = object()  # (a set of absent outputs whose backward was not built yet)
+
+
 class _PrunedBackwards:
     """The backward of one program for every set of outputs that receive no gradient (autograd gives them None).
 
@@ -610,9 +630,14 @@ class _PrunedBackwards:
         self.seeded = fb.seeded
         self.outputs = fb.output_proxies
         self.build = build
-        self.variants: dict[frozenset, object] = {}
+        self.variants: dict[frozenset, Callable | None] = {}
+        self.symbolic = not all(_static(fb.output_proxies[i]) for i in fb.seeded)
 
-    def __call__(self, saved, cotangents):
+    def of_sizes(self, sizes: tuple) -> Callable:
+        """This backward for one call whose seeded outputs have ``sizes`` (in ``seeded``'s order)."""
+        return lambda saved, cotangents: self(saved, cotangents, sizes)
+
+    def __call__(self, saved, cotangents, sizes=None):
         if self.error is not None:
             # (the outputs not differentiated come as None: every cotangent given is the caller's, zeros too)
             _raise_if_reached(cotangents, *self.error, zeros_reach=self.given_none)
@@ -622,18 +647,20 @@ class _PrunedBackwards:
         else:
             return self.full(saved, cotangents)
         absent = frozenset(i for i in self.seeded if cotangents[i] is None)
-        fn = self.variants.get(absent)
+        fn = self.variants.get(absent, _UNBUILT)
+        if fn is _UNBUILT:
+            fn = self.variants[absent] = self.build(absent)
         if fn is None:
-            built = self.build(absent)
-            fn = self.variants[absent] = self._with_zeros if built is None else built
+            return self._with_zeros(saved, cotangents, sizes)
         return fn(saved, cotangents)
 
-    def _with_zeros(self, saved, cotangents):
+    def _with_zeros(self, saved, cotangents, sizes):
         cotangents = list(cotangents)
-        for i in self.seeded:
+        for k, i in enumerate(self.seeded):
             if cotangents[i] is None:
                 p = self.outputs[i]
-                cotangents[i] = torch.zeros(tuple(p.shape), dtype=p.dtype.torch_dtype, device=to_torch_device(p.device))
+                shape = tuple(p.shape) if sizes is None else sizes[k]
+                cotangents[i] = torch.zeros(shape, dtype=p.dtype.torch_dtype, device=to_torch_device(p.device))
         return self.full(saved, cotangents)
 
 
