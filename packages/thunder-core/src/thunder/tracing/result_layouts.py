@@ -25,6 +25,7 @@ from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbolic import hints
 from thunder.tracing.hidden_bases import VIEWS_OF_INTERNAL_RESULTS, eager_view_shadow
 from thunder.tracing.layout_memo import layout_run
+from thunder.tracing.pointwise_layout import pointwise_strides
 from thunder.tracing.tracing_tensor import TracingTensor
 from thunder.tracing.views import _SAME_ORDER_VIEWS, DeferredMetaRun, _storage_id, shadow
 
@@ -42,8 +43,24 @@ def _layout_kind(w: TracingTensor) -> bool:
     m = w._tt_meta
     if m is None:
         t = w._tt_layout_of  # an input whose shadow is not made yet: the caller's tensor
-        return t is not None and not t.is_contiguous()
-    return not m.is_contiguous()
+        return t is not None and not _row_major(t)
+    return not _row_major(m)
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """Whether ``t`` has a new contiguous tensor's strides, its size-1 dimensions' too: eager's pointwise kernels
+    keep an argument's order of those (``pointwise_layout.py``), which ``stride()`` reads."""
+    if not t.is_contiguous():
+        return False
+    shape = t.shape
+    if 1 not in shape and 0 not in shape:
+        return True
+    step = 1
+    for n, k in zip(reversed(t.shape), reversed(t.stride())):
+        if k != step:
+            return False
+        step *= max(n, 1)
+    return True
 
 
 def _same_order_view_of_contiguous(pending) -> bool:
@@ -180,6 +197,10 @@ class PendingLayout(DeferredMetaRun):
             for i, (w, m) in enumerate(zip(outs, mout)):
                 if not isinstance(m, torch.Tensor):
                     continue
+                if len(mout) == 1:  # (eager's CPU kernel lays a pointwise result out otherwise than meta's)
+                    strides = pointwise_strides(self.func, self.args, self.kwargs, m)
+                    if strides is not None and strides != m.stride():
+                        m = torch.empty_strided(m.shape, strides, dtype=m.dtype, device="meta")
                 if (
                     hidden
                     and m._base is not None
@@ -192,7 +213,7 @@ class PendingLayout(DeferredMetaRun):
                     p = w._tt_value
                     if m.dtype == p.dtype.torch_dtype and tuple(m.shape) == hints(p.shape):
                         w._tt_meta = m
-                if m.is_contiguous():
+                if _row_major(m):
                     continue
                 # a storage of its own with eager's strides (the result is not a view of an argument: its
                 # symbol says so, whatever the meta kernel shares)
