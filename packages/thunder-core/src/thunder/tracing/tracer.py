@@ -31,6 +31,7 @@ from thunder.tracing.attention_kernels import eager_attention_kernel, enabled_ke
 from thunder.tracing.autocast import any_autocast_enabled, autocast_policy
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.autograd_queries import AUTOGRAD_QUERIES, AUTOGRAD_UPDATES
+from thunder.tracing.dtype_support import refuse_unsupported_dtypes
 from thunder.tracing.errors import (
     DataDependentControlFlowError,
     TracingError,
@@ -407,6 +408,8 @@ class Tracer:
             uargs, ukwargs, inplace_kw = _strip_inplace(mapped.inplace_param, uargs, ukwargs)
         self.in_symbol = True
         try:
+            if not isinstance(func, Symbol):  # (eager's dtype refusals at this line: dtype_support.py)
+                refuse_unsupported_dtypes(func, args, kwargs)
             if any_autocast_enabled():  # checked per call: user code may enter torch.autocast itself
                 self.autocast = True
                 uargs, ukwargs = autocast_policy(func, uargs, ukwargs)

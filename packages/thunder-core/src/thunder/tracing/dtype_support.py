@@ -1,0 +1,97 @@
+"""Eager's refusal of an op on a dtype its CPU kernel lacks, raised where the op is traced.
+
+``torch.abs`` of a bool tensor, ``F.gelu`` of one, ``relu`` of a bool or ``-`` of a bool tensor raise in eager
+("not implemented for 'Bool'", "... is not supported"), whether or not their result is used. Thunder learns an op's
+result from its metadata and drops computations nothing uses: without this check, an unused one ran where eager
+raised, and a used one raised only when the program ran, away from the user's line.
+
+So the first call of an op with an argument that is not floating point (bool, integer, complex) on the CPU is run
+once on tiny tensors of the same dtypes (one element per dimension, none where the argument has none: an empty
+tensor's call never reaches the kernel's dtype switch), and eager's dtype refusal is raised at the user's line. The
+answer is remembered per op, argument dtypes and plain values. The random number generator's state is put back
+after the probe.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import torch
+
+from thunder.core.pytree import tree_leaves, tree_map
+from thunder.core.symbolic import hints
+
+__all__ = ["refuse_unsupported_dtypes"]
+
+_PLAIN = (bool, int, float, str, type(None), torch.dtype)
+# eager's wording for a kernel without the dtype: the dispatch macro's, and the explicit checks of -, relu, ...
+_REFUSAL = re.compile(r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)")
+_LIMIT = 4096
+_answers: dict[tuple, Exception | None] = {}
+
+
+def refuse_unsupported_dtypes(func, args, kwargs) -> None:
+    """Raises eager's error where ``func`` refuses its arguments' dtypes on the CPU (see the module docstring).
+    ``args`` and ``kwargs``: the tracing stand-ins as the user passed them."""
+    with torch._C.DisableTorchFunction():
+        if not any(map(_suspect, args)) and not any(map(_suspect, kwargs.values())):
+            return  # (floating-point tensors and numbers only: most calls)
+        leaves = tree_leaves((args, kwargs))
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        if not tensors or all(t.is_floating_point() for t in tensors):
+            return
+        if any(t.device.type != "cpu" for t in tensors) or any(
+            not isinstance(x, (torch.Tensor, *_PLAIN)) for x in leaves
+        ):
+            return
+        key = (
+            func,
+            tuple(
+                (x.dtype, x.dim(), 0 in hints(x.shape)) if isinstance(x, torch.Tensor) else (type(x), x) for x in leaves
+            ),
+            tuple(kwargs),
+        )
+        try:
+            error = _answers.get(key, False)
+        except TypeError:  # (an unhashable value)
+            return
+        if error is False:
+            error = _probe(func, args, kwargs)
+            if len(_answers) >= _LIMIT:
+                _answers.clear()
+            _answers[key] = error
+    if error is not None:
+        raise type(error)(str(error))
+
+
+def _suspect(x) -> bool:
+    """Whether ``x`` is, or a list or tuple holding, a tensor that is not floating point."""
+    if isinstance(x, torch.Tensor):
+        return not x.is_floating_point()
+    if type(x) in (tuple, list):
+        return any(isinstance(y, torch.Tensor) and not y.is_floating_point() for y in x)
+    return False
+
+
+def _tiny(x):
+    if not isinstance(x, torch.Tensor):
+        return x
+    shape = [0 if n == 0 else 1 for n in hints(x.shape)]
+    return torch.zeros(shape, dtype=x.dtype)
+
+
+def _probe(func, args, kwargs) -> Exception | None:
+    state = torch.get_rng_state()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func(*tree_map(_tiny, args), **tree_map(_tiny, kwargs))
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        message = str(e).split("\n")[0]
+        return e if _REFUSAL.search(message) else None
+    except Exception:  # noqa: BLE001 - any other failure of the probe says nothing about dtypes
+        return None
+    finally:
+        torch.set_rng_state(state)
+    return None
