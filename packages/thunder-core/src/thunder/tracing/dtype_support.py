@@ -27,6 +27,7 @@ __all__ = ["refuse_unsupported_dtypes"]
 _PLAIN = (bool, int, float, str, type(None), torch.dtype)
 # eager's wording for a kernel without the dtype: the dispatch macro's, and the explicit checks of -, relu, ...
 _REFUSAL = re.compile(r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)")
+_SKIPPED = re.compile(r"dropout|attention|generator|rand|bernoulli|multinomial|normal|uniform")
 _LIMIT = 4096
 _answers: dict[tuple, Exception | None] = {}
 
@@ -37,6 +38,10 @@ def refuse_unsupported_dtypes(func, args, kwargs) -> None:
     with torch._C.DisableTorchFunction():
         if not any(map(_suspect, args)) and not any(map(_suspect, kwargs.values())):
             return  # (floating-point tensors and numbers only: most calls)
+        if _SKIPPED.search(getattr(func, "__name__", "")) or any(_SKIPPED.search(k) for k in kwargs):
+            return  # (random draws and attention: their kernels are chosen and checked elsewhere)
+        if torch._C._are_functorch_transforms_active():
+            return  # (inside torch.vmap: the probe's plain calls would run at the transform's level)
         leaves = tree_leaves((args, kwargs))
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         if not tensors or all(t.is_floating_point() for t in tensors):

@@ -408,7 +408,7 @@ class Tracer:
             uargs, ukwargs, inplace_kw = _strip_inplace(mapped.inplace_param, uargs, ukwargs)
         self.in_symbol = True
         try:
-            if not isinstance(func, Symbol):  # (eager's dtype refusals at this line: dtype_support.py)
+            if not (fell_back or vmap_active[0] or isinstance(func, Symbol)):  # (eager's: dtype_support.py)
                 refuse_unsupported_dtypes(func, args, kwargs)
             if any_autocast_enabled():  # checked per call: user code may enter torch.autocast itself
                 self.autocast = True
