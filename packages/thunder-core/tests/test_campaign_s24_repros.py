@@ -529,3 +529,16 @@ def test_layout_change_without_grad_of_a_detached_tensor_or_a_view_nobody_reads_
         return x * 2, y * 1
 
     assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0], [1.5, 2.0]], requires_grad=True),))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        # a view taken under no_grad does not require grad; restriding it there keeps it so
+        lambda x: torch.no_grad()(lambda: x.t().t_() * 3)(),
+        lambda x: torch.no_grad()(lambda: x[0].unsqueeze_(0) + 1)(),
+        lambda x: (torch.no_grad()(lambda: x.detach().t_())() * x.sum(),),
+    ],
+)
+def test_layout_change_without_grad_of_a_view_taken_without_grad_does_not_require_grad(fn):
+    assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0, 2.0], [1.5, 2.0, 0.25]], requires_grad=True),))

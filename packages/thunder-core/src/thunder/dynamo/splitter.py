@@ -27,7 +27,7 @@ from torch.fx.passes.split_module import split_module
 from thunder.dynamo.report import SplitReason, location_from_stack_trace
 from thunder.torch.registry import torch_to_thunder
 from thunder.tracing.known_values import value_candidates
-from thunder.tracing.tracer import _METADATA, _NONE_ATTRIBUTES  # what the tracer answers without recording
+from thunder.tracing.tracing_tensor import _METADATA, _NONE_ATTRIBUTES  # what the tracer answers without recording
 
 __all__ = ["GLOBAL_STATE_FUNCTIONS", "NodeSupport", "node_support", "split_graph"]
 

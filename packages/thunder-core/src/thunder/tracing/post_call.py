@@ -38,8 +38,10 @@ from thunder.tracing.hidden_bases import (
     hidden_base_view,
     return_hidden_base_views,
 )
+from thunder.tracing.inplace_grad import recorded_clone
 from thunder.tracing.multi_views import rebased_multi_view
-from thunder.tracing.tracer import TracingTensor, _storage_id, input_shadow, recorded_clone, shadow, view_of
+from thunder.tracing.tracing_tensor import TracingTensor
+from thunder.tracing.views import _storage_id, input_shadow, shadow, view_of
 
 __all__ = ["PostCall", "ReturnedView", "ViewOfResult"]
 

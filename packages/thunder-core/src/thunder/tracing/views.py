@@ -12,7 +12,7 @@ from thunder.core import dtypes
 from thunder.core.aliasing import may_return_alias, returns_view_of_first_argument
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import ATOMIC_TYPES, Symbol
-from thunder.core.symbolic import hint, hints, known, specialize
+from thunder.core.symbolic import hint, hints, specialize
 from thunder.tracing.autograd_function import _no_grad_update
 from thunder.tracing.errors import (
     TracingError,
@@ -924,28 +924,3 @@ def _write_view(base: TensorProxy, steps, value: TensorProxy) -> TensorProxy:
     flat_val = clang.reshape(clang.expand(value, vidx.shape), (m,))
     out = prims.scatter(clang.reshape(base, (n,)), flat_idx, flat_val, 0)
     return clang.reshape(out, base.shape)
-
-
-_MATMULS = frozenset((torch.matmul, T.matmul, T.__matmul__))
-
-
-def matmul_returning_a_view(func, args, kwargs) -> tuple[TracingTensor, TracingTensor] | None:
-    """``(a, b)`` when eager's ``a @ b`` returns a transposed view of a result of its own: a 2-d ``a`` whose
-    ``requires_grad`` is set times a batch ``b`` is computed as ``(b.mT @ a.t()).mT`` (PyTorch folds the batch
-    into one matrix product), and the view is kept where it is contiguous (an empty result, or a result with one
-    row or one column per matrix). The program then computes it so (its tensors inside do not require grad, so
-    PyTorch would not fold there); None for every other product, and for sizes known only when the program runs."""
-    if func not in _MATMULS or kwargs or len(args) != 2:
-        return None
-    a, b = args
-    if type(a) is not TracingTensor or type(b) is not TracingTensor:
-        return None
-    pa, pb = a._thunder_proxy, b._thunder_proxy
-    if pa.ndim != 2 or pb.ndim < 3 or not pa.requires_grad:
-        return None
-    if not known(pa.shape[1] == pb.shape[-2]):
-        return None  # (eager's error for mismatched sizes comes from the product itself)
-    # (symbolic sizes: the relations the answer rests on are guarded, as any the trace reads)
-    n, p = pa.shape[0], pb.shape[-1]
-    empty = known(n == 0) or known(p == 0) or any(known(s == 0) for s in pb.shape[:-2])
-    return (a, b) if empty or known(n == 1) or known(p == 1) else None

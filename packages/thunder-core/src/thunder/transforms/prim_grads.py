@@ -88,7 +88,7 @@ _unary(prims.lgamma, lambda a, out, g: M(g, ltorch.digamma(a)))
 
 
 def _trigamma(a):
-    from thunder.tracing.tracer import fallback_symbol  # polygamma has no torch-language symbol
+    from thunder.tracing.fallback import fallback_symbol  # polygamma has no torch-language symbol
 
     return fallback_symbol(torch.polygamma)(1, a)
 

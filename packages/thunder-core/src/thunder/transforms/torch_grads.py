@@ -54,7 +54,7 @@ def _dropout_grad(a, p: float = 0.5, training: bool = True, inplace: bool = Fals
         out = ltorch.dropout(a, p, training)
         put_grad(a, get_grad(out) if p != 1.0 or not training else zeros_like(a))
         return out
-    from thunder.tracing.tracer import fallback_symbol
+    from thunder.tracing.fallback import fallback_symbol
 
     out, mask = fallback_symbol(torch.native_dropout)(a, p, True)
     put_grad(a, ltorch.mul(ltorch.mul(get_grad(out), mask), 1.0 / (1.0 - p)))
@@ -499,7 +499,7 @@ def _cross_entropy_grad(
     class_dim = 0 if a.ndim == 1 else 1
     logp = ltorch.log_softmax(a, class_dim)
     if a.ndim <= 2:  # eager's kernel pair, which also returns the count of targets not ignored
-        from thunder.tracing.tracer import fallback_symbol
+        from thunder.tracing.fallback import fallback_symbol
 
         enum = _REDUCTION_ENUM[reduction]
         loss, total_weight = fallback_symbol(torch.ops.aten.nll_loss_forward.default)(
