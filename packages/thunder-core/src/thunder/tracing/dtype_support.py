@@ -44,8 +44,6 @@ def refuse_unsupported_dtypes(func, args, kwargs) -> None:
             return  # (inside torch.vmap: the probe's plain calls would run at the transform's level)
         leaves = tree_leaves((args, kwargs))
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-        if not tensors or all(t.is_floating_point() for t in tensors):
-            return
         if any(t.device.type != "cpu" for t in tensors) or any(
             not isinstance(x, (torch.Tensor, *_PLAIN)) for x in leaves
         ):

@@ -17,6 +17,7 @@ import torch
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol, flat_proxies
+from thunder.tracing.storage_geometry import dense_layout, extent
 
 __all__ = ["partial_overlap_error", "overlapping_inputs", "refuse_full_overlap", "update_on_storage"]
 
@@ -39,19 +40,10 @@ def _positions(m: torch.Tensor) -> set[int] | None:
         return set(torch.as_strided(torch.arange(end), m.shape, m.stride(), m.storage_offset()).reshape(-1).tolist())
 
 
-def _dense(m: torch.Tensor) -> bool:
-    """Whether ``m``'s elements fill a memory range without gaps or repeats (ATen's non-overlapping and dense)."""
-    expected = 1
-    for n, s in sorted(((n, s) for n, s in zip(m.shape, m.stride()) if n != 1), key=lambda d: d[1]):
-        if s != expected:
-            return False
-        expected *= n
-    return True
-
-
 def _span(m: torch.Tensor) -> tuple[int, int]:
-    start = m.storage_offset() + sum((n - 1) * s for n, s in zip(m.shape, m.stride()) if s < 0)
-    return start, start + 1 + sum((n - 1) * abs(s) for n, s in zip(m.shape, m.stride()))
+    """The storage positions ``m`` (not empty) reads lie in ``range(*_span(m))``."""
+    first, last = extent(m)
+    return first, last + 1
 
 
 def partial_overlap_error(func_name: str) -> RuntimeError:
@@ -96,7 +88,7 @@ def overlapping_inputs(
             (a0, a1), (b0, b1) = _span(dst), _span(m)
             if a1 <= b0 or b1 <= a0:
                 continue
-            if _dense(dst) and _dense(m):
+            if dense_layout(dst.shape, dst.stride()) and dense_layout(m.shape, m.stride()):
                 raise partial_overlap_error(func_name)
             pd, pm = _positions(dst), _positions(m)
             if pd is None or pm is None or pd & pm:

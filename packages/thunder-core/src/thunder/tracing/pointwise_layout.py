@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from thunder.tracing.storage_geometry import dense_layout
+
 __all__ = ["POINTWISE", "pointwise_strides"]
 
 # ops whose result TensorIterator lays out, each operand a tensor or a number (a Python number is an operand of
@@ -94,7 +96,7 @@ def _strides(layouts: list[tuple[tuple, tuple]], shape: tuple[int, ...]) -> tupl
             return _contiguous_strides(shape)
         if ndim == 4 and all(_channels_last(s, st) for s, st in layouts):
             return _in_order(shape, [1, 3, 2, 0])
-        if len({tuple(st) for _, st in layouts}) == 1 and _dense(shape, layouts[0][1]):
+        if len({tuple(st) for _, st in layouts}) == 1 and dense_layout(shape, layouts[0][1]):
             return tuple(layouts[0][1])
     strides = []
     for s, st in layouts:
@@ -161,14 +163,4 @@ def _channels_last(shape, stride) -> bool:
             if stride[d] != expected:
                 return False
             expected *= shape[d]
-    return True
-
-
-def _dense(shape, stride) -> bool:
-    """ATen's non-overlapping and dense: the elements fill a range without gaps or repeats."""
-    expected = 1
-    for n, k in sorted(((n, k) for n, k in zip(shape, stride) if n != 1), key=lambda d: d[1]):
-        if k != expected:
-            return False
-        expected *= n
     return True

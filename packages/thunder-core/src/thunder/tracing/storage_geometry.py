@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["positions", "reads_past", "spans_its_storage", "storage_elements"]
+__all__ = ["dense_layout", "extent", "positions", "reads_past", "spans_its_storage", "storage_elements"]
 
 
 def storage_elements(m: torch.Tensor) -> int:
@@ -28,23 +28,24 @@ def reads_past(m: torch.Tensor, own: torch.Tensor) -> bool:
     """Whether ``m`` reads storage elements that ``own`` (a view of the same storage) does not hold."""
     if m.numel() == 0:
         return False
-    if _fills_a_range(own):  # (compare the ranges)
-        (start, end), (first, last) = _extent(own), _extent(m)
+    if dense_layout(own.shape, own.stride()):  # (compare the ranges)
+        (start, end), (first, last) = extent(own), extent(m)
         return first < start or last > end
     return not positions(m) <= positions(own)
 
 
-def _fills_a_range(m: torch.Tensor) -> bool:
-    """Whether ``m``'s elements fill a range of its storage without gaps or repeats."""
+def dense_layout(shape, stride) -> bool:
+    """Whether a layout's elements fill a range of memory without gaps or repeats (ATen's non-overlapping and
+    dense; the size-1 dimensions' strides do not count)."""
     expected = 1
-    for n, s in sorted(((n, abs(s)) for n, s in zip(m.shape, m.stride()) if n != 1), key=lambda d: d[1]):
+    for n, s in sorted(((n, s) for n, s in zip(shape, stride) if n != 1), key=lambda d: d[1]):
         if s != expected:
             return False
         expected *= n
     return True
 
 
-def _extent(m: torch.Tensor) -> tuple[int, int]:
+def extent(m: torch.Tensor) -> tuple[int, int]:
     """The first and last storage positions ``m`` (not empty) reads."""
     low = sum((n - 1) * s for n, s in zip(m.shape, m.stride()) if s < 0)
     high = sum((n - 1) * s for n, s in zip(m.shape, m.stride()) if s > 0)
