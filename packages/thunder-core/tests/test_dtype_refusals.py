@@ -66,3 +66,18 @@ def test_the_probe_leaves_the_random_generator_alone():
     expected = fn(i)
     torch.manual_seed(0)
     torch.testing.assert_close(thunder.jit(fn)(i), expected)
+
+
+def test_the_probe_records_nothing_into_the_program():
+    # (a probe that read the generator through torch.get_rng_state recorded a get/set pair into every program with an
+    # integer op, a BatchNorm's num_batches_tracked += 1 among them: a side effect fusion regions cannot span)
+    def fn(x, n):
+        n.add_(1)
+        return x * 2
+
+    jfn = thunder.jit(fn)
+    n = torch.tensor(0)
+    jfn(torch.ones(3), n)
+    assert n.item() == 1
+    names = [b.sym.name for b in thunder.last_traces(jfn)[-1].bound_symbols]
+    assert not [name for name in names if "rng" in name], names

@@ -85,7 +85,9 @@ def _tiny(x):
 
 
 def _probe(func, args, kwargs) -> Exception | None:
-    state = torch.get_rng_state()
+    # (the generator's own methods: torch.get_rng_state/set_rng_state are recorded into the program while tracing)
+    generator = torch.default_generator
+    state = generator.get_state()
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -96,5 +98,5 @@ def _probe(func, args, kwargs) -> Exception | None:
     except Exception:  # noqa: BLE001 - any other failure of the probe says nothing about dtypes
         return None
     finally:
-        torch.set_rng_state(state)
+        generator.set_state(state)
     return None
