@@ -178,6 +178,10 @@ class FusionExecutor(Executor):
     # then runs a new program unfused at once and swaps in its fused version when a background thread has
     # compiled the regions (``thunder.jit(..., fusion="background")``, see thunder.executors.tiers).
     compiles_slowly: bool = False
+    # The program's write-back of a new value a region computes into an argument it updates (a BatchNorm's running
+    # statistics) may be done by the region itself, as its last operation (thunder.executors.fusion._WriteBacks): the
+    # region then writes that argument in place, and its callable must write the very tensor it is given.
+    fuses_write_backs: bool = False
 
     def can_fuse(self, bsym) -> bool:
         """Whether ``bsym`` can be part of one of this executor's regions."""

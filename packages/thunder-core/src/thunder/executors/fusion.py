@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 from thunder.core import prims
 from thunder.core.dce import has_side_effects
-from thunder.core.proxies import Proxy
+from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
 from thunder.executors.passes import BOXED_TAG, EXECUTORS_TAG, boxed_region_call, claim_bound_symbols, fusion_claims
 
@@ -205,17 +206,23 @@ def fusion_pass(trace: TraceCtx, executor) -> TraceCtx:
             used_later[k] = names
 
         others = [ex for ex in trace.tags.get(EXECUTORS_TAG, ()) if ex is not executor]
+        write_backs = _WriteBacks(trace, nodes) if executor.fuses_write_backs else None
         out: list[BoundSymbol] = []
         for k, node in enumerate(nodes):
             if not is_member(node[0]):
-                out.extend(node)
+                if write_backs is None or not write_backs.absorbed(node[0]):
+                    out.extend(node)
                 continue
             if not executor.worth_fusing(node):
                 if not others:
                     raise RuntimeError(f"{executor.name}: a region is too small to fuse and no other executor is known")
                 out.extend(claim_bound_symbols(node, others, new))
                 continue
-            inputs, outputs = _region_io(node, used_later[k + 1])
+            used_after = used_later[k + 1]
+            if write_backs is not None and (copies := write_backs.absorb(k, node)):
+                node = [*node, *copies]
+                used_after = used_after - {c.args[0].name for c in copies}
+            inputs, outputs = _region_io(node, used_after)
             region = Region(node, inputs, outputs, new.make_name(executor.region_name))
             fn = executor.fuse_region(region)
             out.append(_region_bsym(region, fn, executor))
@@ -223,6 +230,68 @@ def fusion_pass(trace: TraceCtx, executor) -> TraceCtx:
         new.scopes = [new.bound_symbols]
         new.tags.pop("fusion_claims", None)
         return t.stamp(new)
+
+
+class _WriteBacks:
+    """The program's write-backs (``copy_(new, x)`` of a new value into an input ``x`` it updates, from its aliasing
+    record) that a region computing ``new`` can do itself, as its last operation: a BatchNorm's running statistics,
+    written in place by the fused kernel instead of returned and copied by the program after the call.
+
+    A write-back is absorbed where ``new`` is read by nothing but the write-back, ``x`` is the program's argument
+    (no other argument shares its storage) read by nothing but the region and the write-back, and the copy is plain
+    (same dtype, shape and device; ``x`` does not require grad), so that moving it into the region changes no value
+    any operation reads."""
+
+    def __init__(self, trace: TraceCtx, nodes: list[list[BoundSymbol]]):
+        record = trace.tags.get("aliasing")
+        updates = {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
+        arguments = {p.name for p in trace.args if isinstance(p, TensorProxy)}
+        self.nodes = nodes
+        self.users: dict[str, set[int]] = {}  # name -> the nodes reading it
+        for k, node in enumerate(nodes):
+            for bsym in node:
+                for p in bsym.flat_args:
+                    self.users.setdefault(p.name, set()).add(k)
+        self.candidates: dict[str, list[int]] = {}  # new value's name -> the nodes of its write-backs
+        for k, node in enumerate(nodes):
+            bsym = node[0]
+            if len(node) == 1 and _is_plain_copy(bsym) and (bsym.args[0].name, bsym.args[1].name) in updates:
+                if bsym.args[1].name in arguments:
+                    self.candidates.setdefault(bsym.args[0].name, []).append(k)
+        self._absorbed: set[int] = set()  # id() of the write-backs moved into regions
+
+    def absorb(self, k: int, region: list[BoundSymbol]) -> list[BoundSymbol]:
+        """The write-backs region ``k`` does itself (then left out where they stood)."""
+        copies = []
+        for bsym in region:
+            for p in bsym.flat_outs:
+                for j in self.candidates.get(p.name, ()):
+                    copy = self.nodes[j][0]
+                    new, dst = copy.args
+                    if not self.users.get(new.name, set()) <= {k, j} or not self.users.get(dst.name, set()) <= {k, j}:
+                        continue
+                    if any(self.users.get(o.name) for o in copy.flat_outs):
+                        continue
+                    copies.append(copy)
+                    self._absorbed.add(id(copy))
+        return copies
+
+    def absorbed(self, bsym: BoundSymbol) -> bool:
+        return id(bsym) in self._absorbed
+
+
+def _is_plain_copy(bsym: BoundSymbol) -> bool:
+    if bsym.sym.id != "torch::copy_" or len(bsym.args) != 2 or bsym.kwargs:
+        return False
+    new, dst = bsym.args
+    return (
+        isinstance(new, TensorProxy)
+        and isinstance(dst, TensorProxy)
+        and new.dtype == dst.dtype
+        and same_shape(new.shape, dst.shape)
+        and new.device == dst.device
+        and not dst.requires_grad
+    )
 
 
 def _region_bsym(region: Region, fn: Callable, executor) -> BoundSymbol:

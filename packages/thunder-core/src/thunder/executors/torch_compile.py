@@ -104,6 +104,7 @@ class TorchCompileExecutor(FusionExecutor):
 
     region_name = "torchCompile"
     compiles_slowly = True
+    fuses_write_backs = True  # (Inductor compiles a graph's writes into its inputs into its kernels)
     min_region_size = 2
 
     def __init__(
@@ -180,6 +181,9 @@ class TorchCompileExecutor(FusionExecutor):
         # graph at the peak of a 4-layer LitGPT training step)
         runnable = del_last_used(trace)
         fn = runnable.python_callable()
+        written = {b.args[1].name for b in region.bound_symbols if b.sym.id == "torch::copy_"}
+        # the inputs the region writes (its write-backs, thunder.executors.fusion): never copied for the graph
+        written_inputs = tuple(i for i, p in enumerate(region.inputs) if p.name in written)
         if self.compile_options != {"dynamic": False}:
             compiled = torch.compile(fn, **self.compile_options)
 
@@ -188,6 +192,8 @@ class TorchCompileExecutor(FusionExecutor):
             # cotangent expanded from a sum's gradient), and Dynamo guards on both. Detached contiguous inputs
             # let the code compiled from example inputs (thunder.jit's background compile) serve every call.
             def run_region(*args):
+                if not all(args[i].is_contiguous() for i in written_inputs):
+                    return fn(*args)  # (a contiguous copy of an input the region writes would take the write)
                 return compiled(*[_plain(a) if isinstance(a, torch.Tensor) else a for a in args])
 
             run_region.__wrapped__ = compiled
@@ -199,6 +205,7 @@ class TorchCompileExecutor(FusionExecutor):
                 static=static,
                 portable=inductor_subprocess.PortableFunction.of(fn, source),
                 symbolic_dims=None if static else _symbolic_dims(region.inputs),
+                written_inputs=written_inputs,
             )
         run_region.__thunder_trace__ = trace
         return run_region
@@ -248,8 +255,12 @@ class _InductorRegion:
         static: bool = False,
         portable: inductor_subprocess.PortableFunction | None = None,
         symbolic_dims: tuple | None = None,
+        written_inputs: tuple[int, ...] = (),
     ):
         self.fn = fn
+        # the positions of the inputs the region writes in place: a call where one is not contiguous runs the
+        # region's own torch operations (a graph is called with contiguous copies, which would take the write)
+        self.written_inputs = written_inputs
         self.static = static
         # a symbolic region's symbolic dimensions per input (``symbolic_graphs.compile_symbolic_graph``'s ``dynamic``)
         self.symbolic_dims = symbolic_dims
@@ -271,6 +282,9 @@ class _InductorRegion:
         """The call with the inputs in a list, which the compiled graph empties: each input the caller no longer
         holds (the program deletes those it used last here before the call) is freed after the graph's last use of
         it, as eager frees it after its last operation (``passes.boxed_region_call``)."""
+        for i in self.written_inputs:
+            if not args[i].is_contiguous():
+                return self.fn(*args)
         graph = self._graph
         if graph is not None and not torch.is_grad_enabled():
             for a in args:
