@@ -29,7 +29,9 @@ docs/extending.md, "Which regions torch_compile compiles"):
   ``ALWAYS_FUSE_OPS``, 4): a compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from
   64 elements (``benchmarks/fusion_payoff.py``); a tiny HF Llama's decode step, one region then, takes 0.72 ms a
   token against 1.36 unfused (docs/extending.md);
-- side effects (in-place updates), random draws and opaque fallback operations stay out (below).
+- side effects (in-place updates), random draws and opaque fallback operations stay out (below), except the
+  program's write-backs into its arguments of values a region computes (BatchNorm's running statistics), which the
+  region does itself (``fuses_write_backs``, :class:`thunder.executors.fusion._WriteBacks`).
 
 Importing this module compiles nothing and does not import Inductor.
 """
