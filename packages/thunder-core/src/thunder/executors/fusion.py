@@ -31,9 +31,17 @@ from thunder.core import prims
 from thunder.core.dce import has_side_effects
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
-from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
-from thunder.executors.passes import BOXED_TAG, EXECUTORS_TAG, boxed_region_call, claim_bound_symbols, fusion_claims
+from thunder.executors.passes import (
+    BOXED_TAG,
+    EXECUTORS_TAG,
+    boxed_region_call,
+    claim_bound_symbols,
+    copies_as_is,
+    fusion_claims,
+    is_write_back,
+    updated_inputs,
+)
 
 __all__ = ["Region", "partition", "fusion_pass", "region_trace"]
 
@@ -243,8 +251,7 @@ class _WriteBacks:
     any operation reads."""
 
     def __init__(self, trace: TraceCtx, nodes: list[list[BoundSymbol]]):
-        record = trace.tags.get("aliasing")
-        updates = {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
+        updates = updated_inputs(trace)
         arguments = {p.name for p in trace.args if isinstance(p, TensorProxy)}
         self.nodes = nodes
         self.users: dict[str, set[int]] = {}  # name -> the nodes reading it
@@ -255,7 +262,12 @@ class _WriteBacks:
         self.candidates: dict[str, list[int]] = {}  # new value's name -> the nodes of its write-backs
         for k, node in enumerate(nodes):
             bsym = node[0]
-            if len(node) == 1 and _is_plain_copy(bsym) and (bsym.args[0].name, bsym.args[1].name) in updates:
+            if (
+                len(node) == 1
+                and is_write_back(bsym)
+                and copies_as_is(*bsym.args)
+                and (bsym.args[0].name, bsym.args[1].name) in updates
+            ):
                 if bsym.args[1].name in arguments:
                     self.candidates.setdefault(bsym.args[0].name, []).append(k)
         self._absorbed: set[int] = set()  # id() of the write-backs moved into regions
@@ -278,20 +290,6 @@ class _WriteBacks:
 
     def absorbed(self, bsym: BoundSymbol) -> bool:
         return id(bsym) in self._absorbed
-
-
-def _is_plain_copy(bsym: BoundSymbol) -> bool:
-    if bsym.sym.id != "torch::copy_" or len(bsym.args) != 2 or bsym.kwargs:
-        return False
-    new, dst = bsym.args
-    return (
-        isinstance(new, TensorProxy)
-        and isinstance(dst, TensorProxy)
-        and new.dtype == dst.dtype
-        and same_shape(new.shape, dst.shape)
-        and new.device == dst.device
-        and not dst.requires_grad
-    )
 
 
 def _region_bsym(region: Region, fn: Callable, executor) -> BoundSymbol:

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from thunder.core import prims
 from thunder.core.dce import eliminate_dead_code
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
+from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
 from thunder.executors.base import Executor, FusionExecutor
 
@@ -19,6 +21,9 @@ __all__ = [
     "boxed_region_call",
     "BOXED_TAG",
     "NoExecutorError",
+    "copies_as_is",
+    "is_write_back",
+    "updated_inputs",
 ]
 
 # the tag of a fused region's symbol whose callable has ``call_boxed`` (see boxed_region_call)
@@ -210,3 +215,28 @@ def _boxed_call(bsym: BoundSymbol, dead: list) -> BoundSymbol:
         python_printer=printer,
     )
     return bsym.from_bsym(sym=boxed)
+
+
+def updated_inputs(trace: TraceCtx) -> set[tuple[str, str]]:
+    """``(new value, input)`` name pairs of the inputs the program updates in place, from its aliasing record (the
+    write-backs ``copy_(new, input)``); a trace without one (built by hand) has none."""
+    record = trace.tags.get("aliasing")
+    return {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
+
+
+def is_write_back(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` is a claimed ``copy_(new, dst)`` (the form of the program's write-backs into its inputs)."""
+    return bsym.sym.id == "torch::copy_" and len(bsym.args) == 2 and not bsym.kwargs
+
+
+def copies_as_is(new, dst) -> bool:
+    """Whether copying ``new`` into ``dst`` only moves values: tensors of one dtype, shape and device (no cast, no
+    broadcast), into a ``dst`` that does not require grad."""
+    return (
+        isinstance(new, TensorProxy)
+        and isinstance(dst, TensorProxy)
+        and new.dtype == dst.dtype
+        and same_shape(new.shape, dst.shape)
+        and new.device == dst.device
+        and not dst.requires_grad
+    )

@@ -32,8 +32,8 @@ from thunder.core.dce import has_side_effects
 from thunder.core.prims import OpTags
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
-from thunder.core.symbolic import same_shape
 from thunder.core.trace import TraceCtx, from_trace, timed_pass
+from thunder.executors.passes import copies_as_is, is_write_back, updated_inputs
 from thunder.executors.torchex import torch_op
 
 __all__ = ["update_state_in_place"]
@@ -67,21 +67,6 @@ _BATCH_NORMS = {
 }
 
 
-def _is_write_back(bsym: BoundSymbol) -> bool:
-    return bsym.sym.id == "torch::copy_" and len(bsym.args) == 2 and not bsym.kwargs
-
-
-def _same_layout(new, dst) -> bool:
-    return (
-        isinstance(new, TensorProxy)
-        and isinstance(dst, TensorProxy)
-        and new.dtype == dst.dtype
-        and same_shape(new.shape, dst.shape)
-        and new.device == dst.device
-        and not dst.requires_grad
-    )
-
-
 def update_state_in_place(trace: TraceCtx) -> TraceCtx:
     """``trace`` with its state updates that only feed a write-back run in place (see the module docstring)."""
     with timed_pass("Update state in place") as t:
@@ -93,11 +78,10 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
                 uses.setdefault(p.name, []).append(i)
         # the write-backs are the program's aliasing record's updates (thunder.core.aliasing_record); a trace
         # without one (built by hand) has none to run in place
-        record = trace.tags.get("aliasing")
-        updates = {(u.new_value, u.input) for u in record.updates if u.new_value is not None} if record else set()
+        updates = updated_inputs(trace)
         write_back_of: dict[tuple[str, str], int] = {}  # (new value, destination) -> index of its copy_
         for i, bsym in enumerate(bsyms):
-            if _is_write_back(bsym):
+            if is_write_back(bsym):
                 src, dst = bsym.args
                 if isinstance(src, TensorProxy) and isinstance(dst, TensorProxy) and (src.name, dst.name) in updates:
                     write_back_of[(src.name, dst.name)] = i
@@ -105,7 +89,7 @@ def update_state_in_place(trace: TraceCtx) -> TraceCtx:
         def only_write_back(new, dst, at: int, *, reads_of_new: bool = False) -> int | None:
             # the index of the copy_ that writes ``new`` into the input ``dst``, if nothing else reads ``dst``
             # and nothing else reads ``new`` (or, with ``reads_of_new``, only reads it: see only_read)
-            if not _same_layout(new, dst) or dst.name not in inputs:
+            if not copies_as_is(new, dst) or dst.name not in inputs:
                 return None
             i = write_back_of.get((new.name, dst.name))
             if i is None or sorted(uses.get(dst.name, ())) != sorted({at, i}):
