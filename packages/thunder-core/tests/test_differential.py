@@ -113,6 +113,26 @@ def test_harness_reports_a_wrong_compiler(monkeypatch, wrong_jit, kind) -> None:
     assert "def fn(a0, a1):" in str(info.value)  # the repro is printed
 
 
+def test_harness_checks_the_fused_program_too(monkeypatch) -> None:
+    # (a fusion pass that loses a write-back a region took over: only the fused program is wrong)
+    from thunder.executors import fusion
+
+    program = Program(
+        inputs=[
+            InputSpec([[1.0, -2.0], [0.5, 3.0]], torch.float64, False),
+            InputSpec([2.0, 3.0], torch.float64, False),
+        ],
+        lines=["a1.mul_(2).add_(a0.sum(0))", "v0 = torch.sin(a0) * 2"],
+        outputs=["v0"],
+    )
+    assert check_program(program)
+    absorb = fusion._WriteBacks.absorb
+    monkeypatch.setattr(fusion._WriteBacks, "absorb", lambda self, k, region: absorb(self, k, region) and [])
+    with pytest.raises(Divergence) as info:
+        check_program(program)
+    assert info.value.kind == "fused input_mutation"
+
+
 def _captured_program() -> Program:
     leaf = InputSpec([[1.0, -2.0], [0.5, 3.0]], torch.float64, True)
     return Program(inputs=[leaf, leaf], lines=["v0 = torch.sin(a0) * a1"], outputs=["v0"], captured=(1,))

@@ -130,7 +130,31 @@ def _compare(actual, expected, what: str, program: Program, *, check_requires_gr
             raise Divergence(kind, detail, program) from None
 
 
-CHECKS = ("requires_grad", "input_mutation", "aliasing", "grad", "second_call", "symbolic")
+CHECKS = ("requires_grad", "input_mutation", "aliasing", "grad", "second_call", "symbolic", "fused")
+
+
+@functools.cache
+def _fusing_executors() -> list:
+    """The default executors behind a fusion executor with ``torch_compile``'s region rule (every size) and write-backs,
+    whose regions run as the torch executor's calls: the fusion pass (partition, region inputs and outputs, the
+    write-backs a region takes over, the channels-last pass a fusion executor turns on) without Inductor's compile
+    time, which thousands of programs cannot pay."""
+    import thunder
+    from thunder.executors import pythonex, torchex
+    from thunder.executors.fusion import region_trace
+    from thunder.executors.passes import del_last_used
+    from thunder.executors.torch_compile import TorchCompileExecutor
+
+    class RegionsAsPython(TorchCompileExecutor):
+        compiles_slowly = False
+
+        def unavailable_reason(self) -> str | None:
+            return None  # (no C++ compiler needed)
+
+        def fuse_region(self, region):
+            return del_last_used(region_trace(region, [torchex.ex, pythonex.ex])).python_callable()
+
+    return [RegionsAsPython("differential_regions_as_python", min_region_numel=0), *thunder.get_default_executors()]
 
 
 def _shared_storages(outputs, inputs) -> set[tuple[int, int]]:
@@ -216,10 +240,17 @@ def check_program(
             _check_program(program, set(skip) | {"second_call"}, "symbolic values", output_aliasing)
         except Divergence as d:
             raise Divergence(f"symbolic {d.kind}", d.detail, program) from None
+    if "fused" not in skip and "executors" not in program.jit_options:
+        try:
+            _check_program(program, set(skip) | {"second_call"}, cache, output_aliasing, _fusing_executors())
+        except Divergence as d:
+            raise Divergence(f"fused {d.kind}", d.detail, program) from None
     return True
 
 
-def _check_program(program: Program, skip, cache: str | None, output_aliasing: bool = False) -> bool:
+def _check_program(
+    program: Program, skip, cache: str | None, output_aliasing: bool = False, executors: list | None = None
+) -> bool:
     import thunder
 
     fn = program.make_function()
@@ -236,6 +267,8 @@ def _check_program(program: Program, skip, cache: str | None, output_aliasing: b
         options = dict(program.jit_options)
         if cache is not None:
             options["cache"] = cache
+        if executors is not None:
+            options["executors"] = executors
         jfn = thunder.jit(fn, **options)
         try:
             actual = jfn(*program.bind(fn, t_inputs))
