@@ -239,12 +239,23 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
                 if outs[i].is_leaf and not outs[i].requires_grad:
                     outs[i].requires_grad_(True)
         else:
-            outs[i] = TracingTensor(p)
+            outs[i] = _laid_out_as(TracingTensor(p), outs[i])
     if results:  # (eager's backward raises where a tensor it saved is updated in place later: saved_versions.py)
         from thunder.tracing.saved_versions import note_function_saves
 
         note_function_saves(tracer.saves, f"{cls.__name__}.forward", ctx.to_save, results[0])
     return tuple(outs) if isinstance(out, tuple) else outs[0]
+
+
+def _laid_out_as(new, old):
+    """``new`` (the Function's output) with the layout of ``old`` (its forward's output, which eager returns): memory
+    of its own, in ``old``'s strides (``x.clone()`` of a permuted ``x`` keeps its order)."""
+    from thunder.tracing.views import shadow
+
+    m = shadow(old)
+    with torch._C.DisableTorchFunction():
+        new._tt_meta = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
+    return new
 
 
 def _grad_rule(sym: Symbol, n_inputs: int, placeholders, unrouted, backward_scope, input_grads):
