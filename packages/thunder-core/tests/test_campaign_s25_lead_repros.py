@@ -37,3 +37,26 @@ def test_function_apply_output_keeps_its_forwards_layout():
     with pytest.raises(RuntimeError) as actual:
         thunder.jit(viewed)(_permuted())
     assert str(actual.value).split("\n")[0] == str(expected.value).split("\n")[0]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (torch.div(x, 3.0, rounding_mode="trunc").unique(),),
+        lambda x: ((x.mean() + 1).div_(2.0, rounding_mode="floor").unique(sorted=False),),
+    ],
+)
+def test_backward_through_a_node_eager_cannot_differentiate_raises_as_eager(fn):
+    # (14103: unique's derivative is not implemented; a rounding division before it gives its argument a zero
+    # gradient, so thunder's backward dropped unique's refusal and ran)
+    def make():
+        return torch.tensor([1.0, 2.0, 2.0, 5.0], dtype=torch.float64, requires_grad=True)
+
+    with pytest.raises(RuntimeError) as expected:
+        fn(make())[0].sum().backward()
+    out = thunder.jit(fn)(make())
+    torch.testing.assert_close(out[0], fn(make())[0])
+    with pytest.raises(type(expected.value)) as actual:
+        out[0].sum().backward()
+    assert str(actual.value).split(" (eager")[0] == str(expected.value).split("\n")[0]
+    assert "test_campaign_s25_lead_repros.py" in str(actual.value)

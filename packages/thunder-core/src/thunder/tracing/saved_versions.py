@@ -13,6 +13,7 @@ then raises eager's error, naming the user's lines, where eager's would.
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -249,28 +250,52 @@ def _missing_derivative(
         pass
     except TypeError:
         return None
+    message = _missing_derivative_on(func, args, kwargs, flat, spec, "meta")
+    if message is _UNKNOWN and all(math.prod(sp[0]) <= _SMALL for sp in spec):
+        # (no meta kernel: unique's result's size depends on the values) the same asked of small zeros on the CPU
+        generator = torch.default_generator
+        state = generator.get_state()
+        try:
+            message = _missing_derivative_on(func, args, kwargs, flat, spec, "cpu")
+        finally:
+            generator.set_state(state)
+    if message is _UNKNOWN:  # (a constant tensor among the arguments, no kernel: not known, and not kept)
+        return None
+    _missing_cache[key] = message
+    return message
+
+
+_UNKNOWN = object()
+_DIFFERENTIABLE_NODES: set[str] = set()  # the kinds of autograd node whose backward ran (on meta or small tensors)
+_SMALL = 4096  # (the most elements of an argument the CPU question is asked with)
+
+
+def _missing_derivative_on(func, args, kwargs, flat, spec, device: str):
     message = None
     try:
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            leaves = {id(w): _stand_in(sp) for w, sp in zip(flat, spec)}
+            leaves = {id(w): _stand_in(sp, device) for w, sp in zip(flat, spec)}
             metas = {k: _non_leaf(m) for k, m in leaves.items()}
             mout = func(*(_replace(a, metas) for a in args), **{k: _replace(v, metas) for k, v in kwargs.items()})
             outs = mout if isinstance(mout, (tuple, list)) else (mout,)
             node = next((o for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-            # (an in-place op's node may be a real one whose backward raises: x.acosh_()'s AcoshBackward1)
-            if node is not None and (type(node.grad_fn).__name__ == "NotImplemented" or _in_place(func)):
+            # (an in-place op's node may be a real one whose backward raises: x.acosh_()'s AcoshBackward1; a node
+            # eager declares but whose backward raises: unique's Unique2Backward0, asked once per kind of node)
+            kind = type(node.grad_fn).__name__ if node is not None else None
+            if node is not None and (kind == "NotImplemented" or _in_place(func) or kind not in _DIFFERENTIABLE_NODES):
                 try:
                     # (to the leaves the arguments are made from: an in-place op's target is its output)
                     torch.autograd.grad(node, [m for m in leaves.values() if m.requires_grad], torch.ones_like(node))
+                    if not _in_place(func):
+                        _DIFFERENTIABLE_NODES.add(kind)
                 except RuntimeError as e:  # (NotImplementedError is one)
                     # (not a meta kernel missing: the derivative itself)
                     if type(node.grad_fn).__name__ == "NotImplemented" or re.search(
                         r"derivative for .* not impl", str(e)
                     ):
                         message = type(e), str(e).split("\n")[0]
-    except Exception:  # (a constant tensor among the arguments, no meta kernel: not known, and not kept)
-        return None
-    _missing_cache[key] = message
+    except Exception:
+        return _UNKNOWN
     return message
 
 
