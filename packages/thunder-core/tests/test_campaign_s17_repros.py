@@ -155,7 +155,8 @@ def test_out_calls_with_arguments_requiring_grad_match_eager(form):
         with pytest.raises(RuntimeError, match="not implemented") as info:
             out[0].sum().backward()
         errors.append(str(info.value))
-    assert errors[0] == errors[1]
+    # (thunder's names the line too)
+    assert errors[1].split(" (eager's backward raises this too)")[0] == errors[0]
 
 
 def test_linspace_out_in_the_campaigns_program_matches_eager():

@@ -60,3 +60,35 @@ def test_backward_through_a_node_eager_cannot_differentiate_raises_as_eager(fn):
         out[0].sum().backward()
     assert str(actual.value).split(" (eager")[0] == str(expected.value).split("\n")[0]
     assert "test_campaign_s25_lead_repros.py" in str(actual.value)
+
+
+@pytest.mark.parametrize(
+    ("fn", "make"),
+    [
+        # (14101: eager's refusals in words thunder's list of messages did not hold)
+        (
+            lambda a: torch.nan_to_num(a.prod(), out=torch.empty((), dtype=torch.float64)),
+            lambda: torch.tensor([2.0, 3.0], dtype=torch.bfloat16),
+        ),
+        (
+            lambda a: torch.index_select(a, 0, torch.tensor([0]), out=torch.empty(1, dtype=torch.float64)),
+            lambda: torch.tensor([1.0, 2.0], dtype=torch.float16),
+        ),
+    ],
+    ids=["nan_to_num", "index_select"],
+)
+def test_out_of_another_dtype_eager_refuses_is_refused_naming_the_line(fn, make):
+    with pytest.raises(RuntimeError) as expected:
+        fn(make())
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(make())
+    assert str(actual.value).split("\n")[0] == str(expected.value).split("\n")[0]
+    assert "test_campaign_s25_lead_repros.py" in str(actual.value)
+
+
+def test_out_of_another_dtype_eager_casts_into_still_runs():
+    assert_as_eager(
+        lambda a: (torch.add(a, 1, out=torch.empty(2, dtype=torch.float64)),),
+        lambda: (torch.tensor([1.0, 2.0], dtype=torch.float16),),
+        grads=False,
+    )

@@ -206,7 +206,7 @@ def call_with_out(handle, func, args, kwargs):
                 f"{torch_message_name(o.dtype) or o.dtype}"
             )
         if r.dtype != o.dtype:
-            _refuse_out_dtype_eager_refuses(func, args, rest, o)
+            _refuse_out_dtype_eager_refuses(func, args, rest, o, r.dtype)
         if not same_shape(o.shape, r.shape):
             if _rebindable(o):
                 _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
@@ -218,18 +218,18 @@ def call_with_out(handle, func, args, kwargs):
     return out
 
 
-# eager's refusals of an out= tensor of another dtype than the result's: the generated out= variants of view copies
-# ("Expected out tensor to have dtype ..."), TensorIterator kernels that require all operands' dtypes equal ("Found
-# dtype Double but expected Float": round(decimals=)), kernels that read out= as the input's scalar type ("expected
-# scalar_type Half but found Double": diff)
-_OUT_DTYPE_ERRORS = ("Expected out tensor to have dtype", "Found dtype", "expected scalar_type")
+# (eager's refusals of an out= tensor of another dtype than the result's are many messages: the generated out=
+# variants of view copies' "Expected out tensor to have dtype", TensorIterator's "Found dtype Double but expected
+# Float", "expected scalar_type Half but found Double", nan_to_num's "dtype of out: ... should be same as input",
+# index_select's "self and result must have the same scalar type": a call refused with out= of ``o``'s dtype that
+# runs with out= of the result's is the refusal, whatever its words)
 
 # (the run on the real device, see below, reads and writes tensors of the call's sizes: past this many elements the
 # meta kernels' answer stands alone)
 _DEVICE_CHECK_ELEMENTS = 1 << 16
 
 
-def _refuse_out_dtype_eager_refuses(func, args, rest, o) -> None:
+def _refuse_out_dtype_eager_refuses(func, args, rest, o, result_dtype: torch.dtype) -> None:
     """Raises eager's error where ``func``'s out= variant requires the result's dtype (most ops cast into ``o``):
     PyTorch is asked, on the arguments' shadows, then (where the meta kernel lets it pass: some dtype checks live in
     the device kernels only, as round's with ``decimals=``) on zeros of the arguments' sizes and dtypes on ``o``'s
@@ -239,7 +239,7 @@ def _refuse_out_dtype_eager_refuses(func, args, rest, o) -> None:
     target = shadow(o) if type(o) is TracingTensor else o
     with torch._C.DisableTorchFunction():
         meta_args, meta_rest = _to_shadows(args), _to_shadows(rest)
-        _raise_out_dtype_error(func, meta_args, meta_rest, torch.empty(target.shape, dtype=target.dtype, device="meta"))
+        _raise_out_dtype_error(func, meta_args, meta_rest, target.shape, target.dtype, result_dtype, "meta")
         tensors = [t for t in tree_flatten((meta_args, meta_rest))[0] if isinstance(t, torch.Tensor)]
         if sum(t.numel() for t in tensors) + target.numel() > _DEVICE_CHECK_ELEMENTS:
             return
@@ -251,14 +251,19 @@ def _refuse_out_dtype_eager_refuses(func, args, rest, o) -> None:
             return torch.zeros((), dtype=t.dtype, device=device).expand(t.shape)
 
         real_args, real_rest = tree_map(zeros, (meta_args, meta_rest))
-        _raise_out_dtype_error(func, real_args, real_rest, torch.empty(target.shape, dtype=target.dtype, device=device))
+        _raise_out_dtype_error(func, real_args, real_rest, target.shape, target.dtype, result_dtype, device)
 
 
-def _raise_out_dtype_error(func, args, rest, out) -> None:
+def _raise_out_dtype_error(func, args, rest, shape, dtype, result_dtype, device) -> None:
     try:
-        func(*args, **rest, out=out)
+        func(*args, **rest, out=torch.empty(shape, dtype=dtype, device=device))
+        return
     except RuntimeError as e:
-        if any(m in str(e) for m in _OUT_DTYPE_ERRORS):
-            raise RuntimeError(f"{e}\n  {describe_location(user_frame(4))}") from None
-    except Exception:  # noqa: BLE001, S110  (no kernel for these arguments: the dtype is not refused here)
-        pass
+        refusal = e
+    except Exception:  # noqa: BLE001  (no kernel for these arguments: the dtype is not refused here)
+        return
+    try:
+        func(*args, **rest, out=torch.empty(shape, dtype=result_dtype, device=device))
+    except Exception:  # noqa: BLE001  (refused in the result's dtype too: not for the dtype)
+        return
+    raise RuntimeError(f"{refusal}\n  {describe_location(user_frame(4))}") from None
