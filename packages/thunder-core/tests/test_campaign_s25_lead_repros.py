@@ -92,3 +92,36 @@ def test_out_of_another_dtype_eager_casts_into_still_runs():
         lambda: (torch.tensor([1.0, 2.0], dtype=torch.float16),),
         grads=False,
     )
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_view_of_an_output_the_executors_ran_as_a_view_shares_its_storage_as_eager(requires_grad):
+    # (14112: y is laid out transposed in eager, so y.flatten() copies; the program's y, rewritten after the update
+    # through y[0], is contiguous and its flatten a view: the output was copied afterwards, away from the view of it)
+    def fn(x):
+        y = x * 3
+        y[0].fill_(1.5)
+        flat = (y * 2).flatten()
+        return flat.view(-1), flat
+
+    def make():
+        return (
+            (torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5], [3.0, 2.5, -2.0]], requires_grad=requires_grad) * 1).t(),
+        )
+
+    assert_as_eager(fn, make, grads=requires_grad)
+
+
+def test_index_put_of_an_empty_tensor_into_itself_raises_as_eager():
+    # (14109: eager calls the tensor itself as the source a full overlap, elements or not)
+    def fn(a):
+        v = a[[-1, 0]]
+        v.index_put_((torch.tensor([0, 0]),), v, accumulate=True)
+        return v
+
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        fn(torch.zeros(1, 0))
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        thunder.jit(fn)(torch.zeros(1, 0))
+    same_layout = lambda a: a[[-1, 0]].index_put_((torch.tensor([0, 0]),), a[[-1, 0]].view(2, 0), accumulate=True)  # noqa: E731
+    torch.testing.assert_close(thunder.jit(same_layout)(torch.zeros(1, 0)), same_layout(torch.zeros(1, 0)))

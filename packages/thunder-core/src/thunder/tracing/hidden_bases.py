@@ -11,7 +11,7 @@ base holding its elements, as eager's is.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -87,6 +87,24 @@ def hidden_base_view(index: int, m: torch.Tensor | None, input_storages) -> Hidd
         )
 
 
+def copy_outputs_run_as_views(result, plans: tuple[HiddenBaseView, ...], spec, extra: tuple) -> tuple[Any, tuple]:
+    """``(result, extra)`` with each planned output eager computes as a tensor of its own, which the executors ran as
+    a view (of a value laid out otherwise than eager's), copied: in ``extra`` too (the values the outputs that view
+    it are made from, which then share the copy's storage, as eager's views of it do)."""
+    leaves, out_spec = pytree.tree_flatten(result)
+    if out_spec != spec:  # a transform (grad, vjp) made another output
+        return result, extra
+    copies = {}
+    for plan in plans:
+        out = leaves[plan.index]
+        if plan.size is None and isinstance(out, torch.Tensor) and out._base is not None:
+            with torch.set_grad_enabled(out.requires_grad):
+                copies[id(out)] = leaves[plan.index] = out.clone()
+    if not copies:
+        return result, extra
+    return pytree.tree_unflatten(spec, leaves), tuple(copies.get(id(e), e) for e in extra)
+
+
 def return_hidden_base_views(result, plans: tuple[HiddenBaseView, ...], spec):
     """``result`` with each planned output that the program returned as a tensor of its own replaced by that view
     of a new base holding its elements (the base's other elements are zeros), with its history through the copy."""
@@ -95,11 +113,7 @@ def return_hidden_base_views(result, plans: tuple[HiddenBaseView, ...], spec):
         return result
     for index, size, stride, offset, base_size, base_stride in plans:
         out = leaves[index]
-        if size is None:  # (eager's is a tensor of its own: a view the executor made, of a value laid out otherwise
-            # than eager's, is copied)
-            if isinstance(out, torch.Tensor) and out._base is not None:
-                with torch.set_grad_enabled(out.requires_grad):
-                    leaves[index] = out.clone()
+        if size is None:  # (copy_outputs_run_as_views's)
             continue
         if not isinstance(out, torch.Tensor) or out._base is not None or tuple(out.shape) != size:
             continue

@@ -102,18 +102,31 @@ def refuse_full_overlap(func, dst: torch.Tensor, same: list[int], args, kwargs) 
     updates allow it): PyTorch's own call is run on a scratch storage laid out so, other tensors as zeros."""
     name = getattr(func, "__name__", "")
     with torch._C.DisableTorchFunction(), torch.no_grad():
-        n = _span(dst)[1]
-        if dst.numel() == 0 or n > 1 << 16:
-            return
-        storage = torch.zeros((n,), dtype=dst.dtype)
 
         def zeros(a):  # (the indices of index_put_ come in a tuple)
             return torch.zeros(tuple(a.shape), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
 
-        def scratch(i, a):
-            if i == 0 or i in same:
-                return storage.as_strided(*_layout(dst))
-            return tree_map(zeros, a)
+        if dst.numel() == 0:
+            # no element to overlap, but eager's check calls the tensor itself passed as the source a full overlap
+            # (x.index_put_(i, x) of an empty x): the same scratch tensor at those positions
+            same = [i for i in same if args[i] is dst]
+            if not same:
+                return
+            empty = torch.zeros(tuple(dst.shape), dtype=dst.dtype)
+
+            def scratch(i, a):
+                return empty if i == 0 or i in same else tree_map(zeros, a)
+
+        else:
+            n = _span(dst)[1]
+            if n > 1 << 16:
+                return
+            storage = torch.zeros((n,), dtype=dst.dtype)
+
+            def scratch(i, a):
+                if i == 0 or i in same:
+                    return storage.as_strided(*_layout(dst))
+                return tree_map(zeros, a)
 
         values = [scratch(i, a) for i, a in enumerate(args)]
         rest = tree_map(zeros, kwargs)

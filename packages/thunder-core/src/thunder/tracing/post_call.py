@@ -35,6 +35,7 @@ from thunder.tracing.errors import describe_location
 from thunder.tracing.hidden_bases import (
     VIEWS_OF_INTERNAL_RESULTS,
     HiddenBaseView,
+    copy_outputs_run_as_views,
     hidden_base_view,
     return_hidden_base_views,
 )
@@ -535,6 +536,8 @@ class PostCall:
         def finish_after_call(values, *args):
             out, extra = values if nested else (values, ())
             result = out if finish is None else finish(out, *args[:n_args])
+            if hidden_base_views:  # (first: the internal views of a copied output view the copy, as eager's do)
+                result, extra = copy_outputs_run_as_views(result, hidden_base_views, spec, extra)
             if internal_views:
                 result = _return_internal_views(result, internal_views, extra, spec)
             if inference_views:
