@@ -125,3 +125,25 @@ def test_index_put_of_an_empty_tensor_into_itself_raises_as_eager():
         thunder.jit(fn)(torch.zeros(1, 0))
     same_layout = lambda a: a[[-1, 0]].index_put_((torch.tensor([0, 0]),), a[[-1, 0]].view(2, 0), accumulate=True)  # noqa: E731
     torch.testing.assert_close(thunder.jit(same_layout)(torch.zeros(1, 0)), same_layout(torch.zeros(1, 0)))
+
+
+@pytest.mark.parametrize("other", [lambda v1: v1.detach(), lambda v1: v1 * 1], ids=["detached", "differentiable"])
+def test_each_stale_saved_tensor_raises_where_its_gradient_comes(other):
+    # (14113: two calls whose saved tensors were updated later, reaching different outputs: only the first call's
+    # error was kept, so a gradient through the other's output ran where eager raises)
+    def fn(a):
+        v0 = a * 2
+        v1 = (a.sin() + 1).reshape(-1)
+        v1.fmod_(v0.view(-1))  # (saves v0's view, which clamp_ updates)
+        v4 = v0.gather(0, torch.zeros_like(v0, dtype=torch.int64))  # (saves v0)
+        v0.clamp_(min=0)
+        return v4 * 3, other(v1)
+
+    def make():
+        return torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5]], dtype=torch.float64, requires_grad=True)
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fn(make())[0].sum().backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+        thunder.jit(fn)(make())[0].sum().backward()
+    assert "gather" in str(info.value)

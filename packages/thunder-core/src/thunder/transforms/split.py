@@ -56,9 +56,9 @@ class ForwardBackward:
     dirty: tuple[tuple[int, int], ...] = ()
     # names of the outputs no gradient can reach (no input that requires grad flows into them)
     non_differentiable: frozenset = frozenset()
-    # eager's error at backward, (message, indices of the outputs whose gradient reaches the call): a tensor a call
-    # saved for its gradient was updated in place after it (None: none)
-    backward_error: tuple[str, tuple[int, ...], type[Exception]] | None = None
+    # eager's errors at backward, (message, indices of the outputs whose gradient reaches the call, type) each: a
+    # tensor a call saved for its gradient was updated in place after it, or its derivative is missing (None: none)
+    backward_error: tuple[tuple[str, tuple[int, ...], type[Exception]], ...] | None = None
     # the positions of the outputs whose cotangent the backward reads, and, given the positions among them that
     # receive no gradient (None), the backward trace leaving those branches out, or None where it cannot (see
     # ``_pruned_backward``)
@@ -547,7 +547,7 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
     if build_backward is not None and fb.seeded:
         backward_fn = _PrunedBackwards(backward_fn, fb, build_backward, fb.backward_error)
     elif fb.backward_error is not None:
-        backward_fn = _raising(backward_fn, *fb.backward_error)
+        backward_fn = _raising(backward_fn, fb.backward_error)
     record = fb.forward.tags.get("aliasing")
     if fb.dirty or (record is not None and record.updates):
         forward_fn = _saving_detached_views(forward_fn)
@@ -640,7 +640,7 @@ class _PrunedBackwards:
     def __call__(self, saved, cotangents, sizes=None):
         if self.error is not None:
             # (the outputs not differentiated come as None: every cotangent given is the caller's, zeros too)
-            _raise_if_reached(cotangents, *self.error, zeros_reach=self.given_none)
+            _raise_if_reached(cotangents, self.error, zeros_reach=self.given_none)
         for i in self.seeded:
             if cotangents[i] is None:
                 break
@@ -668,47 +668,51 @@ def _static(p) -> bool:
     return isinstance(p, TensorProxy) and all(type(s) is int for s in p.shape)
 
 
-def _raising(backward_fn, message: str, reaching: tuple[int, ...], error: type[Exception]):
-    """``backward_fn``, raising eager's error (``error`` with ``message``) instead when a gradient comes through one of the outputs
-    ``reaching`` the call whose saved tensor was updated (see ``ForwardBackward.backward_error``). Here autograd gives
-    the outputs the caller did not differentiate zeros: through those, eager's backward never reaches the call (where
-    it gives None, ``_PrunedBackwards`` tells the caller's zeros apart)."""
+def _raising(backward_fn, errors):
+    """``backward_fn``, raising eager's error (``error`` with ``message``, of each of ``errors``) instead when a
+    gradient comes through one of the outputs ``reaching`` the call whose saved tensor was updated (see
+    ``ForwardBackward.backward_error``). Here autograd gives the outputs the caller did not differentiate zeros:
+    through those, eager's backward never reaches the call (where it gives None, ``_PrunedBackwards`` tells the
+    caller's zeros apart)."""
 
     def backward(saved, cotangents):
-        _raise_if_reached(cotangents, message, reaching, error)
+        _raise_if_reached(cotangents, errors)
         return backward_fn(saved, cotangents)
 
     return backward
 
 
-def _raise_if_reached(cotangents, message: str, reaching: tuple[int, ...], error: type[Exception], zeros_reach=False):
-    """Raises ``error(message)`` when a cotangent comes through one of the outputs ``reaching`` the failing call: any
-    given one where autograd passes None for the outputs not differentiated (``zeros_reach``), else one that is not
-    all zeros (autograd's materialised zeros cannot be told from the caller's)."""
-    for i in reaching:
-        g = cotangents[i] if i < len(cotangents) else None
-        # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
-        if isinstance(g, torch.Tensor) and (zeros_reach or not g.numel() or bool(g.ne(0).any())):
-            raise error(message)
+def _raise_if_reached(cotangents, errors, zeros_reach=False):
+    """Raises the first of ``errors`` (message, the outputs reaching the failing call, type) a cotangent comes to:
+    through any given one where autograd passes None for the outputs not differentiated (``zeros_reach``), else one
+    that is not all zeros (autograd's materialised zeros cannot be told from the caller's)."""
+    for message, reaching, error in errors:
+        for i in reaching:
+            g = cotangents[i] if i < len(cotangents) else None
+            # (an empty cotangent counts as reaching: its zeros cannot be told from eager's gradient)
+            if isinstance(g, torch.Tensor) and (zeros_reach or not g.numel() or bool(g.ne(0).any())):
+                raise error(message)
 
 
 def _stale_save_error(
     trace: TraceCtx, outputs: list, acc: dict, grad_reach: set[str]
-) -> tuple[str, tuple[int, ...], type[Exception]] | None:
-    """(eager's error message, the outputs whose gradient reaches the call, the error's type) for the first call the
-    backward reaches whose saved tensor was updated in place after it, or whose derivative eager does not have
+) -> tuple[tuple[str, tuple[int, ...], type[Exception]], ...] | None:
+    """(eager's error message, the outputs whose gradient reaches the call, the error's type) for each call the
+    backward reaches whose saved tensor was updated in place after it, or whose derivative eager does not have, the
+    last call first (eager's backward meets the calls in the reverse of their order)
     (``stale_saves``, found while tracing: saved_versions.py). A gradient comes back to the call only along values it
     can reach (``grad_reach``, the joint's): not through a ``detach`` or an integer result, whose outputs' cotangents
     (autograd's zeros, empty ones included) never reach it in eager."""
-    for name, message, error in trace.tags.get("stale_saves", ()):
+    errors = []
+    for name, message, error in reversed(trace.tags.get("stale_saves", ())):
         if name not in acc:
             continue
         reached = {name}
         for b in trace.bound_symbols:
             if any(getattr(a, "name", None) in reached for a in b.flat_args):
                 reached.update(o.name for o in b.flat_outs if getattr(o, "name", None) in grad_reach)
-        return message, tuple(i for i, o in enumerate(outputs) if o.name in reached), error
-    return None
+        errors.append((message, tuple(i for i, o in enumerate(outputs) if o.name in reached), error))
+    return tuple(errors) or None
 
 
 def _with_grad_source(forward_fn, backward_fn):
