@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from differential.functions import ScaleGrad
 from eager_comparison import assert_as_eager
 
 import thunder
-
-
-class _ScaleGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 10
 
 
 def _permuted():
@@ -27,10 +18,10 @@ def _permuted():
 
 def test_function_apply_output_keeps_its_forwards_layout():
     # (14103: the output was laid out contiguously, so a .view(-1) eager refuses ran)
-    assert_as_eager(lambda x: (_ScaleGrad.apply(x), _ScaleGrad.apply(x).sigmoid() + 1), lambda: (_permuted(),))
+    assert_as_eager(lambda x: (ScaleGrad.apply(x), ScaleGrad.apply(x).sigmoid() + 1), lambda: (_permuted(),))
 
     def viewed(x):
-        return _ScaleGrad.apply(x).view(-1)
+        return ScaleGrad.apply(x).view(-1)
 
     with pytest.raises(RuntimeError) as expected:
         viewed(_permuted())
