@@ -293,11 +293,22 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
     update replaced: as eager's ``copy_``/``fill_`` backward, so a NaN or inf in ``old``'s backward shows)."""
 
     def rule(old, new):
+        from thunder.core.symbolic import same_shape
         from thunder.transforms.autodiff import get_grad, put_grad, zeros_like
+        from thunder.transforms.prim_grads import sum_to_shape
 
         out = sym(old, new)
         g = get_grad(out)
         if gradient_to_old:
+            if not same_shape(g.shape, old.shape):
+                # (a tensor resized below autograd, an out= tensor under no_grad: eager hands the gradient of the new
+                # shape to the old history, summed back where the old shape expands to it; where it does not, the
+                # backward raises eager's error before this runs: resized_history.py)
+                from thunder.tracing.resized_history import expandable
+
+                if not expandable(old.shape, g.shape):
+                    return out
+                g = sum_to_shape(g, old.shape)
             put_grad(old, g)
         else:
             put_grad(new, g)

@@ -115,6 +115,17 @@ def _take_value(o: TracingTensor, new: TracingTensor) -> None:
         o.data = TracingTensor(value)
 
 
+def _keep_history_without_grad(o: TracingTensor, new: TracingTensor) -> None:
+    """``new`` given ``o``'s gradient path where ``o`` requires grad and is resized under no_grad (eager's kernel
+    resizes it below autograd: it keeps its history, see ``resized_history.py``)."""
+    tracer, old = o._tt_owner, o._thunder_proxy
+    if not tracer.autodiff or torch.is_grad_enabled() or not old.requires_grad or new._thunder_proxy.requires_grad:
+        return
+    from thunder.tracing.resized_history import resized_without_grad
+
+    new._tt_value = resized_without_grad(tracer, old, new._thunder_proxy)
+
+
 def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTensor) -> None:
     """Resizes ``o`` to the result's shape as eager's ``resize_output`` does (with its warning when ``o`` had
     elements), then gives it the strides eager's kernel gives a resized output: the result's own (TensorIterator
@@ -127,14 +138,17 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
     from thunder.tracing.views import _positions, _storage_id, shadow
 
     if o.numel() != 0:
-        warnings.warn(
+        message = (
             f"An output with one or more elements was resized since it had shape {list(o.shape)}, which does not "
             f"match the required output shape {list(r.shape)}. This behavior is deprecated, and in a future PyTorch "
             "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
-            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
-            UserWarning,
-            stacklevel=2,
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0)."
         )
+        frame = user_frame(2)
+        if frame is None:
+            warnings.warn(message, UserWarning, stacklevel=2)
+        else:  # (at the user's line, as eager's)
+            warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno)
     with torch._C.DisableTorchFunction():
         om = shadow(o)
         held = storage_elements(om) - om.storage_offset()
@@ -149,7 +163,9 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
             )
         if _own_tensor(o):
             # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
-            _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+            new = handle(T.to, (r, o.dtype), {"copy": True})
+            _keep_history_without_grad(o, new)
+            _take_value(o, new)
             return
     o._tt_out_resize = True
     try:

@@ -37,6 +37,8 @@ class StaleSaves:
         self.known: list[tuple] = []
         # (node, eager's error, where): updates whose node's backward raises in eager whatever comes after them
         self.raising: list[tuple] = []
+        # callables giving such an entry, or None, from what the program did by its end (resized_history.py)
+        self.raising_at_end: list = []
 
     def stale(self) -> list[tuple[str, str, type[Exception]]]:
         """(name of the node's output, eager's error message, its exception type) for each call whose saved tensor
@@ -46,6 +48,8 @@ class StaleSaves:
 
         out = []
         seen = set()
+        self.raising += [e for e in (check() for check in self.raising_at_end) if e is not None]
+        self.raising_at_end = []
         for node, message, where in self.raising:
             if node.name not in seen:
                 seen.add(node.name)

@@ -1,0 +1,139 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14051..14070, session 25) and the issues left by
+session 24 found, each against eager: values, dtypes, ``requires_grad``, gradients and whether each output is a
+view; where eager raises, thunder raises too, naming the user's line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from eager_comparison import assert_as_eager
+
+import thunder
+
+# ------------------------- an out= tensor requiring grad resized under no_grad keeps its history, as in eager
+
+
+def _matrix():
+    return (torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], requires_grad=True),)
+
+
+def _grown_then_used(x):  # a [3] tensor grown to [2, 3]: its node's [3] expands to it (the gradient is summed back)
+    o = x[0] * 1
+    with torch.no_grad():
+        torch.add(x, x, out=o)
+    return o * 3
+
+
+def _grown_then_returned(x):
+    o = x[0] * 1
+    with torch.no_grad():
+        torch.add(x, x, out=o)
+    return o
+
+
+def _gains_a_leading_dim(x):  # (within its storage: [3] to [1, 3])
+    o = x.sum(0)
+    with torch.no_grad():
+        torch.add(x[:1], x[:1], out=o)
+    return o * x
+
+
+def _resized_twice_back_to_its_shape(x):  # (its node's shape is the first one, whatever came between)
+    o = x * 1
+    with torch.no_grad():
+        torch.add(x[0], x[0], out=o)
+        torch.add(x, x, out=o)
+    return o
+
+
+def _grown_then_shrunk(x):
+    o = x[0] * 1
+    with torch.no_grad():
+        torch.add(x, x, out=o)
+        torch.add(x[0], 1, out=o)
+    return o
+
+
+def _view_resized_within_its_base(x):  # (eager makes a view's history anew, from its base's through its new layout)
+    o = (x * 1)[0]
+    with torch.no_grad():
+        torch.add(x, x, out=o)
+    return o * 2
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _grown_then_used,
+        _grown_then_returned,
+        _gains_a_leading_dim,
+        _resized_twice_back_to_its_shape,
+        _grown_then_shrunk,
+        _view_resized_within_its_base,
+    ],
+)
+def test_out_requiring_grad_resized_under_no_grad_keeps_its_history_as_eager(fn):
+    assert_as_eager(fn, _matrix)
+
+
+def _shrunk_then_used(x):
+    o = x * 1
+    with torch.no_grad():
+        torch.add(x[0], x[0], out=o)
+    return o * 3
+
+
+def _shrunk_then_returned(x):
+    o = x * 1
+    with torch.no_grad():
+        torch.add(x[0], x[0], out=o)
+    return o
+
+
+def _flattened_then_returned(x):
+    o = x * 1
+    with torch.no_grad():
+        torch.add(x.flatten(), 1, out=o)
+    return o
+
+
+def _shrunk_then_updated_with_grad(x):
+    o = x * 1
+    with torch.no_grad():
+        torch.add(x[0], x[0], out=o)
+    o.add_(x[1])
+    return o
+
+
+@pytest.mark.parametrize(
+    "fn", [_shrunk_then_used, _shrunk_then_returned, _flattened_then_returned, _shrunk_then_updated_with_grad]
+)
+def test_out_requiring_grad_resized_to_a_shape_its_node_does_not_expand_to_raises_in_backward_as_eager(fn):
+    # eager's forward runs; its backward hands a gradient of the new shape to the old node, which refuses it
+    (x,) = _matrix()
+    expected = fn(x)
+    with pytest.raises(RuntimeError, match="expected shape compatible with") as eager_error:
+        expected.sum().backward()
+    (y,) = _matrix()
+    actual = thunder.jit(fn)(y)
+    assert (actual.shape, actual.requires_grad, actual._is_view()) == (
+        expected.shape,
+        expected.requires_grad,
+        expected._is_view(),
+    )
+    torch.testing.assert_close(actual, expected)
+    with pytest.raises(RuntimeError) as thunder_error:
+        actual.sum().backward()
+    shapes = str(eager_error.value).split(" - ")[1].splitlines()[0]  # "got [3] but expected shape compatible with .."
+    assert shapes in str(thunder_error.value)
+    assert "test_campaign_s25_repros.py" in str(thunder_error.value)
+
+
+def test_out_requiring_grad_resized_under_no_grad_used_only_detached_runs_as_eager():
+    def fn(x):
+        o = x * 1
+        with torch.no_grad():
+            torch.add(x[0], x[0], out=o)
+        return o.detach() * 2, x * 3
+
+    assert_as_eager(fn, _matrix)
