@@ -137,3 +137,57 @@ def test_out_requiring_grad_resized_under_no_grad_used_only_detached_runs_as_eag
         return o.detach() * 2, x * 3
 
     assert_as_eager(fn, _matrix)
+
+
+# ------------------------------ an in-place update of a leaf requiring grad: eager's words, "a view of" a leaf or not
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda x: x.__setitem__(0, 1.0),  # (a select: a view)
+        lambda x: x.__setitem__((..., 0), 1.0),
+        lambda x: x.__setitem__(slice(None, None, 2), 1.0),
+        lambda x: x.__setitem__(None, 1.0),
+        lambda x: x.__setitem__(..., 1.0),  # (x itself)
+        lambda x: x.__setitem__(slice(None), 1.0),
+        lambda x: x.__setitem__((slice(None), slice(0, 3)), 1.0),
+        lambda x: x.__setitem__((), 1.0),
+        lambda x: x.__setitem__(x > 0, 1.0),  # (index_put_ of x itself)
+        lambda x: x.__setitem__([0, 1], 1.0),
+        lambda x: x.__setitem__((0, [0, 1]), 1.0),  # (index_put_ of a view)
+        lambda x: x.real.__setitem__(0, 1.0),  # (x.real of a real x is x)
+        lambda x: x[0].add_(1),
+        lambda x: x.add_(1),
+        lambda x: x.masked_fill_(x > 0, 1.0),
+    ],
+)
+def test_update_of_a_leaf_requiring_grad_is_refused_in_eagers_words(update):
+    def fn(x):
+        update(x)
+        return x * 2
+
+    def make():
+        return torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], requires_grad=True)
+
+    with pytest.raises(RuntimeError) as expected:
+        fn(make())
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(make())
+    assert str(actual.value).splitlines()[0].split(" (")[0] == str(expected.value).splitlines()[0].rstrip(".")
+    assert "test_campaign_s25_repros.py" in str(actual.value)
+
+
+# ------------------------------------------------- x.real of a real x is x: a read, not an in-place update of x
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_real_of_a_real_tensor_is_the_tensor_as_eager(requires_grad):
+    def fn(x):
+        y = x * 2
+        y.real.add_(1)
+        return x.real * 2, x[0].real, y
+
+    assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], requires_grad=requires_grad),))
+    x = torch.tensor([0.5, -1.0])
+    assert thunder.jit(lambda x: x.real)(x) is x

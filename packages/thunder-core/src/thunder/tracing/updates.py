@@ -150,7 +150,7 @@ class UpdateRecorder:
             if name in _LAYOUT_UPDATES or (
                 same_shape(value.shape, wrapper._tt_value.shape) and name not in _HISTORY_KEEPING_UPDATES
             ):
-                _refuse_update_of_grad_leaf(func, wrapper)
+                _refuse_update_of_grad_leaf(func, wrapper, args)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
 
