@@ -191,3 +191,66 @@ def test_real_of_a_real_tensor_is_the_tensor_as_eager(requires_grad):
     assert_as_eager(fn, lambda: (torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], requires_grad=requires_grad),))
     x = torch.tensor([0.5, -1.0])
     assert thunder.jit(lambda x: x.real)(x) is x
+
+
+# ---------------- a view made by an op taking a list of tensors (torch.atleast_2d((x,))) shares x's version counter
+
+
+class _SinCos(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin(), x.cos()
+
+    @staticmethod
+    def backward(ctx, gs, gc):
+        (x,) = ctx.saved_tensors
+        return gs * x.cos()
+
+
+_VIEWS_OF_A_LIST_OR_0D = {
+    "atleast_2d of a list": lambda a: torch.atleast_2d((a,))[0],
+    "atleast_1d of a list": lambda a: torch.atleast_1d([a])[0],
+    "atleast_1d": torch.atleast_1d,
+    "atleast_3d": torch.atleast_3d,
+}
+
+
+def _viewed_then_updated_without_grad(view, saver):  # (campaign, 14054)
+    def fn(a0):
+        v0 = saver(a0)
+        v1 = view(a0)
+        with torch.no_grad():
+            v1.sigmoid_()
+        return v0, v1.detach()
+
+    return fn
+
+
+@pytest.mark.parametrize("shape", [(), (2,)])
+@pytest.mark.parametrize("view", list(_VIEWS_OF_A_LIST_OR_0D))
+@pytest.mark.parametrize("saver", [lambda a: _SinCos.apply(a)[0], torch.sin], ids=["function", "sin"])
+def test_argument_saved_then_updated_through_a_view_raises_in_backward_as_eager(saver, view, shape):
+    fn = _viewed_then_updated_without_grad(_VIEWS_OF_A_LIST_OR_0D[view], saver)
+
+    def make():
+        return torch.full(shape, 1.5, dtype=torch.float64, requires_grad=True)
+
+    x, y = make(), make()
+    expected, actual = fn(x), thunder.jit(fn)(y)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(y, x)  # (the update reached the argument)
+    assert y._version == x._version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        expected[0].sum().backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        actual[0].sum().backward()
+
+
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_atleast_1d_is_a_view_of_a_0d_tensor_and_the_tensor_itself_otherwise(shape):
+    def fn(x):
+        a, (b, c) = torch.atleast_1d(x), torch.atleast_1d((x, x * 2))
+        return a, b, c
+
+    assert_as_eager(fn, lambda: (torch.full(shape, 0.5, requires_grad=True),))
