@@ -254,3 +254,51 @@ def test_atleast_1d_is_a_view_of_a_0d_tensor_and_the_tensor_itself_otherwise(sha
         return a, b, c
 
     assert_as_eager(fn, lambda: (torch.full(shape, 0.5, requires_grad=True),))
+
+
+# ------------------- softmax and log_softmax of a dtype without their kernel: empty as eager, else eager's refusal
+
+
+_SOFTMAXES = {
+    "torch.softmax": torch.softmax,
+    "torch.log_softmax": torch.log_softmax,
+    "Tensor.softmax": torch.Tensor.softmax,
+    "F.log_softmax": lambda x, dim, dtype=None: torch.nn.functional.log_softmax(x, dim, dtype=dtype),
+    "special.log_softmax": torch.special.log_softmax,
+    "special.softmax": torch.special.softmax,
+}
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (3,), (), (2, 3)])
+@pytest.mark.parametrize(
+    "dtype, result_dtype",
+    [
+        (torch.bool, None),
+        (torch.int64, None),
+        (torch.uint8, torch.bool),
+        (torch.float32, torch.bool),
+        (torch.float32, torch.int32),
+        (torch.int32, torch.float64),
+        (torch.bool, torch.float16),
+    ],
+)
+@pytest.mark.parametrize("op", list(_SOFTMAXES))
+def test_softmax_of_a_dtype_without_its_kernel_as_eager(op, dtype, result_dtype, shape):
+    f = _SOFTMAXES[op]
+
+    def fn(x):
+        return f(x, 0, dtype=result_dtype) if result_dtype is not None else f(x, 0)
+
+    x = torch.zeros(shape, dtype=dtype)
+    try:
+        expected = fn(x)
+    except NotImplementedError as e:
+        with pytest.raises(NotImplementedError) as actual:
+            thunder.jit(fn)(x)
+        assert str(actual.value).splitlines()[0] == str(e).splitlines()[0]
+        where = str(actual.value) + "".join(getattr(actual.value, "__notes__", ()))  # (eager's message, the line)
+        assert "test_campaign_s25_repros.py" in where
+        return
+    actual = thunder.jit(fn)(x)
+    assert (actual.dtype, actual.shape) == (expected.dtype, expected.shape)
+    torch.testing.assert_close(actual, expected)
