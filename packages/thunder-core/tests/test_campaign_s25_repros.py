@@ -302,3 +302,43 @@ def test_softmax_of_a_dtype_without_its_kernel_as_eager(op, dtype, result_dtype,
     actual = thunder.jit(fn)(x)
     assert (actual.dtype, actual.shape) == (expected.dtype, expected.shape)
     torch.testing.assert_close(actual, expected)
+
+
+# ------------- a tensor given as two arguments is one object: a layout change (x.t_()) through one reaches the other
+
+
+def _transposed_then_indexed(a, b):  # (campaign, 14057: a and b are one tensor)
+    a.t_()
+    return b[torch.tensor([0, 0])] * 1, b.shape[0] * torch.ones(1)
+
+
+_LAYOUT_CHANGES = {
+    "t_ then index": _transposed_then_indexed,
+    "t_ then multiply": lambda a, b: (a.t_(), b * 2)[1],
+    "unsqueeze_": lambda a, b: (a.unsqueeze_(0), b * 2)[1],
+    "squeeze_": lambda a, b: (a.squeeze_(), b + 1)[1],
+    "as_strided_": lambda a, b: (a.as_strided_((2, 1), (1, 1)), b * 2)[1],
+    "t_ then update": lambda a, b: (a.t_(), b.mul_(2), a + b)[2],
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("change", list(_LAYOUT_CHANGES))
+def test_layout_change_of_an_argument_given_twice_reaches_both_names(change, requires_grad):
+    fn = _LAYOUT_CHANGES[change]
+
+    def run(f):
+        leaf = torch.tensor([[0.5], [-1.5]], requires_grad=requires_grad)
+        a = (leaf * 1).t()
+        out = f(a, a)
+        out = out if isinstance(out, tuple) else (out,)
+        grads = torch.autograd.grad(out[0].sum(), leaf) if requires_grad else None
+        return out, a, grads
+
+    (expected, e_arg, e_grads), (actual, a_arg, a_grads) = run(fn), run(thunder.jit(fn))
+    for e, a in zip(expected, actual):
+        assert (a.shape, a.requires_grad) == (e.shape, e.requires_grad)
+        torch.testing.assert_close(a, e)
+    assert (a_arg.shape, a_arg.stride()) == (e_arg.shape, e_arg.stride())
+    torch.testing.assert_close(a_arg, e_arg)
+    torch.testing.assert_close(a_grads, e_grads)
