@@ -342,3 +342,19 @@ def test_layout_change_of_an_argument_given_twice_reaches_both_names(change, req
     assert (a_arg.shape, a_arg.stride()) == (e_arg.shape, e_arg.stride())
     torch.testing.assert_close(a_arg, e_arg)
     torch.testing.assert_close(a_grads, e_grads)
+
+
+# --------------------- an op without a symbol whose meta run raises eager's own error raises it, naming the line
+
+
+def test_opaque_call_eager_refuses_raises_eagers_error_naming_the_line():
+    def fn(x):
+        return x.imag * 2
+
+    x = torch.tensor([0.5, -1.0])
+    with pytest.raises(RuntimeError) as expected:
+        fn(x)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+    assert "test_campaign_s25_repros.py" in str(actual.value)
