@@ -358,3 +358,75 @@ def test_opaque_call_eager_refuses_raises_eagers_error_naming_the_line():
         thunder.jit(fn)(x)
     assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
     assert "test_campaign_s25_repros.py" in str(actual.value)
+
+
+# ---------- which tensors a call saves is asked of eager with the arguments' layouts (matmul folds a transposed batch)
+
+
+def _attention_then_product_then_elu(a0):  # (campaign, 14059)
+    v0 = torch.nn.functional.scaled_dot_product_attention(a0, a0 * 2, a0, is_causal=True).flatten(-2)
+    v3 = torch.matmul(a0, v0)
+    torch.nn.functional.elu(a0, inplace=True)
+    return v3
+
+
+def _product_then_update(a0):  # (eager's matmul folds a0 through a copy, which its mm saves: a0 itself is not)
+    v3 = torch.matmul(a0, torch.ones(3, 6, dtype=a0.dtype, requires_grad=True))
+    a0.mul_(2)
+    return v3
+
+
+def _product_of_contiguous_then_update(a0):  # (no copy: mm saves a view of a0, which the update makes stale)
+    v3 = torch.matmul(a0.contiguous(), torch.ones(3, 6, dtype=a0.dtype, requires_grad=True))
+    a0.mul_(2)
+    return v3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    "fn", [_attention_then_product_then_elu, _product_then_update, _product_of_contiguous_then_update]
+)
+def test_saved_tensor_probe_sees_the_arguments_layout(fn, dtype):
+    def run(f):
+        leaf = torch.linspace(-2.0, 2.0, 18, dtype=dtype).reshape(2, 3, 3).requires_grad_()
+        out = f((leaf * 1).transpose(0, 1))
+        try:
+            return out, torch.autograd.grad(out.float().sum(), leaf)[0]
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e)
+            return out, None
+
+    (expected, ge), (actual, ga) = run(fn), run(thunder.jit(fn))
+    torch.testing.assert_close(actual, expected)
+    assert (ga is None) == (ge is None)
+    if ge is not None:
+        torch.testing.assert_close(ga, ge)
+
+
+# ------------ eager's refusals of complex tensors (also by ops without a symbol) are raised where traced, used or not
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda v: v.abs_(),  # (campaign, 14060)
+        lambda v: torch.heaviside(v, v),
+        lambda v: v.floor(),
+        lambda v: v.sign(),
+        lambda v: v.sort()[0],
+    ],
+)
+@pytest.mark.parametrize("used", [False, True])
+def test_op_eager_refuses_for_complex_tensors_raises_as_eager(op, used):
+    def fn(x):
+        v = torch.empty((), dtype=torch.complex128)
+        torch.complex(x.mean(), x.mean(), out=v)
+        y = op(v)
+        return (v * 1, y) if used else (v * 1,)
+
+    x = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    with pytest.raises(Exception) as expected:
+        fn(x)
+    with pytest.raises(type(expected.value)) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]

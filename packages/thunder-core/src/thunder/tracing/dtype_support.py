@@ -27,7 +27,12 @@ __all__ = ["refuse_unsupported_dtypes"]
 
 _PLAIN = (bool, int, float, str, type(None), torch.dtype)
 # eager's wording for a kernel without the dtype: the dispatch macro's, and the explicit checks of -, relu, ...
-_REFUSAL = re.compile(r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)")
+_REFUSAL = re.compile(
+    r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)"
+    # (and complex numbers': "In-place abs is not supported for complex tensors.", "floor is not supported for complex
+    # inputs", "torch.sign is not intended to support complex numbers", "Sort does not support complex dtypes")
+    r"|not (yet )?(supported|implemented) for complex|not intended to support complex|does not support complex"
+)
 _SKIPPED = re.compile(r"dropout|attention|generator|rand|bernoulli|multinomial|normal|uniform")
 _LIMIT = 4096
 _answers: dict[tuple, Exception | None] = {}

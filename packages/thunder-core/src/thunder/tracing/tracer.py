@@ -352,8 +352,9 @@ class Tracer(UpdateRecorder):
         self.in_symbol = True
         try:
             # eager's dtype refusals (dtype_support.py); not inside thunder's vmap, whose batched stand-ins a plain
-            # probe call would see unbatched, nor for a fallback, which runs eager's own call anyway
-            if not (fell_back or vmap_active[0] or isinstance(func, Symbol)):
+            # probe call would see unbatched (also for a fallback, which runs eager's own call, but only where its
+            # result is used: torch.heaviside of complex tensors raises in eager used or not)
+            if not (vmap_active[0] or isinstance(func, Symbol)):
                 refuse_unsupported_dtypes(func, args, kwargs)
             if any_autocast_enabled():  # checked per call: user code may enter torch.autocast itself
                 self.autocast = True
