@@ -430,3 +430,76 @@ def test_op_eager_refuses_for_complex_tensors_raises_as_eager(op, used):
     with pytest.raises(type(expected.value)) as actual:
         thunder.jit(fn)(x)
     assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+
+
+# ---------------------------------------------- out= of another dtype than the result's, which eager's kernel refuses
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.histc(x, min=0, max=10, out=torch.empty((100,), dtype=torch.float64)),  # (campaign, 14064)
+        lambda x: torch.nan_to_num(x, out=torch.empty((3,), dtype=torch.float64)),  # (campaign, 14064)
+        lambda x: torch.sort(x, out=(torch.empty((3,), dtype=torch.float64), torch.empty((3,), dtype=torch.int64))),
+        lambda x: torch.kthvalue(x, 1, out=(torch.empty((), dtype=torch.float64), torch.empty((), dtype=torch.int64))),
+        lambda x: torch.complex(x, x, out=torch.empty((3,), dtype=torch.complex128)),
+        lambda x: torch.where(x > 0, x, x, out=torch.empty((3,), dtype=torch.float64)),
+        lambda x: torch.mm(x[None], x[:, None], out=torch.empty((1, 1), dtype=torch.float64)),
+        lambda x: torch.bucketize(x, torch.tensor([0.0, 1.0]), out=torch.empty((3,), dtype=torch.float64)),
+    ],
+)
+def test_out_of_a_dtype_eagers_kernel_refuses_raises_as_eager(call):
+    def fn(x):
+        return call(x * 1)
+
+    x = torch.tensor([0.5, 1.5, -1.0])
+    with pytest.raises(RuntimeError) as expected:
+        fn(x)
+    with pytest.raises(RuntimeError) as actual:
+        thunder.jit(fn)(x)
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+    assert "test_campaign_s25_repros.py" in str(actual.value)
+
+
+def test_out_of_a_dtype_eager_casts_into_still_runs():
+    def fn(x):
+        return torch.cumsum(x, 0, out=torch.empty((3,), dtype=torch.float64)), torch.mean(
+            x, 0, out=torch.empty((), dtype=torch.float64)
+        )
+
+    x = torch.tensor([0.5, 1.5, -1.0])
+    for a, e in zip(thunder.jit(fn)(x), fn(x)):
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a, e)
+
+
+# ------------------------------- an autograd.Function's output has the layout of its forward's result, as in eager
+
+
+class _MulSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+def _function_then_flatten(a1):  # (campaign, 14065: a channels_last a1; flatten() of the result copies in eager)
+    v0 = _MulSaved.apply(a1, a1)
+    v4 = torch.add(v0, a1, alpha=2)
+    return v4.flatten(), v0.flatten(), v0
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_function_output_has_its_forwards_layout(requires_grad):
+    def make():
+        x = torch.linspace(-1.0, 1.0, 6).reshape(1, 3, 1, 2).requires_grad_(requires_grad)
+        return ((x * 1).contiguous(memory_format=torch.channels_last),)
+
+    assert_as_eager(_function_then_flatten, make)
+    (x,) = make()
+    assert thunder.jit(_function_then_flatten)(x)[2].stride() == _function_then_flatten(x)[2].stride()

@@ -239,12 +239,28 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
                 if outs[i].is_leaf and not outs[i].requires_grad:
                     outs[i].requires_grad_(True)
         else:
-            outs[i] = TracingTensor(p)
+            outs[i] = _with_layout_of(TracingTensor(p), outs[i])
     if results:  # (eager's backward raises where a tensor it saved is updated in place later: saved_versions.py)
         from thunder.tracing.saved_versions import note_function_saves
 
         note_function_saves(tracer.saves, f"{cls.__name__}.forward", ctx.to_save, results[0])
     return tuple(outs) if isinstance(out, tuple) else outs[0]
+
+
+def _with_layout_of(new, made):
+    """``new`` (the Function's output, a tensor of its own) with the strides of ``made``, the forward's result it
+    stands for (``x * y`` of channels_last tensors is channels_last, and so is eager's output: a flatten() of it
+    copies)."""
+    from thunder.core.symbolic import hints
+    from thunder.tracing.tracer import TracingTensor
+    from thunder.tracing.views import shadow
+
+    if isinstance(made, TracingTensor):
+        with torch._C.DisableTorchFunction():
+            m = shadow(made)
+            if tuple(m.shape) == hints(new._thunder_proxy.shape) and m.dtype == new._thunder_proxy.dtype.torch_dtype:
+                new._tt_meta = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
+    return new
 
 
 def _grad_rule(sym: Symbol, n_inputs: int, placeholders, unrouted, backward_scope, input_grads):
