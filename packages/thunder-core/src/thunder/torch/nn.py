@@ -12,7 +12,7 @@ from thunder import clang
 from thunder.core import dtypes, prims
 from thunder.core.checks import canonicalize_dim, check
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbolic import is_data_dependent
+from thunder.core.symbolic import is_data_dependent, known
 from thunder.torch import elementwise as ew
 from thunder.torch import reductions as red
 from thunder.torch.registry import InplaceOp, register_torch_alias, torchsymbol
@@ -122,9 +122,24 @@ def _softmax_dtype(a, dtype):
     return comp, res
 
 
+def _without_kernel(a, res):
+    """Eager's result where the softmax's dtype (the input's or ``dtype``) is not a real floating-point one: a new
+    empty tensor of that dtype for an empty input (its kernel never runs). Eager refuses a non-empty one (for a CPU
+    tensor that error is raised where the call is traced: ``thunder/tracing/dtype_support.py``; elsewhere eager's own
+    call runs, the opaque fallback). None where the dtype has the kernel."""
+    if dtypes.is_float_dtype(res):
+        return None
+    if any(known(s == 0) for s in a.shape):
+        return clang.full(a.shape, 0, device=a.device, dtype=res)
+    raise NotImplementedError(f"softmax of {res}: eager's own call")
+
+
 @torchsymbol(torch.softmax, T.softmax, method_name="softmax")
 def softmax(a, dim, dtype=None, _stacklevel: int = 3):
     comp, res = _softmax_dtype(a, dtype)
+    empty = _without_kernel(a, res)
+    if empty is not None:
+        return empty
     x = clang.maybe_convert_to_dtype(a, comp)
     if x.ndim == 0:
         return clang.maybe_convert_to_dtype(clang.full_like(x, 1.0), res)
@@ -138,6 +153,9 @@ def softmax(a, dim, dtype=None, _stacklevel: int = 3):
 @torchsymbol(torch.log_softmax, T.log_softmax, method_name="log_softmax")
 def log_softmax(a, dim, dtype=None, _stacklevel: int = 3):
     comp, res = _softmax_dtype(a, dtype)
+    empty = _without_kernel(a, res)
+    if empty is not None:
+        return empty
     x = clang.maybe_convert_to_dtype(a, comp)
     if x.ndim == 0:
         return clang.maybe_convert_to_dtype(clang.full_like(x, 0.0), res)
@@ -151,6 +169,8 @@ def log_softmax(a, dim, dtype=None, _stacklevel: int = 3):
 # F.softmax(input, dim, _stacklevel, dtype) orders its arguments differently from torch.softmax
 register_torch_alias(F.softmax, lambda a, dim=None, _stacklevel=3, dtype=None: softmax(a, dim, dtype))
 register_torch_alias(F.log_softmax, lambda a, dim=None, _stacklevel=3, dtype=None: log_softmax(a, dim, dtype))
+register_torch_alias(torch.special.softmax, softmax)
+register_torch_alias(torch.special.log_softmax, log_softmax)
 
 
 # ---------------------------------------------------------------- norms

@@ -420,6 +420,11 @@ def diagonal(a, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return clang.slice_in_dim(flat, start, stop, n2 + 1, len(batch))
 
 
-@torchsymbol(torch.atleast_1d)
-def atleast_1d(a):
+@torchsymbol(torch.atleast_1d, tags=("view",))
+def atleast_1d(*tensors):
+    # (of a 0-d tensor a view of it, as eager's reshape; of several tensors or a list, a tuple PyTorch makes: the
+    # opaque fallback, whose results may view any argument)
+    if len(tensors) != 1 or not isinstance(tensors[0], TensorProxy):
+        raise NotImplementedError("atleast_1d of a sequence of tensors")
+    a = tensors[0]
     return clang.reshape(a, (1,)) if a.ndim == 0 else a

@@ -239,7 +239,7 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
                 if outs[i].is_leaf and not outs[i].requires_grad:
                     outs[i].requires_grad_(True)
         else:
-            outs[i] = _laid_out_as(TracingTensor(p), outs[i])
+            outs[i] = _with_layout_of(TracingTensor(p), outs[i])
     if results:  # (eager's backward raises where a tensor it saved is updated in place later: saved_versions.py)
         from thunder.tracing.saved_versions import note_function_saves
 
@@ -247,14 +247,19 @@ def _trace_apply(tracer, cls, args: tuple, kwargs: dict):
     return tuple(outs) if isinstance(out, tuple) else outs[0]
 
 
-def _laid_out_as(new, old):
-    """``new`` (the Function's output) with the layout of ``old`` (its forward's output, which eager returns): memory
-    of its own, in ``old``'s strides (``x.clone()`` of a permuted ``x`` keeps its order)."""
+def _with_layout_of(new, made):
+    """``new`` (the Function's output, a tensor of its own) with the strides of ``made``, the forward's result it
+    stands for (``x * y`` of channels_last tensors is channels_last, and so is eager's output: a flatten() of it
+    copies)."""
+    from thunder.core.symbolic import hints
+    from thunder.tracing.tracer import TracingTensor
     from thunder.tracing.views import shadow
 
-    m = shadow(old)
-    with torch._C.DisableTorchFunction():
-        new._tt_meta = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
+    if isinstance(made, TracingTensor):
+        with torch._C.DisableTorchFunction():
+            m = shadow(made)
+            if tuple(m.shape) == hints(new._thunder_proxy.shape) and m.dtype == new._thunder_proxy.dtype.torch_dtype:
+                new._tt_meta = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
     return new
 
 
@@ -304,11 +309,22 @@ def value_update_symbol(name: str, *, gradient_to_old: bool) -> Symbol:
     update replaced: as eager's ``copy_``/``fill_`` backward, so a NaN or inf in ``old``'s backward shows)."""
 
     def rule(old, new):
+        from thunder.core.symbolic import same_shape
         from thunder.transforms.autodiff import get_grad, put_grad, zeros_like
+        from thunder.transforms.prim_grads import sum_to_shape
 
         out = sym(old, new)
         g = get_grad(out)
         if gradient_to_old:
+            if not same_shape(g.shape, old.shape):
+                # (a tensor resized below autograd, an out= tensor under no_grad: eager hands the gradient of the new
+                # shape to the old history, summed back where the old shape expands to it; where it does not, the
+                # backward raises eager's error before this runs: resized_history.py)
+                from thunder.tracing.resized_history import expandable
+
+                if not expandable(old.shape, g.shape):
+                    return out
+                g = sum_to_shape(g, old.shape)
             put_grad(old, g)
         else:
             put_grad(new, g)

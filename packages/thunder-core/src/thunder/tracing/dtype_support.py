@@ -5,7 +5,8 @@
 result from its metadata and drops computations nothing uses: without this check, an unused one ran where eager
 raised, and a used one raised only when the program ran, away from the user's line.
 
-So the first call of an op with an argument that is not floating point (bool, integer, complex) on the CPU is run
+So the first call of an op with an argument that is not floating point (bool, integer, complex), or with a tensor
+argument and a ``dtype`` that is not (``x.softmax(0, dtype=torch.bool)``), on the CPU is run
 once on tiny tensors of the same dtypes (one element per dimension, none where the argument has none: an empty
 tensor's call never reaches the kernel's dtype switch), and eager's dtype refusal is raised at the user's line. The
 answer is remembered per op, argument dtypes and plain values. The random number generator's state is put back
@@ -26,7 +27,12 @@ __all__ = ["refuse_unsupported_dtypes"]
 
 _PLAIN = (bool, int, float, str, type(None), torch.dtype)
 # eager's wording for a kernel without the dtype: the dispatch macro's, and the explicit checks of -, relu, ...
-_REFUSAL = re.compile(r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)")
+_REFUSAL = re.compile(
+    r"not implemented for '|(bool|Bool|Boolean).* (is )?not supported|not supported for (bool|Bool)"
+    # (and complex numbers': "In-place abs is not supported for complex tensors.", "floor is not supported for complex
+    # inputs", "torch.sign is not intended to support complex numbers", "Sort does not support complex dtypes")
+    r"|not (yet )?(supported|implemented) for complex|not intended to support complex|does not support complex"
+)
 _SKIPPED = re.compile(r"dropout|attention|generator|rand|bernoulli|multinomial|normal|uniform")
 _LIMIT = 4096
 _answers: dict[tuple, Exception | None] = {}
@@ -37,7 +43,8 @@ def refuse_unsupported_dtypes(func, args, kwargs) -> None:
     ``args`` and ``kwargs``: the tracing stand-ins as the user passed them."""
     with torch._C.DisableTorchFunction():
         if not any(map(_suspect, args)) and not any(map(_suspect, kwargs.values())):
-            return  # (floating-point tensors and numbers only: most calls)
+            if not (_names_other_dtype(args, kwargs) and any(isinstance(a, torch.Tensor) for a in args)):
+                return  # (floating-point tensors and numbers only: most calls)
         if _SKIPPED.search(getattr(func, "__name__", "")) or any(_SKIPPED.search(k) for k in kwargs):
             return  # (random draws and attention: their kernels are chosen and checked elsewhere)
         if torch._C._are_functorch_transforms_active():
@@ -75,6 +82,12 @@ def _suspect(x) -> bool:
     if type(x) in (tuple, list):
         return any(isinstance(y, torch.Tensor) and not y.is_floating_point() for y in x)
     return False
+
+
+def _names_other_dtype(args, kwargs) -> bool:
+    """Whether a ``dtype`` argument names a dtype that is not floating point (``x.softmax(0, dtype=torch.bool)``:
+    the kernel runs in that dtype)."""
+    return any(type(x) is torch.dtype and not x.is_floating_point for x in (*args, *kwargs.values()))
 
 
 def _tiny(x):

@@ -124,6 +124,37 @@ def _leaf_to_meta(x, fake: bool):
     return x
 
 
+# (the run on zeros below reads tensors of the call's sizes: past this many elements the meta error stands alone)
+_EAGER_CHECK_ELEMENTS = 1 << 16
+
+
+def _raise_as_eager(func, args, kwargs, inplace: bool, meta_error: Exception) -> None:
+    """Raises ``meta_error`` as eager's own error, at the user's line, where eager's call on the CPU raises it too
+    (``x.imag`` of a real ``x``): asked of PyTorch on zeros of the arguments' sizes and dtypes (the random
+    generator's state put back). Nothing where eager's call runs, or raises something else."""
+    proxies = [p for p in flat_proxies((args, kwargs)) if isinstance(p, TensorProxy)]
+    if any(p.device.devicetype is not devices.DeviceType.CPU for p in proxies):
+        return
+    if sum(max(1, int(torch.Size(hints(p.shape)).numel())) for p in proxies) > _EAGER_CHECK_ELEMENTS:
+        return
+
+    def zeros(x):
+        if isinstance(x, TensorProxy):
+            return torch.zeros(hints(x.shape), dtype=x.dtype.torch_dtype)
+        return _leaf_to_meta(x, False) if not isinstance(x, devices.Device) else x._torch_device
+
+    state = torch.get_rng_state()
+    try:
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            zargs, zkwargs = tree_map(zeros, args), tree_map(zeros, kwargs)
+            func(*zargs, **zkwargs)
+    except Exception as e:  # noqa: BLE001
+        if type(e) is type(meta_error) and str(e).split("\n")[0] == str(meta_error).split("\n")[0]:
+            raise type(e)(f"{str(e).splitlines()[0]}\n  {describe_location(user_frame(3))}") from None
+    finally:
+        torch.set_rng_state(state)
+
+
 def _result_device(args, kwargs):
 
     for p in flat_proxies((args, kwargs)):
@@ -354,6 +385,7 @@ def fallback_symbol(func, *, force_inplace: bool = False) -> Symbol:
                     result = func(*margs, **mkwargs)
         except Exception as e:
             detail = str(e).split("\n")[0]
+            _raise_as_eager(func, args, kwargs, inplace, e)
             raise TracingError(
                 f"thunder has no symbol for {print_name} and could not run it on the meta device to learn its "
                 f"output's shape ({type(e).__name__}: {detail}). If its output shape depends on tensor values "

@@ -115,6 +115,17 @@ def _take_value(o: TracingTensor, new: TracingTensor) -> None:
         o.data = TracingTensor(value)
 
 
+def _keep_history_without_grad(o: TracingTensor, new: TracingTensor) -> None:
+    """``new`` given ``o``'s gradient path where ``o`` requires grad and is resized under no_grad (eager's kernel
+    resizes it below autograd: it keeps its history, see ``resized_history.py``)."""
+    tracer, old = o._tt_owner, o._thunder_proxy
+    if not tracer.autodiff or torch.is_grad_enabled() or not old.requires_grad or new._thunder_proxy.requires_grad:
+        return
+    from thunder.tracing.resized_history import resized_without_grad
+
+    new._tt_value = resized_without_grad(tracer, old, new._thunder_proxy)
+
+
 def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTensor) -> None:
     """Resizes ``o`` to the result's shape as eager's ``resize_output`` does (with its warning when ``o`` had
     elements), then gives it the strides eager's kernel gives a resized output: the result's own (TensorIterator
@@ -127,14 +138,17 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
     from thunder.tracing.views import _positions, _storage_id, shadow
 
     if o.numel() != 0:
-        warnings.warn(
+        message = (
             f"An output with one or more elements was resized since it had shape {list(o.shape)}, which does not "
             f"match the required output shape {list(r.shape)}. This behavior is deprecated, and in a future PyTorch "
             "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
-            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
-            UserWarning,
-            stacklevel=2,
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0)."
         )
+        frame = user_frame(2)
+        if frame is None:
+            warnings.warn(message, UserWarning, stacklevel=2)
+        else:  # (at the user's line, as eager's)
+            warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno)
     with torch._C.DisableTorchFunction():
         om = shadow(o)
         held = storage_elements(om) - om.storage_offset()
@@ -149,7 +163,9 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
             )
         if _own_tensor(o):
             # (a storage of its own too small: eager gives it a new one, the result in the result's layout; no view)
-            _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
+            new = handle(T.to, (r, o.dtype), {"copy": True})
+            _keep_history_without_grad(o, new)
+            _take_value(o, new)
             return
     o._tt_out_resize = True
     try:
@@ -197,6 +213,9 @@ def call_with_out(handle, func, args, kwargs):
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     if len(results) != len(outs):
         raise RuntimeError(f"{_name(func)}(): expected {len(results)} out= tensors, got {len(outs)}")
+    tensors = all(isinstance(x, torch.Tensor) for x in (*outs, *results))
+    if tensors and any(r.dtype != o.dtype for o, r in zip(outs, results)):
+        _refuse_out_dtypes_eager_refuses(func, args, rest, outs, results, isinstance(out, (tuple, list)))
     for o, r in zip(outs, results):
         if not isinstance(o, torch.Tensor) or not isinstance(r, torch.Tensor):
             raise TypeError(f"{_name(func)}(): out= must be a tensor or a tuple of tensors")
@@ -205,8 +224,6 @@ def call_with_out(handle, func, args, kwargs):
                 f"result type {torch_message_name(r.dtype) or r.dtype} can't be cast to the desired output type "
                 f"{torch_message_name(o.dtype) or o.dtype}"
             )
-        if r.dtype != o.dtype:
-            _refuse_out_dtype_eager_refuses(func, args, rest, o, r.dtype)
         if not same_shape(o.shape, r.shape):
             if _rebindable(o):
                 _take_value(o, handle(T.to, (r, o.dtype), {"copy": True}))
@@ -218,52 +235,57 @@ def call_with_out(handle, func, args, kwargs):
     return out
 
 
-# (eager's refusals of an out= tensor of another dtype than the result's are many messages: the generated out=
-# variants of view copies' "Expected out tensor to have dtype", TensorIterator's "Found dtype Double but expected
-# Float", "expected scalar_type Half but found Double", nan_to_num's "dtype of out: ... should be same as input",
-# index_select's "self and result must have the same scalar type": a call refused with out= of ``o``'s dtype that
-# runs with out= of the result's is the refusal, whatever its words)
-
 # (the run on the real device, see below, reads and writes tensors of the call's sizes: past this many elements the
 # meta kernels' answer stands alone)
 _DEVICE_CHECK_ELEMENTS = 1 << 16
 
 
-def _refuse_out_dtype_eager_refuses(func, args, rest, o, result_dtype: torch.dtype) -> None:
-    """Raises eager's error where ``func``'s out= variant requires the result's dtype (most ops cast into ``o``):
-    PyTorch is asked, on the arguments' shadows, then (where the meta kernel lets it pass: some dtype checks live in
-    the device kernels only, as round's with ``decimals=``) on zeros of the arguments' sizes and dtypes on ``o``'s
-    device, laid out to take no memory (expanded) where the kernel only reads them."""
+def _held(t: torch.Tensor) -> int:
+    """The elements ``t``'s storage holds."""
+    return t.untyped_storage().nbytes() // max(t.element_size(), 1)
+
+
+def _refuse_out_dtypes_eager_refuses(func, args, rest, outs, results, as_tuple: bool) -> None:
+    """Raises eager's error where ``func`` refuses out= tensors of other dtypes than its results' (most ops cast into
+    them; view copies, sort, histc, nan_to_num, torch.complex and the kernels that require all operands' dtypes equal
+    do not): PyTorch is asked, with the call run once with out= tensors of the user's dtypes and once with the
+    results' dtypes; an error the first run raises and the second does not is eager's refusal of the dtypes. Run on
+    zeros in the arguments' layouts and dtypes on the out= tensors' device; on the arguments' shadows (meta) past a few
+    elements."""
     from thunder.tracing.views import _to_shadows, shadow
 
-    target = shadow(o) if type(o) is TracingTensor else o
+    def target(o):
+        return shadow(o) if type(o) is TracingTensor else o
+
     with torch._C.DisableTorchFunction():
         meta_args, meta_rest = _to_shadows(args), _to_shadows(rest)
-        _raise_out_dtype_error(func, meta_args, meta_rest, target.shape, target.dtype, result_dtype, "meta")
         tensors = [t for t in tree_flatten((meta_args, meta_rest))[0] if isinstance(t, torch.Tensor)]
-        if sum(t.numel() for t in tensors) + target.numel() > _DEVICE_CHECK_ELEMENTS:
-            return
-        device = o.device
+        size = sum(_held(t) for t in tensors) + sum(target(o).numel() for o in outs)
+        device = outs[0].device if size <= _DEVICE_CHECK_ELEMENTS else torch.device("meta")
 
-        def zeros(t):
-            if not isinstance(t, torch.Tensor):
+        def zeros(t):  # (zeros in the shadow's layout over a storage of its size: as_strided_copy reads the storage)
+            if not isinstance(t, torch.Tensor) or device.type == "meta" or t.device.type != "meta":
                 return t
-            return torch.zeros((), dtype=t.dtype, device=device).expand(t.shape)
+            storage = torch.zeros(_held(t), dtype=t.dtype, device=device)
+            return storage.as_strided(t.shape, t.stride(), t.storage_offset())
 
-        real_args, real_rest = tree_map(zeros, (meta_args, meta_rest))
-        _raise_out_dtype_error(func, real_args, real_rest, target.shape, target.dtype, result_dtype, device)
+        run_args, run_rest = tree_map(zeros, (meta_args, meta_rest))
 
+        def run(dtypes):
+            new = tuple(torch.empty(target(o).shape, dtype=d, device=device) for o, d in zip(outs, dtypes))
+            try:
+                func(*run_args, **run_rest, out=new if as_tuple else new[0])
+            except (RuntimeError, TypeError, NotImplementedError) as e:
+                return e
+            except Exception:  # noqa: BLE001  (no kernel for these arguments: the dtype is not refused here)
+                return None
+            return None
 
-def _raise_out_dtype_error(func, args, rest, shape, dtype, result_dtype, device) -> None:
-    try:
-        func(*args, **rest, out=torch.empty(shape, dtype=dtype, device=device))
-        return
-    except RuntimeError as e:
-        refusal = e
-    except Exception:  # noqa: BLE001  (no kernel for these arguments: the dtype is not refused here)
-        return
-    try:
-        func(*args, **rest, out=torch.empty(shape, dtype=result_dtype, device=device))
-    except Exception:  # noqa: BLE001  (refused in the result's dtype too: not for the dtype)
-        return
-    raise RuntimeError(f"{refusal}\n  {describe_location(user_frame(4))}") from None
+        state = torch.get_rng_state()  # (a random op's draws are put back)
+        try:
+            error = run([o.dtype for o in outs])
+            if error is None or run([r.dtype for r in results]) is not None:
+                return
+        finally:
+            torch.set_rng_state(state)
+    raise type(error)(f"{str(error).splitlines()[0]}\n  {describe_location(user_frame(3))}") from None

@@ -277,7 +277,9 @@ def trace_program(
             prologue.distinct_storages = frozenset(
                 ti.expr for ti in inputs.tensors if not ti.is_module_state or ti.captured
             )
-    if written and inputs.repeated and not share_repeated:
+    # (a tensor given twice is one object: an update, or a layout change (x.t_()), reaches both names)
+    relaid = any(getattr(ti.wrapper, "_tt_original", None) is not None for ti in inputs.tensors)
+    if (written or relaid) and inputs.repeated and not share_repeated:
         return trace_program(
             fn,
             args,

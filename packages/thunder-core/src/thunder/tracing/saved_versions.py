@@ -38,6 +38,8 @@ class StaleSaves:
         self.known: list[tuple] = []
         # (node, eager's error, where): updates whose node's backward raises in eager whatever comes after them
         self.raising: list[tuple] = []
+        # callables giving such an entry, or None, from what the program did by its end (resized_history.py)
+        self.raising_at_end: list = []
 
     def stale(self) -> list[tuple[str, str, type[Exception]]]:
         """(name of the node's output, eager's error message, its exception type) for each call whose saved tensor
@@ -47,6 +49,8 @@ class StaleSaves:
 
         out = []
         seen = set()
+        self.raising += [e for e in (check() for check in self.raising_at_end) if e is not None]
+        self.raising_at_end = []
         for node, message, where in self.raising:
             if node.name not in seen:
                 seen.add(node.name)
@@ -160,16 +164,32 @@ def _flat_tensors(args) -> list[TracingTensor]:
 
 def _spec(w: TracingTensor, p=None) -> tuple:
     """What the probe's meta stand-in of ``w`` (whose value is the proxy ``p``, by default its current one) is made
-    from (read when the call is traced)."""
+    from (read when the call is traced): its sizes, dtype, whether it requires grad, and its strides where the tracer
+    knows them already (an input's, a view's: eager's matmul folds a transposed batch through a copy, which it then
+    saves instead of the batch), else None (contiguous)."""
     p = w._thunder_proxy if p is None else p
     # (symbolic sizes by the values they had in the traced call: which tensors a call saves does not depend on them)
-    return hints(p.shape), p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex")
+    shape = hints(p.shape)
+    m = w._tt_meta if w._tt_meta is not None or w._tt_layout_of is None else _input_shadow(w)
+    strides = tuple(m.stride()) if m is not None and tuple(m.shape) == tuple(shape) else None
+    return shape, p.dtype.torch_dtype, bool(p.requires_grad) and p.dtype.kind in ("float", "complex"), strides
+
+
+def _input_shadow(w: TracingTensor):
+    from thunder.tracing.views import input_shadow
+
+    return input_shadow(w)
 
 
 def _stand_in(spec: tuple, device: str = "meta") -> torch.Tensor:
-    """A tensor of ``spec`` (sizes, dtype, requires_grad) on ``device``: zeros (its values decide nothing asked here)."""
-    shape, dtype, requires_grad = spec
-    return torch.zeros(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+    """A tensor of ``spec`` (sizes, dtype, requires_grad, strides) on ``device``: zeros (its values decide nothing
+    asked here)."""
+    shape, dtype, requires_grad, strides = spec
+    if strides is None or 0 in shape:
+        return torch.zeros(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    base = torch.zeros(span, dtype=dtype, device=device)
+    return base.as_strided(shape, strides).requires_grad_(requires_grad)
 
 
 def _replace(x, metas: dict):
@@ -243,7 +263,7 @@ def _missing_derivative(
     ``NotImplemented``: floor_divide, heaviside, a RuntimeError; an in-place op whose node's backward raises:
     x.acosh_(), a NotImplementedError), else None. Asked once per function and argument dtypes (on meta tensors; the error the meta node's
     backward raises)."""
-    key = (func, tuple(sp[1:] for sp in spec))  # (the dtypes and flags decide it: an int x // y has no node)
+    key = (func, tuple(sp[1:3] for sp in spec))  # (the dtypes and flags decide it: an int x // y has no node)
     try:
         return _missing_cache[key]
     except KeyError:

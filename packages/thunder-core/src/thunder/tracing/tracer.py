@@ -352,8 +352,9 @@ class Tracer(UpdateRecorder):
         self.in_symbol = True
         try:
             # eager's dtype refusals (dtype_support.py); not inside thunder's vmap, whose batched stand-ins a plain
-            # probe call would see unbatched, nor for a fallback, which runs eager's own call anyway
-            if not (fell_back or vmap_active[0] or isinstance(func, Symbol)):
+            # probe call would see unbatched (also for a fallback, which runs eager's own call, but only where its
+            # result is used: torch.heaviside of complex tensors raises in eager used or not)
+            if not (vmap_active[0] or isinstance(func, Symbol)):
                 refuse_unsupported_dtypes(func, args, kwargs)
             if any_autocast_enabled():  # checked per call: user code may enter torch.autocast itself
                 self.autocast = True
@@ -459,7 +460,7 @@ class Tracer(UpdateRecorder):
                 and isinstance(out, TensorProxy)
                 and any(wrapped is a for a in args)
                 and wrapped._thunder_proxy is not out
-            ) and (getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace")):
+            ) and (_named_inplace(getattr(func, "__name__", "")) or kwargs.get("inplace")):
                 # an opaque op returning its argument (F.threshold(x, inplace=True)) updated it in place (one
                 # returning it unchanged, atleast_2d of a matrix or resolve_conj of a real tensor, did not)
                 _refuse_update_of_grad_leaf(func, wrapped)
@@ -599,3 +600,9 @@ class Tracer(UpdateRecorder):
         if self._pending_name is not None:
             self._apply_name(self._pending_name[1], self._pending_name[2])
             self._pending_name = None
+
+
+def _named_inplace(name: str) -> bool:
+    """Whether ``name`` is an in-place op's (``relu_``, ``__iadd__``), not another dunder's (``__get__``, which reads
+    ``x.real``: of a real ``x``, ``x`` itself)."""
+    return name.endswith("_") and (not name.endswith("__") or name.startswith("__i"))

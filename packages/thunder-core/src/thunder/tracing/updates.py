@@ -42,6 +42,7 @@ from thunder.tracing.inplace_grad import (
     note_unrecorded_layout_change,
     refuse_resize_requiring_grad,
 )
+from thunder.tracing.resized_history import note_resized_root, resized_without_grad
 from thunder.tracing.restrided_gradients import note_restride_past_elements
 from thunder.tracing.tracing_tensor import (
     TracingTensor,
@@ -149,7 +150,7 @@ class UpdateRecorder:
             if name in _LAYOUT_UPDATES or (
                 same_shape(value.shape, wrapper._tt_value.shape) and name not in _HISTORY_KEEPING_UPDATES
             ):
-                _refuse_update_of_grad_leaf(func, wrapper)
+                _refuse_update_of_grad_leaf(func, wrapper, args)
             self._rebind(func, wrapper, value, args, kwargs, bumps=op.mutated_args is None)
         return out
 
@@ -403,7 +404,8 @@ class UpdateRecorder:
             new_meta = _meta_like(value.shape, value.dtype.torch_dtype)
         with torch._C.DisableTorchFunction():
             grown = _storage_id(new_meta) == _storage_id(old_meta) and new_meta.untyped_storage().nbytes() > old_nbytes
-        if wrapper._tt_view is None:
+        made_root = wrapper._tt_view is None
+        if made_root:
             # the former elements become a hidden root the tensor is now a (restrided) view of
             root = TracingTensor(wrapper._tt_value)
             root._tt_meta = old_meta
@@ -436,10 +438,26 @@ class UpdateRecorder:
             wrapper._tt_view = (fresh, None)
             wrapper._tt_seen = fresh._tt_version
         old_value = wrapper._tt_value
+        rederive = False
         if self.autodiff and not torch.is_grad_enabled() and old_value.requires_grad and not value.requires_grad:
             # (a layout change under no_grad, x.t_(): autograd records nothing, x keeps the gradient path it had)
-            value = _no_grad_update(self.trace, old_value, value)
+            if _func_name_of(func) == "resize_" and wrapper._tt_view[0] is not wrapper._tt_former:
+                # (a view resized so, an out= view: eager makes its history anew, from its base's through its new
+                # layout, as it is re-derived below)
+                rederive = True
+            elif _func_name_of(func) == "resize_":  # (an out= tensor: its node expects the shape it had then)
+                if made_root and wrapper._tt_view[0] is root and not getattr(wrapper, "_tt_input", False):
+                    # (its former elements, a hidden root it is returned as a view of: a gradient through them comes
+                    # through the resized tensor)
+                    root._tt_value = _no_grad_update(self.trace, old_value, root._tt_value)
+                    note_resized_root(self, wrapper, old_value, root._tt_value)
+                value = resized_without_grad(self, old_value, value)
+            else:
+                value = _no_grad_update(self.trace, old_value, value)
         wrapper._tt_meta = new_meta
+        if rederive:
+            wrapper._tt_seen = -1
+            value = wrapper._thunder_proxy
         wrapper._tt_value = value
         # (outside inference_mode: there, assigning .data reaches the dispatcher's shallow-copy check with the stand-ins)
         with torch._C.DisableTorchFunction(), torch.inference_mode(False):

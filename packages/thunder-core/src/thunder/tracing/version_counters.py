@@ -80,7 +80,9 @@ def share_counter(func, out, args) -> None:
         if o._tt_view is None and o._tt_pending is None:
             continue  # (a tensor of its own)
         if candidates is None:
-            candidates = tuple(a for a in args if type(a) is TracingTensor)
+            # (also those in a list: torch.atleast_2d((x,))[0] views x, and shares its counter)
+            flat = [b for a in args for b in (a if type(a) in (tuple, list) else (a,))]
+            candidates = tuple(a for a in flat if type(a) is TracingTensor)
         o._tt_counter_of = candidates
 
 

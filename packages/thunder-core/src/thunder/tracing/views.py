@@ -166,7 +166,28 @@ _NO_GRAD_VIEW_UPDATE = (
 )
 
 
-def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
+def _setitem_writes_a_view(wrapper: TracingTensor, args) -> bool | None:
+    """Whether eager's ``x[key] = v`` writes a view of ``x`` (an integer, a partial slice, None) or ``x`` itself
+    (``...``, full slices, ``()``; a mask or index list, whose ``index_put_`` writes ``x``), which its refusal names
+    ("a view of a leaf Variable" or "a leaf Variable"): asked of PyTorch, with a leaf of ``x``'s sizes on the meta
+    device (None where it does not tell)."""
+    if len(args) < 2:
+        return None
+    m = shadow(wrapper)
+    try:
+        with torch._C.DisableTorchFunction(), torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            leaf = torch.empty(m.shape, dtype=m.dtype, device="meta", requires_grad=True)
+            leaf[_to_shadows(args[1])] = 0
+    except RuntimeError as e:
+        if "leaf Variable" in str(e):
+            return str(e).startswith("a view of")
+    except Exception:  # noqa: BLE001, S110  (an index PyTorch refuses on meta: the call itself reports it)
+        pass
+    return None
+
+
+def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor, args=()) -> None:
     """With grad enabled, eager refuses to update a leaf tensor that requires grad (a parameter, an input
     made with ``requires_grad=True``) or a view of one in place; so does thunder, naming the user's line."""
     if not torch.is_grad_enabled():
@@ -187,7 +208,9 @@ def _refuse_update_of_grad_leaf(func, wrapper: TracingTensor) -> None:
     root = wrapper if view is None else view[0]
     leaf_view = wrapper._tt_grad_leaf_view or root._tt_grad_leaf_view  # (an argument viewing the caller's leaf)
     if root._tt_grad_leaf or leaf_view:
-        through_view = view is not None or leaf_view or getattr(func, "__name__", None) == "__setitem__"
+        through_view = bool(view is not None or leaf_view)
+        if not through_view and getattr(func, "__name__", None) == "__setitem__":
+            through_view = _setitem_writes_a_view(wrapper, args) is not False
         what = "a view of a leaf Variable" if through_view else "a leaf Variable"
         raise RuntimeError(
             f"{what} that requires grad is being used in an in-place operation "
