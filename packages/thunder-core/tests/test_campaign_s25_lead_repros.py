@@ -138,3 +138,19 @@ def test_each_stale_saved_tensor_raises_where_its_gradient_comes(other):
     with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
         thunder.jit(fn)(make())[0].sum().backward()
     assert "gather" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: torch.tensor(-4.8, dtype=torch.float64, requires_grad=True), lambda: torch.tensor([[2.0]])],
+    ids=["0-d", "one element"],
+)
+def test_unique_of_at_most_one_element_has_a_size_the_program_may_read(make):
+    # (14117: the size of unique_consecutive's result was read from the output at run time, so a program slicing
+    # by it was refused; for one element or none it is that many whatever the value)
+    def fn(a):
+        v = torch.unique_consecutive(a * 2)
+        w, inverse, counts = torch.unique(a, return_inverse=True, return_counts=True)
+        return v[..., : v.shape[-1] // 2 + 1], w * 1, inverse, counts
+
+    assert_as_eager(fn, lambda: (make(),), grads=False)

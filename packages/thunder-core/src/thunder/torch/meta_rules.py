@@ -235,3 +235,36 @@ def one_hot_meta(a, num_classes=-1):
     elif num_classes < -1:
         raise RuntimeError("num_classes should be positive")
     return _empty((*a.shape, num_classes), torch.int64, a)
+
+
+# ---------------------------------------------------------------- unique, unique_consecutive
+
+_UNIQUES = (torch.unique, torch.Tensor.unique, torch.unique_consecutive, torch.Tensor.unique_consecutive)
+
+
+def _unique_rule(func: Callable) -> Callable:
+    def unique_meta(a, *args, **kwargs):
+        """Eager's ``unique``/``unique_consecutive``: the count of distinct values is read from the output when the
+        program runs, except for a tensor of at most one element, whose result has as many elements whatever its
+        value (so a program may read that size: ``v.shape[-1]`` of a 0-d tensor's unique)."""
+        if isinstance(a.numel(), int) and a.numel() <= 1:
+            with torch.no_grad():
+                results = func(torch.zeros(tuple(a.shape), dtype=a.dtype), *args, **kwargs)
+            grad = _tracks_grad(a)
+            if isinstance(results, torch.Tensor):
+                return _empty(results.shape, results.dtype, a, requires_grad=grad and results.is_floating_point())
+            return tuple(
+                _empty(r.shape, r.dtype, a, requires_grad=grad and k == 0 and r.is_floating_point())
+                for k, r in enumerate(results)
+            )
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(a, FakeTensor):
+            raise ValuesDecideShape("run unique (how many values are distinct depends on them)", sized_later=True)
+        return func(a, *args, **kwargs)
+
+    return unique_meta
+
+
+for _unique in _UNIQUES:
+    register_meta_rule(_unique)(_unique_rule(_unique))
