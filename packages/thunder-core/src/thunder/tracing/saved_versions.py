@@ -285,6 +285,17 @@ def _missing_derivative(
     return message
 
 
+def _runs_opaquely(func) -> bool:
+    """Whether thunder runs ``func`` as PyTorch's own call (no torch-language symbol, so no gradient rule of its own
+    where eager has none): the calls whose node's backward is asked (a symbol's rule answers for the others)."""
+    from thunder.torch.registry import torch_to_thunder
+
+    try:
+        return func not in torch_to_thunder
+    except TypeError:  # (an unhashable callable)
+        return True
+
+
 _UNKNOWN = object()
 _DIFFERENTIABLE_NODES: set[str] = set()  # the kinds of autograd node whose backward ran (on meta or small tensors)
 _SMALL = 4096  # (the most elements of an argument the CPU question is asked with)
@@ -302,7 +313,8 @@ def _missing_derivative_on(func, args, kwargs, flat, spec, device: str):
             # (an in-place op's node may be a real one whose backward raises: x.acosh_()'s AcoshBackward1; a node
             # eager declares but whose backward raises: unique's Unique2Backward0, asked once per kind of node)
             kind = type(node.grad_fn).__name__ if node is not None else None
-            if node is not None and (kind == "NotImplemented" or _in_place(func) or kind not in _DIFFERENTIABLE_NODES):
+            asked = kind == "NotImplemented" or _in_place(func)
+            if node is not None and (asked or (kind not in _DIFFERENTIABLE_NODES and _runs_opaquely(func))):
                 try:
                     # (to the leaves the arguments are made from: an in-place op's target is its output)
                     torch.autograd.grad(node, [m for m in leaves.values() if m.requires_grad], torch.ones_like(node))
