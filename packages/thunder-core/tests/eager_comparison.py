@@ -1,14 +1,15 @@
 """One comparison of a function jitted against eager, shared by the campaign repro tests: values, dtypes,
 ``requires_grad``, view-ness, storage sharing with the inputs and among the outputs, the inputs after the call, and
-gradients."""
+gradients; and the error a function eager refuses raises when jitted."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import thunder
 
-__all__ = ["assert_as_eager"]
+__all__ = ["assert_as_eager", "assert_raises_as_eager"]
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -47,3 +48,20 @@ def assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
         assert (x is None) == (y is None)
         if x is not None:
             torch.testing.assert_close(y, x, equal_nan=True)
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else ""
+
+
+def assert_raises_as_eager(fn, make_inputs, *, names_file: str | None = None) -> BaseException:
+    """``fn`` jitted raises the error eager raises: its type and first line; and, given ``names_file``, the message
+    names that file (the user's line). Returns thunder's error for further checks."""
+    with pytest.raises(Exception) as expected:
+        fn(*make_inputs())
+    with pytest.raises(type(expected.value)) as actual:
+        thunder.jit(fn)(*make_inputs())
+    assert _first_line(actual.value) == _first_line(expected.value)
+    if names_file is not None:
+        assert names_file in str(actual.value)
+    return actual.value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eager_comparison import assert_as_eager
+from eager_comparison import assert_as_eager, assert_raises_as_eager
 
 import thunder
 from thunder.tracing.errors import TracingError
@@ -97,12 +97,7 @@ def _sub_of_captured_requiring_grad(x):  # (campaign, 14012: the tensor requirin
     ],
 )
 def test_out_eager_refuses_is_refused_naming_the_line(fn, x):
-    with pytest.raises(RuntimeError) as expected:
-        fn(x)
-    with pytest.raises(RuntimeError) as actual:
-        thunder.jit(fn)(x)
-    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
-    assert "test_campaign_s24_repros.py" in str(actual.value)
+    assert_raises_as_eager(fn, lambda: (x,), names_file="test_campaign_s24_repros.py")
 
 
 def test_out_of_another_dtype_eager_casts_into_still_runs():
@@ -152,12 +147,7 @@ def _leaf():
 @pytest.mark.parametrize("use", [lambda v: v.sum(), lambda v: v.clone(), lambda v: v.transpose(0, -1) * 1])
 def test_multi_view_output_read_with_grad_after_its_base_was_updated_raises_as_eager(part, use):
     fn = _used_after_update(_PARTS[part], use)
-    with pytest.raises(RuntimeError) as expected:
-        fn(*_leaf())
-    with pytest.raises(RuntimeError) as actual:
-        thunder.jit(fn)(*_leaf())
-    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
-    assert "test_campaign_s24_repros.py" in str(actual.value)
+    assert_raises_as_eager(fn, _leaf, names_file="test_campaign_s24_repros.py")
 
 
 def test_gathered_unbound_then_updated_raises_as_eager():

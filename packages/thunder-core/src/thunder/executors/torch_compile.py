@@ -58,7 +58,7 @@ from thunder.core.symbolic import SizeProxy, hints
 from thunder.executors import inductor_subprocess, pythonex, symbolic_graphs, tiers, torchex
 from thunder.executors.base import FusionExecutor
 from thunder.executors.fusion import Region, region_trace
-from thunder.executors.passes import del_last_used
+from thunder.executors.passes import del_last_used, is_write_back
 
 __all__ = ["TorchCompileExecutor", "torch_compile_ex", "graphs_compiled"]
 
@@ -183,7 +183,7 @@ class TorchCompileExecutor(FusionExecutor):
         # graph at the peak of a 4-layer LitGPT training step)
         runnable = del_last_used(trace)
         fn = runnable.python_callable()
-        written = {b.args[1].name for b in region.bound_symbols if b.sym.id == "torch::copy_"}
+        written = {b.args[1].name for b in region.bound_symbols if is_write_back(b)}
         # the inputs the region writes (its write-backs, thunder.executors.fusion): never copied for the graph
         written_inputs = tuple(i for i, p in enumerate(region.inputs) if p.name in written)
         if self.compile_options != {"dynamic": False}:
