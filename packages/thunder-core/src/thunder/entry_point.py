@@ -1,5 +1,6 @@
 """The callable ``thunder.jit`` returns: a generated function with the user's signature that calls the prologue
-of the program that answered last, and takes the slow path (other cache entries, compiling) on a miss.
+of the program that answered last, and takes the slow path (other cache entries, compiling) on a miss. An error a
+compiled program raises gets a note naming the user's line that raised it (``codegen.note_user_line``).
 
 With the user's own parameters, the common call passes its arguments on as they are: no ``*args``/``**kwargs``
 packing, which costs about as much as the rest of the call path (a tenth of eager ``a + b``).
@@ -11,6 +12,8 @@ import inspect
 import keyword
 from collections.abc import Callable
 from typing import Any
+
+from thunder.core.codegen import note_user_line
 
 __all__ = ["make_entry_point"]
 
@@ -25,7 +28,12 @@ def make_entry_point(
 
     ``fast[0]`` is read on every call, so replacing it redirects the next call.
     """
-    namespace: dict[str, Any] = {f"{_PREFIX}fast": fast, f"{_PREFIX}slow": slow_path, f"{_PREFIX}miss": miss}
+    namespace: dict[str, Any] = {
+        f"{_PREFIX}fast": fast,
+        f"{_PREFIX}slow": slow_path,
+        f"{_PREFIX}miss": miss,
+        f"{_PREFIX}note": note_user_line,
+    }
     source = _source(fn, _identifier(name))
     exec(compile(source, f"<thunder entry point of {name}>", "exec"), namespace)  # noqa: S102 - generated above
     entry = namespace[f"{_PREFIX}entry"]
@@ -43,10 +51,14 @@ def _generic(name: str) -> str:
     p = _PREFIX
     return (
         f"def {name}(*args, **kwargs):\n"
-        f"    {p}p = {p}fast[0]\n"
-        f"    {p}r = {p}p(*args, **kwargs)\n"
-        f"    if {p}r is {p}miss: return {p}slow({p}p, args, kwargs)\n"
-        f"    return {p}r\n"
+        f"    try:\n"
+        f"        {p}p = {p}fast[0]\n"
+        f"        {p}r = {p}p(*args, **kwargs)\n"
+        f"        if {p}r is {p}miss: return {p}slow({p}p, args, kwargs)\n"
+        f"        return {p}r\n"
+        f"    except Exception as {p}e:\n"
+        f"        {p}note({p}e)\n"
+        f"        raise\n"
         f"{p}entry = {name}\n"
     )
 
@@ -92,9 +104,13 @@ def _source(fn: Callable, name: str) -> str:
     p = _PREFIX
     return (
         f"def {name}({', '.join(header)}):\n"
-        f"    {p}p = {p}fast[0]\n"
-        f"    {p}r = {p}p({', '.join(call)})\n"
-        f"    if {p}r is {p}miss: return {p}slow({p}p, {args}, {kwargs})\n"
-        f"    return {p}r\n"
+        f"    try:\n"
+        f"        {p}p = {p}fast[0]\n"
+        f"        {p}r = {p}p({', '.join(call)})\n"
+        f"        if {p}r is {p}miss: return {p}slow({p}p, {args}, {kwargs})\n"
+        f"        return {p}r\n"
+        f"    except Exception as {p}e:\n"
+        f"        {p}note({p}e)\n"
+        f"        raise\n"
         f"{p}entry = {name}\n"
     )

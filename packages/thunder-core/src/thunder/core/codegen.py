@@ -15,7 +15,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.symbolic import SizeProxy, print_size
 from thunder.core.trace import TraceCtx
 
-__all__ = ["bsym_lines", "trace_to_python", "compile_trace"]
+__all__ = ["bsym_lines", "trace_to_python", "compile_trace", "note_user_line"]
 
 _INDENT = "  "
 
@@ -241,7 +241,9 @@ def _renamed_variables(trace: TraceCtx, imports: list[str]) -> dict[str, str] | 
     return renamed
 
 
-def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> str:
+def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True, line_sources: list | None = None) -> str:
+    """The program's source. Given ``line_sources``, fills it with each line's user source (``(filename,
+    lineno)`` of the call that line runs, or None), by line number less one."""
     imports = _imports(trace)
     printer = _Printer(trace, _renamed_variables(trace, imports))
     body: list[str] = []
@@ -249,6 +251,7 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
         if isinstance(a, (TensorProxy, SizeProxy)):
             body.append(f'{_INDENT}# {printer.name(a)}: "{a.type_string()}"')
     last_source = None
+    body_sources: dict[int, tuple] = {}
     for bsym in trace.bound_symbols:
         src = bsym.source
         if src is not None and src != last_source:
@@ -256,7 +259,10 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
             if comment:
                 body.append(_INDENT + comment)
         last_source = src if src is not None else last_source
+        first = len(body)
         _emit_bsym(bsym, body, 1, printer, include_decomposition)
+        if line_sources is not None and src is not None:
+            body_sources.update(dict.fromkeys(range(first, len(body)), src))
     if not trace.bound_symbols:
         body.append(_INDENT + "pass")
     header = []
@@ -269,6 +275,8 @@ def trace_to_python(trace: TraceCtx, *, include_decomposition: bool = True) -> s
     header.append("")
     header.extend(trace.decorators)
     header.append(f"def {trace.fn_name}({_signature(trace, printer)}):")
+    if line_sources is not None:
+        line_sources.extend([None] * len(header) + [body_sources.get(i) for i in range(len(body))])
     return "\n".join(header + body) + "\n"
 
 
@@ -289,13 +297,47 @@ def _namespace(trace: TraceCtx) -> dict:
     return ns
 
 
+# each compiled program's user source by line (``trace_to_python``'s ``line_sources``), by the program's file name
+_program_sources: dict[str, tuple] = {}
+
+
 def compile_trace(trace: TraceCtx):
-    """Compiles ``trace`` to a Python function (its source is registered so tracebacks show it)."""
-    src = trace.python(include_decomposition=False)
+    """Compiles ``trace`` to a Python function (its source is registered so tracebacks show it, and the user's line
+    of each of its calls, for ``note_user_line``)."""
+    sources: list = []
+    src = trace_to_python(trace, include_decomposition=False, line_sources=sources)
     ns = _namespace(trace)
     filename = f"thunder.{trace.fn_name}_{next(_compiled_counter)}"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    if any(sources):
+        _program_sources[filename] = tuple(sources)
     exec(compile(src, filename, "exec"), ns)
     fn = ns[trace.fn_name]
     fn.__thunder_trace__ = trace
     return fn
+
+
+def note_user_line(error: BaseException, running: str = "the call of") -> None:
+    """Adds to ``error``, raised while a compiled program ran (a kernel refusing its arguments: an index out of
+    bounds, a step of zero), a note naming the user's line of the call that raised it, as eager's traceback would
+    show it. Nothing when no compiled program's call raised it, the message names that line already, or Python has
+    no exception notes (3.10)."""
+    if not hasattr(error, "add_note") or getattr(error, "_thunder_user_line_noted", False):
+        return
+    where = None
+    tb = error.__traceback__
+    while tb is not None:  # (the innermost program frame: a program a region or another program called)
+        sources = _program_sources.get(tb.tb_frame.f_code.co_filename)
+        if sources is not None and 0 < tb.tb_lineno <= len(sources) and sources[tb.tb_lineno - 1] is not None:
+            where = sources[tb.tb_lineno - 1]
+        tb = tb.tb_next
+    if where is None:
+        return
+    filename, lineno = where
+    message = str(error)
+    if filename in message and f"line {lineno}" in message:
+        return
+    text = linecache.getline(filename, lineno).strip()
+    location = f'File "{filename}", line {lineno}' + (f"\n    {text}" if text else "")
+    error.add_note(f"(raised by the program thunder compiled, running {running}\n  {location})")
+    error._thunder_user_line_noted = True

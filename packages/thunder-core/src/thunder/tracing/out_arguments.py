@@ -194,11 +194,41 @@ def _resize_as_eager(handle, func, args, rest, o: TracingTensor, r: TracingTenso
                     )
 
 
+# calls whose ``dtype=``, when not given, is ``out``'s: eager computes in it (``torch.linspace(0, 10, 5, out=<int64>)``
+# counts in integers, ``torch.mean(<float32>, 0, out=<float64>)`` sums in float64, ``torch.sum(x, 0, out=<int64>)``
+# truncates the elements first), where the call without ``out=`` would compute in the default or the input's dtype
+_DTYPE_FROM_OUT = frozenset(
+    {
+        torch.linspace,
+        torch.logspace,
+        torch.arange,
+        torch.full,
+        torch.zeros,
+        torch.ones,
+        torch.eye,
+        torch.randint,
+        torch.randperm,
+        torch.sum,
+        torch.prod,
+        torch.cumsum,
+        torch.cumprod,
+    }
+)
+# the same for an ``out`` of a floating or complex dtype only (for an integer one, eager refuses the call: a float
+# result cannot be cast into it, and nansum has no integer kernel)
+_FLOAT_DTYPE_FROM_OUT = frozenset({torch.mean, torch.nansum})
+
+
 def call_with_out(handle, func, args, kwargs):
     """``func(*args, **kwargs)`` with ``kwargs["out"]`` a tensor or a tuple of tensors; ``handle`` traces a call."""
     out = kwargs["out"]
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if rest.get("dtype") is None and isinstance(out, torch.Tensor):
+        if func in _DTYPE_FROM_OUT or (
+            func in _FLOAT_DTYPE_FROM_OUT and (out.dtype.is_floating_point or out.dtype.is_complex)
+        ):
+            rest["dtype"] = out.dtype
     untracked = False
     if torch.is_grad_enabled() and any(_requires_grad(x) for x in tree_flatten((args, rest, outs))[0]):
         untracked = _autograd_refusal(func, args, kwargs)

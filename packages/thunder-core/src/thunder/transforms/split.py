@@ -14,6 +14,7 @@ import torch
 
 from thunder.core import dtypes, prims
 from thunder.core.aliasing import aliased_argument_positions, aliased_outputs
+from thunder.core.codegen import note_user_line
 from thunder.core.dce import eliminate_dead_code, has_side_effects
 from thunder.core.devices import to_torch_device
 from thunder.core.proxies import RuntimeValueProxy, TensorProxy
@@ -509,7 +510,11 @@ class ThunderFunction(torch.autograd.Function):
         # drop autograd's references unless the graph is retained, so the backward frees each saved
         # tensor right after its last use instead of when the whole backward returns
         ctx.maybe_clear_saved_tensors()
-        grads = ctx.backward_fn(saved, list(cotangents))
+        try:
+            grads = ctx.backward_fn(saved, list(cotangents))
+        except Exception as e:
+            note_user_line(e, "the gradient of the call of")
+            raise
         return (None, None, None, None, *grads)
 
 
