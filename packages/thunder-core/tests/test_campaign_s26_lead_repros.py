@@ -93,3 +93,75 @@ def test_kernel_error_while_the_program_runs_names_the_users_line(fn):
     error = assert_raises_as_eager(fn, make, names_file="test_campaign_s26_lead_repros.py")
     # (once: the note is not added again on the way out of a nested call)
     assert sum("test_campaign_s26_lead_repros.py" in n for n in error.__notes__) == 1
+
+
+# ---------------------------------------- a matrix product of two dtypes: eager's words, which name the dtypes as the
+# kernel matmul dispatches to does (thunder printed its own dtype names: "dtypes.bfloat16 != dtypes.float32")
+
+
+def _half(*shape):
+    return torch.ones(*shape, dtype=torch.float16)
+
+
+def _float(*shape):
+    return torch.ones(*shape)
+
+
+_MIXED_PRODUCTS = {
+    "mm": (torch.mm, lambda: (_half(2, 2), _float(2, 2))),
+    "matmul_batched": (torch.matmul, lambda: (_half(3, 2, 2), _float(2, 2))),
+    "matmul_dot": (torch.matmul, lambda: (_half(2), _float(2))),
+    "matmul_mv": (torch.matmul, lambda: (_float(2, 2), _half(2))),
+    "matmul_vector_batch": (torch.matmul, lambda: (_half(2), _float(3, 2, 2))),
+    "linear": (F.linear, lambda: (_half(2, 2), _float(2, 2))),
+    "linear_weight_half": (F.linear, lambda: (_float(3, 2, 2), _half(2, 2))),
+    "linear_vector_weight": (F.linear, lambda: (_half(2, 2), _float(2))),
+    "linear_bias_half": (F.linear, lambda: (_float(2, 2), _float(2, 2), _half(2))),
+    "linear_input_half_with_bias": (F.linear, lambda: (_half(3, 2, 2), _float(2, 2), _float(2))),
+    "bf16_int64": (torch.mm, lambda: (torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2, dtype=torch.int64))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MIXED_PRODUCTS))
+def test_matrix_product_of_two_dtypes_raises_eagers_error(name):
+    op, make = _MIXED_PRODUCTS[name]
+
+    def fn(*args):
+        return op(*args)
+
+    assert_raises_as_eager(fn, make, names_file="test_campaign_s26_lead_repros.py")
+
+
+# ------------------------ an argument that retains its gradient, updated in place by the function: autograd's own
+# bookkeeping failed an internal assert ("out != nullptr"); the gradient eager retains there cannot reach it, so the
+# call is refused, naming the argument
+
+
+def _scaled_in_place(y):
+    y.mul_(3)
+    return y * 2
+
+
+def test_update_of_an_argument_retaining_its_gradient_is_refused_naming_it():
+    x = torch.randn(2, 3, requires_grad=True)
+    y = x * 1
+    y.retain_grad()
+    with pytest.raises(RuntimeError, match="updates its argument 'y' in place, and that tensor retains its gradient"):
+        thunder.jit(_scaled_in_place)(y)
+    torch.testing.assert_close(y, x)  # (refused before the update ran)
+
+
+def test_update_without_grad_of_an_argument_retaining_its_gradient_runs_as_eager():
+    def fn(y):
+        with torch.no_grad():
+            y.mul_(3)
+        return y * 2
+
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.ones(2, 3, requires_grad=True)
+        y = x * 1
+        y.retain_grad()
+        f(y).sum().backward()
+        grads.append((y.grad, x.grad))
+    torch.testing.assert_close(grads[1], grads[0])

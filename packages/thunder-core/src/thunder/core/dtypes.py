@@ -216,3 +216,26 @@ _TORCH_MESSAGE_NAMES = {
 def torch_message_name(torch_dtype: torch.dtype) -> str | None:
     """PyTorch's name for ``torch_dtype`` in its error messages (``Float``, ``Long``), or None where it is not listed."""
     return _TORCH_MESSAGE_NAMES.get(torch_dtype)
+
+
+# the C++ type of each dtype, as the messages of PyTorch's matrix-product kernels print it (``float != double``)
+_CPP_TYPE_NAMES = {
+    torch.bool: "bool",
+    torch.uint8: "unsigned char",
+    torch.int8: "signed char",
+    torch.int16: "short int",
+    torch.int32: "int",
+    torch.int64: "long int",
+    torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16",
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+}
+
+
+def cpp_type_name(torch_dtype: torch.dtype) -> str:
+    """The C++ type PyTorch's kernels name ``torch_dtype`` by in some messages (``float``, ``c10::Half``); the
+    dtype's own name where it is not listed."""
+    return _CPP_TYPE_NAMES.get(torch_dtype, str(torch_dtype))

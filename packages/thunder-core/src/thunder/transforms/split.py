@@ -461,6 +461,23 @@ def rematerialize(
     return [p for p in saved if p.name in still_needed], out
 
 
+def _refuse_retained_updates(dirty, inputs, names) -> None:
+    """Refuses an update in place of an argument that retains its gradient (``retain_grad()``): the program's outputs
+    come from one autograd node, beside the argument's new history rather than after it, so the gradient eager
+    retains there (of the outputs with respect to the updated values) never reaches it (and autograd's own
+    bookkeeping of the retained gradient fails an internal assert when the argument is not the node's first
+    output)."""
+    for _, in_index in dirty:
+        if getattr(inputs[in_index], "retains_grad", False):
+            raise RuntimeError(
+                f"thunder.jit: the function updates its argument {names[in_index]!r} in place, and that tensor "
+                "retains its gradient (retain_grad() before the call). Thunder computes the outputs in one autograd "
+                "node beside the argument's new history, not after it, so the gradient eager would retain there "
+                "(of the outputs with respect to the updated values) cannot reach it. Retain the gradient of a "
+                "tensor the function does not update, or do the update outside the function (docs/sharp_edges.md)."
+            )
+
+
 class ThunderFunction(torch.autograd.Function):
     """Runs a compiled forward; its backward runs the compiled backward trace."""
 
@@ -569,10 +586,13 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
     direct_ok = direct is not None and all(isinstance(p, TensorProxy) for p in fb.forward.args)
     c_apply, unwrap = direct if direct is not None else (None, None)
     transforms_active = torch._C._are_functorch_transforms_active
+    names = [getattr(p, "name", "?") for p in fb.forward.args]
 
     if isinstance(structure, TensorProxy):
 
         def computation(*inputs):
+            if dirty:
+                _refuse_retained_updates(dirty, inputs, names)
             if direct_ok and not transforms_active():
                 outs = c_apply(forward_fn, backward_fn, non_diff, dirty, *map(unwrap, inputs))
             else:
@@ -584,6 +604,8 @@ def make_autograd_callable(forward_fn, backward_fn, fb: ForwardBackward, build_b
     else:
 
         def computation(*inputs):
+            if dirty:
+                _refuse_retained_updates(dirty, inputs, names)
             if direct_ok and not transforms_active():
                 outs = c_apply(forward_fn, backward_fn, non_diff, dirty, *map(unwrap, inputs))
             else:
