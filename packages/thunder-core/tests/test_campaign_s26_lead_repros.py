@@ -95,6 +95,32 @@ def test_kernel_error_while_the_program_runs_names_the_users_line(fn):
     assert sum("test_campaign_s26_lead_repros.py" in n for n in error.__notes__) == 1
 
 
+class _GradientOutOfBounds(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[torch.tensor([7, 0, 1])]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (BaseException.add_note) need Python 3.11")
+def test_kernel_error_while_the_backward_runs_names_the_users_line():
+    def fn(x):
+        return _GradientOutOfBounds.apply(x).sum()
+
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(IndexError) as expected:
+        fn(x).backward()
+    out = thunder.jit(fn)(x)
+    with pytest.raises(IndexError) as actual:
+        out.backward()
+    assert str(actual.value) == str(expected.value)
+    (note,) = actual.value.__notes__
+    assert "test_campaign_s26_lead_repros.py" in note and "g[torch.tensor([7, 0, 1])]" in note
+
+
 # ---------------------------------------- a matrix product of two dtypes: eager's words, which name the dtypes as the
 # kernel matmul dispatches to does (thunder printed its own dtype names: "dtypes.bfloat16 != dtypes.float32")
 
