@@ -92,7 +92,7 @@ def _leaves(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _tol(dtype: torch.dtype) -> dict:
-    if dtype == torch.float64:
+    if dtype in (torch.float64, torch.complex128):
         return {"rtol": 1e-7, "atol": 1e-9}
     if dtype in (torch.float16, torch.bfloat16):
         return {"rtol": 1e-2, "atol": 1e-2}
@@ -336,8 +336,10 @@ def _check_program(
         a = torch.zeros_like(t_leaves[k]) if a is None else a
         e = torch.zeros_like(e_leaves[k]) if e is None else e
         # a float64 gradient may flow through float32 values (mixed_dtype): float32 tolerances then
-        low = "low_precision" in program.features
-        tol = _tol(torch.float16 if low else torch.float32 if "mixed_dtype" in program.features else e.dtype)
+        # (and so may inputs of "wide_inputs", whichever the features)
+        low = "low_precision" in program.features or _has_input_of(program, torch.float16, torch.bfloat16)
+        mixed = "mixed_dtype" in program.features or _has_input_of(program, torch.float32, torch.complex64)
+        tol = _tol(torch.float16 if low else torch.float32 if mixed else e.dtype)
         try:
             torch.testing.assert_close(a, e, equal_nan=True, **tol)
         except AssertionError as err:
@@ -351,6 +353,10 @@ def _check_program(
             detail = f"{name}: {' '.join(str(err).split())[:300]}\nthunder: {a}\neager:   {e}"
             raise Divergence("grad", detail, program) from None
     return True
+
+
+def _has_input_of(program: Program, *dtypes: torch.dtype) -> bool:
+    return any(spec.dtype in dtypes for spec in program.inputs)
 
 
 def _raises_as_eager(program: Program, fn, refusal: Exception, cache: str | None) -> bool:
