@@ -41,9 +41,14 @@ def assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
     outs_a = [o for o in actual if o.requires_grad]
     if not outs_e:
         return
-    ge = torch.autograd.grad([o.sum() for o in outs_e], leaves_e, allow_unused=True)
-    ga = torch.autograd.grad([o.sum() for o in outs_a], leaves_a, allow_unused=True)
+    ge = torch.autograd.grad([_loss(o) for o in outs_e], leaves_e, allow_unused=True)
+    ga = torch.autograd.grad([_loss(o) for o in outs_a], leaves_a, allow_unused=True)
     for x, y in zip(ge, ga):
         assert (x is None) == (y is None)
         if x is not None:
             torch.testing.assert_close(y, x, equal_nan=True)
+
+
+def _loss(o: torch.Tensor) -> torch.Tensor:
+    """A real scalar of ``o`` (of a complex one: its real and imaginary parts summed, each a cotangent of 1)."""
+    return torch.view_as_real(o).sum() if o.is_complex() else o.sum()

@@ -1,0 +1,60 @@
+"""Classes the differential campaign (``fuzz_campaign.py``, seeds 14201..14215, session 26, with the generator's
+``wide_inputs``: complex and narrow integer dtypes, sizes past 3, ranks 5 and 6) found, each against eager:
+values, dtypes, ``requires_grad``, gradients and whether each output is a view; where eager raises, thunder
+raises too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from eager_comparison import assert_as_eager
+
+# ------------------------- gradients of complex tensors are PyTorch's (conjugate Wirtinger), not the real rules'
+
+
+def _complex_matrix():
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(3, 3, dtype=torch.complex128, generator=gen).requires_grad_(),)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.cos,  # (campaign 14201: cos of a permuted complex input)
+        torch.exp,
+        torch.tanh,
+        torch.rsqrt,
+        torch.reciprocal,
+        lambda a: a * a,
+        lambda a: a @ a,
+        lambda a: a.pow(3),
+        lambda a: a.expand(2, 3, 3) * a,
+        lambda a: torch.logsumexp(a, 0),
+    ],
+    ids=["cos", "exp", "tanh", "rsqrt", "reciprocal", "mul", "matmul", "pow", "broadcast_mul", "logsumexp"],
+)
+def test_gradient_of_holomorphic_function_of_complex_input_is_eagers(fn):
+    assert_as_eager(fn, _complex_matrix)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.abs(),  # (campaign 14202: thunder's backward called sign, which refuses complex numbers)
+        lambda a: a / (a.abs() + 1),
+        lambda a: a.prod(),
+        lambda a: torch.angle(a) * a.real,
+        lambda a: torch.sin(a.permute(1, 0)).sum(0),
+    ],
+    ids=["abs", "div_by_abs", "prod", "angle_times_real", "sin_of_permuted"],
+)
+def test_gradient_of_non_holomorphic_function_of_complex_input_is_eagers(fn):
+    assert_as_eager(fn, _complex_matrix)
+
+
+def test_gradient_of_real_input_through_complex_values_is_eagers():
+    def fn(x):
+        z = x * (1 + 2j)
+        return torch.exp(z).abs() + (z * z).real
+
+    assert_as_eager(fn, lambda: (torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True),))
