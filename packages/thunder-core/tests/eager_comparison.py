@@ -4,11 +4,13 @@ gradients."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 import thunder
 
-__all__ = ["assert_as_eager"]
+__all__ = ["assert_as_eager", "assert_raises_as_eager"]
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -52,3 +54,24 @@ def assert_as_eager(fn, make_inputs, *, grads: bool = True) -> None:
 def _loss(o: torch.Tensor) -> torch.Tensor:
     """A real scalar of ``o`` (of a complex one: its real and imaginary parts summed, each a cotangent of 1)."""
     return torch.view_as_real(o).sum() if o.is_complex() else o.sum()
+
+
+def assert_raises_as_eager(fn, make_inputs) -> None:
+    """Where eager raises on ``fn(*make_inputs())``, thunder.jit raises too: the same type and first line of the
+    message, naming the user's line (the file of ``fn``) in the message or its notes."""
+    try:
+        fn(*make_inputs())
+    except Exception as e:  # noqa: BLE001 - whatever eager raises, thunder must raise alike
+        expected = e
+    else:
+        raise AssertionError("eager ran: nothing to compare")
+    try:
+        thunder.jit(fn)(*make_inputs())
+    except Exception as e:  # noqa: BLE001
+        actual = e
+    else:
+        raise AssertionError(f"thunder ran where eager raised {type(expected).__name__}: {expected}")
+    assert isinstance(actual, type(expected)), (actual, expected)
+    assert str(actual).splitlines()[0] == str(expected).splitlines()[0]
+    where = "\n".join([str(actual), *getattr(actual, "__notes__", ())])
+    assert os.path.basename(fn.__code__.co_filename) in where, where

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eager_comparison import assert_as_eager
+from eager_comparison import assert_as_eager, assert_raises_as_eager
 
 # ------------------------- gradients of complex tensors are PyTorch's (conjugate Wirtinger), not the real rules'
 
@@ -58,3 +58,29 @@ def test_gradient_of_real_input_through_complex_values_is_eagers():
         return torch.exp(z).abs() + (z * z).real
 
     assert_as_eager(fn, lambda: (torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True),))
+
+
+# ------------------------- index_copy of a 0-d destination checks the index's and the source's dtypes as eager
+
+
+def _index_copy_into_0d(a, b):  # (campaign 14201: a bfloat16 0-d destination, a float64 source)
+    return torch.index_copy(a, 0, torch.tensor([0]), b)
+
+
+def _index_copy_into_0d_with_int32_index(a, b):
+    return torch.index_copy(a, 0, torch.tensor([0], dtype=torch.int32), b.to(a.dtype))
+
+
+@pytest.mark.parametrize("fn", [_index_copy_into_0d, _index_copy_into_0d_with_int32_index])
+@pytest.mark.parametrize(
+    "dtypes", [(torch.bfloat16, torch.float64), (torch.int32, torch.int64), (torch.complex64, torch.float32)], ids=str
+)
+def test_index_copy_into_a_0d_tensor_refuses_dtypes_as_eager(fn, dtypes):
+    assert_raises_as_eager(fn, lambda: (torch.tensor(1, dtype=dtypes[0]), torch.tensor(2, dtype=dtypes[1])))
+
+
+def test_index_copy_into_a_0d_tensor_of_the_same_dtype_is_eagers():
+    assert_as_eager(
+        _index_copy_into_0d,
+        lambda: (torch.tensor(1.0), torch.tensor(2.5, requires_grad=True)),
+    )
