@@ -9,6 +9,8 @@ import pytest
 import torch
 from eager_comparison import assert_as_eager, assert_raises_as_eager
 
+import thunder
+
 # ------------------------- gradients of complex tensors are PyTorch's (conjugate Wirtinger), not the real rules'
 
 
@@ -84,3 +86,49 @@ def test_index_copy_into_a_0d_tensor_of_the_same_dtype_is_eagers():
         _index_copy_into_0d,
         lambda: (torch.tensor(1.0), torch.tensor(2.5, requires_grad=True)),
     )
+
+
+# ------------------------- an argument copied into itself (x.copy_(x)) and then read by a gradient is saved at eager's
+# version: the copy changes nothing but bumps the version, and eager's nodes after it save the bumped tensor
+
+
+def _copied_into_itself_under_no_grad(w, x):  # (campaign 14204: an int64 argument)
+    with torch.no_grad():
+        x.copy_(x)
+    return x * w
+
+
+def _copied_into_itself(w, x):
+    x.copy_(x)
+    return x * w
+
+
+def _read_then_copied_into_itself(w, x):  # (eager's node saved x before the bump: its backward refuses, so must ours)
+    y = x * w
+    with torch.no_grad():
+        x.copy_(x)
+    return y
+
+
+@pytest.mark.parametrize("fn", [_copied_into_itself_under_no_grad, _copied_into_itself])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64], ids=str)
+def test_argument_copied_into_itself_then_saved_backward_runs_as_eager(fn, dtype):
+    def make():
+        return torch.tensor([1.5, -2.0], dtype=torch.float64, requires_grad=True), torch.tensor([1, 3], dtype=dtype)
+
+    assert_as_eager(fn, make)
+    (w, x), (w2, x2) = make(), make()
+    fn(w, x)
+    thunder.jit(fn)(w2, x2)
+    assert x2._version == x._version
+
+
+def test_argument_saved_then_copied_into_itself_backward_refuses_as_eager():
+    def make():
+        return torch.tensor([1.5, -2.0], dtype=torch.float64, requires_grad=True), torch.tensor([1.0, 3.0])
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _read_then_copied_into_itself(*make()).sum().backward()
+    actual = thunder.jit(_read_then_copied_into_itself)(*make())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        actual.sum().backward()

@@ -349,16 +349,16 @@ def trace_program(
         for ti, n in zip(tensor_inputs, version_counters.counts_of(ti.wrapper for ti in tensor_inputs))
         if n is not None
     ]
-    # (an argument requiring grad that eager's in-place ops reached but the program neither writes back nor
-    # restrides, x.squeeze_() without a size-1 dim: its version is set before the call, at which the program's
-    # autograd node saves it)
+    # (an argument that eager's in-place ops reached but the program neither writes back nor restrides,
+    # x.squeeze_() without a size-1 dim, x.copy_(x): its version is set before the call, at which the program's
+    # autograd node saves it, as eager's nodes after the update do, whether it requires grad or is only read by a
+    # gradient (y = x * w))
     # (an argument sharing its counter with a written one, a1 = a0[..., :1], gets its bumps from that write)
     written_counters = {id(ti.wrapper._tt_counter) for ti in tensor_inputs if ti.proxy.name in written}
     unwritten = {
         ti.expr
         for ti in tensor_inputs
-        if ti.proxy.requires_grad
-        and ti.proxy.name not in written
+        if ti.proxy.name not in written
         and not layout_steps[ti.expr]
         and (ti.wrapper._tt_counter is None or id(ti.wrapper._tt_counter) not in written_counters)
     }
