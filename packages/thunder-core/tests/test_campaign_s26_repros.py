@@ -132,3 +132,30 @@ def test_argument_saved_then_copied_into_itself_backward_refuses_as_eager():
     actual = thunder.jit(_read_then_copied_into_itself)(*make())
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         actual.sum().backward()
+
+
+# ------------------------- a fusion region does not take over the write-back into an argument sharing its storage
+# with another: the write would land before a later read of the other argument (campaign 14205, fused only)
+
+
+def _read_of_one_view_then_write_through_another(a1, a2):
+    v = a1[..., torch.tensor([0, -1, 0])]  # (an opaque read of a1, scheduled after the region)
+    a2[0] = a1 + 1
+    return v
+
+
+def _views_of_one_storage():
+    base = torch.tensor([[1.0579]]) * 1
+    return base[0], base.mT
+
+
+def test_write_through_an_argument_sharing_storage_stays_after_reads_of_the_other_in_fused_programs():
+    from differential.check import _fusing_executors
+
+    fused = thunder.jit(_read_of_one_view_then_write_through_another, executors=_fusing_executors())
+    e_in, t_in = _views_of_one_storage(), _views_of_one_storage()
+    expected = _read_of_one_view_then_write_through_another(*e_in)
+    torch.testing.assert_close(fused(*t_in), expected)
+    for t, e in zip(t_in, e_in):
+        torch.testing.assert_close(t, e)
+    assert_as_eager(_read_of_one_view_then_write_through_another, _views_of_one_storage)
