@@ -432,6 +432,8 @@ class Program:
         """A standalone script that runs the program eagerly and through thunder.jit."""
         used = [name for name in FUNCTIONS if f"{name}.apply" in self.function_source()]
         parts = ["import numpy as np", "import torch", "import torch.nn.functional as F", "", "import thunder", ""]
+        if any(re.search(r"\b(inf|nan)\b", spec.source()) for spec in self.inputs):
+            parts.insert(0, "from math import inf, nan  # (special values, as the inputs' lists print them)")
         if used:
             parts.append("from torch.autograd.function import once_differentiable")
             parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
