@@ -159,3 +159,52 @@ def test_write_through_an_argument_sharing_storage_stays_after_reads_of_the_othe
     for t, e in zip(t_in, e_in):
         torch.testing.assert_close(t, e)
     assert_as_eager(_read_of_one_view_then_write_through_another, _views_of_one_storage)
+
+
+# ------------------------- one expanded tensor given as two arguments and copied into itself runs as in eager: the
+# first tracing, with a stand-in per argument, saw a copy between two tensors into an expanded one (campaign 14208)
+
+
+def _copy_second_into_first(a, b):
+    a.copy_(b)
+    return a * 2, b[:1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64], ids=str)
+def test_expanded_tensor_given_twice_copied_into_itself_runs_as_eager(dtype):
+    def make():
+        x = torch.tensor([1.5, -2.0], dtype=dtype)[:1].expand(6)
+        return x, x
+
+    assert_as_eager(_copy_second_into_first, make)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64], ids=str)
+def test_expanded_view_requiring_grad_given_twice_copied_into_itself_runs_as_eager(dtype):
+    def make():
+        leaf = torch.tensor([1.5, -2.0], dtype=dtype, requires_grad=True)
+        x = (leaf * 1)[:1].expand(6)
+        return leaf, x
+
+    (e_leaf, e_x), (t_leaf, t_x) = make(), make()
+    expected = _copy_second_into_first(e_x, e_x)
+    actual = thunder.jit(_copy_second_into_first)(t_x, t_x)
+    for a, e in zip(actual, expected):
+        assert (a.dtype, a.shape, a.requires_grad) == (e.dtype, e.shape, e.requires_grad)
+        torch.testing.assert_close(a, e)
+    # (the gradient reaches the leaf through the outputs: eager's backward of a copy into an expanded tensor)
+    try:
+        e_grad = torch.autograd.grad([torch.view_as_real(o.to(torch.complex128)).sum() for o in expected], e_leaf)
+    except RuntimeError as refusal:
+        with pytest.raises(RuntimeError, match=str(refusal).split(":")[0][:40]):
+            torch.autograd.grad([torch.view_as_real(o.to(torch.complex128)).sum() for o in actual], t_leaf)
+        return
+    t_grad = torch.autograd.grad([torch.view_as_real(o.to(torch.complex128)).sum() for o in actual], t_leaf)
+    torch.testing.assert_close(t_grad, e_grad)
+
+
+def test_copy_between_two_arguments_into_an_expanded_one_still_refused_as_eager():
+    def make():
+        return torch.tensor([1.5]).expand(3), torch.tensor([1.0, 2.0, 3.0])
+
+    assert_raises_as_eager(_copy_second_into_first, make)
