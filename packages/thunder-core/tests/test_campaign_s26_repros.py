@@ -208,3 +208,37 @@ def test_copy_between_two_arguments_into_an_expanded_one_still_refused_as_eager(
         return torch.tensor([1.5]).expand(3), torch.tensor([1.0, 2.0, 3.0])
 
     assert_raises_as_eager(_copy_second_into_first, make)
+
+
+# ------------------------- out= of a reduction or scan computes in the out= tensor's dtype, as eager's kernels do
+# (a complex cumsum into a float64 tensor, campaign 14209): thunder refused the cast of its complex result
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda p, o: torch.cumsum(p, 0, out=o),
+        lambda p, o: torch.cumprod(p, 0, out=o),
+        lambda p, o: torch.sum(p, 0, out=o[0]),
+        lambda p, o: torch.prod(p, 0, out=o[0]),
+        lambda p, o: torch.mean(p, 0, out=o[0]),
+    ],
+    ids=["cumsum", "cumprod", "sum", "prod", "mean"],
+)
+@pytest.mark.parametrize(
+    "dtypes", [(torch.complex128, torch.float64), (torch.float64, torch.int64), (torch.complex64, torch.int32)], ids=str
+)
+def test_out_of_a_reduction_of_another_dtype_computes_in_its_dtype_as_eager(op, dtypes):
+    def fn(p, o):
+        op(p, o)
+        return o
+
+    def make():
+        return torch.tensor([1.5 + 2j, -0.5j, 2.75]).to(dtypes[0]), torch.zeros(3, dtype=dtypes[1])
+
+    try:
+        fn(*make())
+    except RuntimeError:
+        assert_raises_as_eager(fn, make)  # (mean into an integer tensor: refused by both)
+        return
+    assert_as_eager(fn, make, grads=False)
