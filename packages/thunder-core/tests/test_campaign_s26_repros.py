@@ -242,3 +242,35 @@ def test_out_of_a_reduction_of_another_dtype_computes_in_its_dtype_as_eager(op, 
         assert_raises_as_eager(fn, make)  # (mean into an integer tensor: refused by both)
         return
     assert_as_eager(fn, make, grads=False)
+
+
+# ------------------------- cov and corrcoef of complex tensors run as eager's (their decompositions take real
+# inputs; run opaquely, eager's kernel checks weights' values, which the meta device lacks): thunder raised a
+# data-dependent error (campaign 14204, 14207, 14209, 14210)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.cov,
+        lambda a: a.corrcoef(),
+        lambda a: torch.cov(a.reshape(2, 2), correction=0),
+        lambda a: torch.corrcoef(a.reshape(2, 2)) * 2,
+        lambda a: torch.cov(a.reshape(2, 2), fweights=torch.tensor([1, 2])),
+    ],
+    ids=["cov", "corrcoef", "cov_rows", "corrcoef_rows", "cov_fweights"],
+)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_covariance_of_complex_tensor_is_eagers(fn, requires_grad):
+    def make():
+        a = torch.tensor([1 + 2j, 3j, 1, 0.5 - 1j], dtype=torch.complex64)
+        return (a.requires_grad_(requires_grad),)
+
+    assert_as_eager(fn, make)
+
+
+def test_covariance_of_a_complex_tensor_of_three_dims_is_refused_as_eager():
+    def fn(a):
+        return torch.cov(a)
+
+    assert_raises_as_eager(fn, lambda: (torch.ones(2, 2, 1, dtype=torch.complex64),))
