@@ -274,3 +274,24 @@ def test_covariance_of_a_complex_tensor_of_three_dims_is_refused_as_eager():
         return torch.cov(a)
 
     assert_raises_as_eager(fn, lambda: (torch.ones(2, 2, 1, dtype=torch.complex64),))
+
+
+# ------------------------- as_strided of an argument sharing its storage with another, one requiring grad, reading
+# storage elements past its own: a refusal naming the line, documented in docs/sharp_edges.md (campaign 14207)
+
+
+def test_as_strided_past_an_aliased_argument_requiring_grad_is_a_documented_refusal():
+    from differential.check import DocumentedRefusal, check_program
+    from differential.programs import InputSpec, Program
+
+    values = [-1.4, -0.7, -1.2, 1.1, 1.2, -2.0, -0.7, 2.3]
+    program = Program(
+        inputs=[
+            InputSpec(values, torch.float32, True, view="{b}[2::3]"),
+            InputSpec(None, torch.float32, True, alias="a0[..., :1]"),
+        ],
+        lines=["v0 = torch.as_strided(a1, (1,), (1,), storage_offset=0)", "v1 = a0 * 2"],
+        outputs=["v1"],
+    )
+    with pytest.raises(DocumentedRefusal, match="<differential program>"):
+        check_program(program)
