@@ -295,3 +295,21 @@ def test_as_strided_past_an_aliased_argument_requiring_grad_is_a_documented_refu
     )
     with pytest.raises(DocumentedRefusal, match="<differential program>"):
         check_program(program)
+
+
+# ------------------------- an op without a complex derivative (silu) refuses a complex argument requiring grad, as
+# eager's autograd does at the call; without grad it runs
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_silu_of_complex_tensor_requiring_grad_is_refused_as_eager(requires_grad):
+    def fn(a):
+        return torch.nn.functional.silu(a) * 2
+
+    def make():
+        return (torch.tensor([0.5 + 1j, -1j], requires_grad=requires_grad),)
+
+    if requires_grad:
+        assert_raises_as_eager(fn, make)
+    else:
+        assert_as_eager(fn, make)
