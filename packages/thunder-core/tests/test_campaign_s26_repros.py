@@ -313,3 +313,16 @@ def test_silu_of_complex_tensor_requiring_grad_is_refused_as_eager(requires_grad
         assert_raises_as_eager(fn, make)
     else:
         assert_as_eager(fn, make)
+
+
+def _restrided_then_read_through_the_other_name(a, b):  # (campaign 14212: the same tensor given twice)
+    b.as_strided_((2, 2), (1, 2), storage_offset=1)
+    return a + b.amax(0)
+
+
+def test_tensor_given_twice_restrided_through_one_name_is_restrided_under_the_other_as_eager():
+    def make():
+        x = torch.tensor([[1.25, -0.75, -0.5], [1.0, 1.5, -0.25], [0.125, -0.5, 0.25]]).t().contiguous().t()
+        return x, x
+
+    assert_as_eager(_restrided_then_read_through_the_other_name, make)
