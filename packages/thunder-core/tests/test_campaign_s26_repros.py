@@ -326,3 +326,20 @@ def test_tensor_given_twice_restrided_through_one_name_is_restrided_under_the_ot
         return x, x
 
     assert_as_eager(_restrided_then_read_through_the_other_name, make)
+
+
+# ------------------------- the 2-norm of a complex tensor is real in the trace too (its decomposition, sqrt(sum(x * x)),
+# typed it complex: code reading its dtype, and out= of float dtype, saw another tensor than eager's)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda p: torch.zeros(2, dtype=p.norm().dtype) + p.norm(),
+        lambda p: torch.linalg.vector_norm(p.detach(), out=torch.zeros(3, dtype=torch.float64)[0]),
+        lambda p: torch.linalg.vector_norm(p, dim=0) * p.abs(),
+    ],
+    ids=["dtype_read", "out_float64", "times_abs"],
+)
+def test_norm_of_complex_tensor_is_real_as_eager(fn):
+    assert_as_eager(fn, lambda: (torch.tensor([1 + 2j, 3j, 1], dtype=torch.complex128, requires_grad=True),))
