@@ -25,6 +25,7 @@ from differential.check import CHECKS, Divergence, DocumentedRefusal, check_prog
 from differential.programs import FEATURES, InputSpec, Program, _make_all, programs
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 import thunder
 
@@ -330,3 +331,56 @@ def test_op_db_programs_are_the_same_for_the_same_seed() -> None:
         collect()
         drawn.append(sources)
     assert drawn[0] == drawn[1] and any("torch.tensor(" in s for s in drawn[0])
+
+
+# --- "wide_inputs": shapes, dtypes and layouts the other features never draw ----------------------------------
+
+
+def _wide_draw(condition, examples: int = 300):
+    """The first program of elementwise + wide_inputs (derandomised) with an input meeting ``condition``."""
+    return find(
+        programs(frozenset({"elementwise", "wide_inputs"}), max_lines=1),
+        lambda p: any(condition(spec, t) for spec, t in zip(p.inputs, _make_all(p.inputs))),
+        settings=settings(database=None, derandomize=True, max_examples=examples, suppress_health_check=_QUIET),
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.int8, torch.uint8, torch.int16, torch.int32, torch.complex64, torch.complex128, torch.float32],
+    ids=str,
+)
+def test_wide_inputs_draws_each_dtype(dtype) -> None:
+    assert _wide_draw(lambda spec, t: t.dtype == dtype)
+
+
+@pytest.mark.parametrize("ndim", [5, 6])
+def test_wide_inputs_draws_ranks_5_and_6_also_non_contiguous(ndim) -> None:
+    assert _wide_draw(lambda spec, t: t.ndim == ndim)
+    assert _wide_draw(lambda spec, t: t.ndim == ndim and not t.is_contiguous())
+
+
+@pytest.mark.parametrize("size", [5, 8, 16, 17, 33])
+def test_wide_inputs_draws_sizes_past_3(size) -> None:
+    assert _wide_draw(lambda spec, t: size in t.shape)
+
+
+def test_wide_inputs_draws_size_1_dims_complex_leaves_and_channels_last_3d() -> None:
+    assert _wide_draw(lambda spec, t: t.ndim >= 2 and t.shape[0] == t.shape[-1] == 1)
+    assert _wide_draw(lambda spec, t: t.is_complex() and spec.requires_grad)
+    assert _wide_draw(lambda spec, t: spec.view is not None and "channels_last_3d" in spec.view, examples=2000)
+
+
+def test_wide_inputs_is_drawn_by_no_other_feature() -> None:
+    # (a modifier: without it, every other feature draws the programs it drew before it existed)
+    programs_without = programs(frozenset(FEATURES) - {"wide_inputs", "op_db"}, max_lines=1)
+    with pytest.raises(NoSuchExample):
+        find(
+            programs_without,
+            lambda p: any(
+                spec.dtype in (torch.int8, torch.complex64) or len(spec.make({}).shape) > 4
+                for spec in p.inputs
+                if spec.alias is None
+            ),
+            settings=settings(database=None, derandomize=True, max_examples=300, suppress_health_check=_QUIET),
+        )

@@ -68,6 +68,10 @@ FEATURES = {
     "instead of taking them as arguments",
     "eager_errors": "about one program in four ends with a line eager rejects (a view its layout refuses, sizes that "
     "do not match, a bound past a size): thunder must raise too, not return an answer",
+    "wide_inputs": "about half the inputs of shapes and dtypes the others never draw: sizes past 3 (5, 7, 8, 16, 17, "
+    "33: vectorised kernels change path at 8/16/32 lanes), ranks 5 and 6, size-1 dims in every position, int8/uint8/"
+    "int16/int32/complex64/complex128 beside float16/bfloat16/float32/float64 (complex ones may require grad, and "
+    "the float features take them), each often non-contiguous (transposed, stepped, expanded, channels_last_3d)",
     "op_db": "operations of PyTorch's OpInfo database with their sample inputs as statements (function, method, "
     "in-place and out= forms), only those test_op_db.py passes (differential/op_db_vocabulary.py)",
 }
@@ -428,6 +432,8 @@ class Program:
         """A standalone script that runs the program eagerly and through thunder.jit."""
         used = [name for name in FUNCTIONS if f"{name}.apply" in self.function_source()]
         parts = ["import numpy as np", "import torch", "import torch.nn.functional as F", "", "import thunder", ""]
+        if any(re.search(r"\b(inf|nan)\b", spec.source()) for spec in self.inputs):
+            parts.insert(0, "from math import inf, nan  # (special values, as the inputs' lists print them)")
         if used:
             parts.append("from torch.autograd.function import once_differentiable")
             parts.extend(inspect.getsource(FUNCTIONS[name]) for name in used)
@@ -459,10 +465,91 @@ class Program:
 
 _SHAPES = [(2, 3), (3,), (2, 1), (1, 3), (), (3, 3), (2, 3, 3), (3, 2)]
 _EMPTY_SHAPES = [(0,), (2, 0), (0, 3)]
+# "wide_inputs": a few hundred elements at most, so that each program stays fast
+_WIDE_SHAPES = [
+    (5,),
+    (7,),
+    (8,),
+    (16,),
+    (17,),
+    (33,),
+    (1, 1),
+    (2, 8),
+    (3, 17),
+    (8, 16),
+    (4, 1, 1),
+    (1, 7, 1),
+    (1, 5, 1, 2),
+    (2, 1, 3, 1, 2),
+    (1, 2, 2, 3, 2),
+    (2, 2, 1, 2, 1, 3),
+    (1, 2, 1, 2, 1, 2),
+]
+_WIDE_DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.complex64,
+    torch.complex128,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+]
+# non-contiguous layouts of a "wide_inputs" input, by rank (``{b}`` is ``leaf * 1``)
+_WIDE_LAYOUTS = {
+    1: ["{b}[::2]", "{b}[1:]", "{b}[:1].expand(6)", "{b}[2::3]"],
+    2: ["{b}.t()", "{b}[:, ::2]", "{b}[:1].expand(5, -1)", "{b}.t().contiguous().t()"],
+    3: ["{b}.permute(2, 0, 1)", "{b}[..., ::2]", "{b}[:1].expand(3, -1, -1)", "{b}.transpose(0, 1)"],
+    4: ["{b}.contiguous(memory_format=torch.channels_last)", "{b}.permute(0, 2, 3, 1)", "{b}[:, :, ::2]"],
+    5: [
+        "{b}.contiguous(memory_format=torch.channels_last_3d)",
+        "{b}.transpose(1, 4)",
+        "{b}[:, :, ::2]",
+        "{b}[:, :1].expand(-1, 3, -1, -1, -1)",
+        "{b}.permute(4, 3, 2, 1, 0)",
+    ],
+    6: [
+        "{b}.transpose(0, 5)",
+        "{b}[..., ::2]",
+        "{b}[:1].expand(2, -1, -1, -1, -1, -1)",
+        "{b}.permute(5, 0, 4, 1, 3, 2)",
+    ],
+}
+
+
+@st.composite
+def _wide_input_spec(draw, features: frozenset[str]) -> InputSpec:
+    """An input of "wide_inputs": a shape among ``_WIDE_SHAPES`` (or the usual ones) and a dtype among
+    ``_WIDE_DTYPES``, often laid out non-contiguously."""
+    shape = draw(st.sampled_from(_WIDE_SHAPES + _SHAPES))
+    dtype = draw(st.sampled_from(_WIDE_DTYPES))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    if dtype.is_floating_point or dtype.is_complex:
+        values = torch.randn(shape, generator=gen, dtype=torch.complex128 if dtype.is_complex else torch.float64)
+        if "singular_values" in features and draw(st.booleans()):
+            values = (values * 2).round() / 2 if dtype.is_floating_point else values.real.round() + 0j
+        requires_grad = draw(st.booleans())
+    elif dtype == torch.uint8:
+        values, requires_grad = torch.randint(0, 8, shape, generator=gen), False
+    else:
+        values, requires_grad = torch.randint(-3, 4, shape, generator=gen), False
+    values = values.to(dtype).tolist()
+    view = None
+    if draw(st.booleans()) and len(shape) in _WIDE_LAYOUTS:
+        view = draw(st.sampled_from(_WIDE_LAYOUTS[len(shape)]))
+        try:  # a layout the shape allows (an expand of a dim that is not 1 ...)
+            eval(view.format(b="t"), {"torch": torch}, {"t": torch.tensor(values, dtype=dtype)})
+        except Exception:
+            view = None
+    return InputSpec(values, dtype, requires_grad, view=view)
 
 
 @st.composite
 def _input_spec(draw, features: frozenset[str]) -> InputSpec:
+    if "wide_inputs" in features and draw(st.booleans()):  # (no draw without it: the other features' draws stay)
+        return draw(_wide_input_spec(features))
     shapes = _SHAPES + (_EMPTY_SHAPES if "special_values" in features else [])
     if "op_db" in features:  # the shapes of op_db's sample inputs, so that templates apply to the inputs
         shapes = shapes + [s for s in input_shapes() if s not in shapes]
@@ -522,6 +609,8 @@ def _candidate(draw, feature: str, env: dict, new: str, enabled: frozenset[str])
     """One source line for ``feature`` over the names in ``env``, or None if nothing fits."""
     tensors = _names(env)
     floats = _names(env, _float)
+    if "wide_inputs" in enabled:  # complex tensors take the float features' ops too (eager drops those it refuses)
+        floats = _names(env, lambda t: t.is_floating_point() or t.is_complex())
     viewable = tensors if "zero_dim_views" in enabled else _names(env, lambda t: t.ndim > 0)
 
     def pick(names):
@@ -664,6 +753,7 @@ _MODIFIERS = {
     "strided_inputs",
     "captured_inputs",
     "eager_errors",
+    "wide_inputs",
 }  # features that change other features' draws
 _STATEMENT_FEATURES = [f for f in FEATURES if f not in _MODIFIERS]
 

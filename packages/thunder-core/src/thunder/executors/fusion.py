@@ -252,7 +252,11 @@ class _WriteBacks:
 
     def __init__(self, trace: TraceCtx, nodes: list[list[BoundSymbol]]):
         updates = updated_inputs(trace)
-        arguments = {p.name for p in trace.args if isinstance(p, TensorProxy)}
+        record = trace.tags.get("aliasing")
+        # (an argument sharing its storage with another, or that storage: a write into it reaches what the others
+        # read, which the region's users do not show, so it stays where the program wrote it)
+        shared = {n for group in (record.shared_storage if record else ()) for n in (group.storage, *group.inputs)}
+        arguments = {p.name for p in trace.args if isinstance(p, TensorProxy)} - shared
         self.nodes = nodes
         self.users: dict[str, set[int]] = {}  # name -> the nodes reading it
         for k, node in enumerate(nodes):

@@ -268,3 +268,44 @@ def _unique_rule(func: Callable) -> Callable:
 
 for _unique in _UNIQUES:
     register_meta_rule(_unique)(_unique_rule(_unique))
+
+
+# ---------------------------------------------------------------- torch.cov, torch.corrcoef (complex inputs)
+
+
+def _covariance_rule(func: Callable) -> Callable:
+    """``torch.cov``/``torch.corrcoef``: the covariance of the rows of a matrix (a vector is one row), shaped
+    ``(rows, rows)`` with size-1 dims dropped. Thunder's decompositions take real inputs; a complex one runs
+    opaquely, and eager's kernel checks its weights' values (``aten::equal``), which the meta device lacks. The
+    dtype and eager's refusals come from running it on ones of the arguments' dtypes (one row, two columns)."""
+
+    def rule(a, *args, **kwargs):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{func.__name__}(): argument 'input' must be Tensor")
+        if a.ndim > 2:
+            raise RuntimeError(
+                f"{func.__name__}(): expected input to have two or fewer dimensions but got an input with "
+                f"{a.ndim} dimensions"
+            )
+
+        def one_row(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            return torch.ones([1] * (t.ndim - 1) + [2] if t.ndim else [], dtype=t.dtype)
+
+        # (weights of one row's observations: two, as the one row's)
+        probe = func(
+            one_row(a) if a.ndim else torch.ones((), dtype=a.dtype),
+            *map(one_row, args),
+            **{k: one_row(v) for k, v in kwargs.items()},
+        )
+        rows = a.shape[0] if a.ndim == 2 else 1
+        shape = () if rows == 1 else (rows, rows)
+        differentiable = probe.dtype.is_floating_point or probe.dtype.is_complex
+        return _empty(shape, probe.dtype, a, requires_grad=differentiable and _tracks_grad(a, *args, *kwargs.values()))
+
+    return rule
+
+
+register_meta_rule(torch.cov, torch.Tensor.cov)(_covariance_rule(torch.cov))
+register_meta_rule(torch.corrcoef, torch.Tensor.corrcoef)(_covariance_rule(torch.corrcoef))

@@ -201,6 +201,10 @@ def sort(a, dim: int = -1, descending: bool = False, stable: bool = False):
 @torchsymbol(torch.norm, T.norm, torch.linalg.vector_norm, method_name="norm")
 def norm(a, p=2, dim=None, keepdim: bool = False, dtype=None):
     check(p == 2 or p == "fro", "only the 2-norm is supported", NotImplementedError)
+    # (of a complex tensor the norm is real, of |x|: x * x below is neither)
+    check(
+        not dtypes.is_complex_dtype(a.dtype), "the norm of a complex tensor runs as PyTorch's op", NotImplementedError
+    )
     x = clang.maybe_convert_to_dtype(a, dtype) if dtype is not None else a
     return clang.elementwise_unary(clang.sum(clang.mul(x, x), dim, keepdim), prims.sqrt)
 

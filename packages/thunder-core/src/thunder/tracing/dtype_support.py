@@ -32,6 +32,9 @@ _REFUSAL = re.compile(
     # (and complex numbers': "In-place abs is not supported for complex tensors.", "floor is not supported for complex
     # inputs", "torch.sign is not intended to support complex numbers", "Sort does not support complex dtypes")
     r"|not (yet )?(supported|implemented) for complex|not intended to support complex|does not support complex"
+    # (and autograd's, for an op without a complex derivative: "silu does not support automatic differentiation for
+    # outputs with complex dtype", raised by the call when an argument requires grad)
+    r"|does not support automatic differentiation for outputs with complex dtype"
 )
 _SKIPPED = re.compile(r"dropout|attention|generator|rand|bernoulli|multinomial|normal|uniform")
 _LIMIT = 4096
@@ -55,10 +58,14 @@ def refuse_unsupported_dtypes(func, args, kwargs) -> None:
             not isinstance(x, (torch.Tensor, *_PLAIN)) for x in leaves
         ):
             return
+        grad = torch.is_grad_enabled()
         key = (
             func,
             tuple(
-                (x.dtype, x.dim(), 0 in hints(x.shape)) if isinstance(x, torch.Tensor) else (type(x), x) for x in leaves
+                (x.dtype, x.dim(), 0 in hints(x.shape), grad and x.requires_grad)
+                if isinstance(x, torch.Tensor)
+                else (type(x), x)
+                for x in leaves
             ),
             tuple(kwargs),
         )
@@ -90,21 +97,31 @@ def _names_other_dtype(args, kwargs) -> bool:
     return any(type(x) is torch.dtype and not x.is_floating_point for x in (*args, *kwargs.values()))
 
 
-def _tiny(x):
+def _tiny(x, grad: bool = False):
     if not isinstance(x, torch.Tensor):
         return x
     shape = [0 if n == 0 else 1 for n in hints(x.shape)]
-    return torch.zeros(shape, dtype=x.dtype)
+    tiny = torch.zeros(shape, dtype=x.dtype)
+    # (requiring grad as the argument does, where autograd records the call: its refusals of complex outputs; not a
+    # leaf, which an in-place op would refuse before its dtype)
+    if grad and x.requires_grad and (x.is_floating_point() or x.is_complex()):
+        return tiny.requires_grad_().clone()
+    return tiny
 
 
 def _probe(func, args, kwargs) -> Exception | None:
     # (the generator's own methods: torch.get_rng_state/set_rng_state are recorded into the program while tracing)
     generator = torch.default_generator
     state = generator.get_state()
+    grad = torch.is_grad_enabled()
+
+    def tiny(x):
+        return _tiny(x, grad)
+
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            func(*tree_map(_tiny, args), **tree_map(_tiny, kwargs))
+            func(*tree_map(tiny, args), **tree_map(tiny, kwargs))
     except (RuntimeError, NotImplementedError, TypeError) as e:
         message = str(e).split("\n")[0]
         return e if _REFUSAL.search(message) else None

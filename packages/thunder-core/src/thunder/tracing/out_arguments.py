@@ -9,6 +9,8 @@ autograd would have to record the call, and a result dtype that can be cast to `
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from thunder.core.dtypes import torch_message_name
@@ -241,6 +243,18 @@ def call_with_out(handle, func, args, kwargs):
     else:
         result = handle(func, args, rest)
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    if (
+        len(outs) == len(results) == 1
+        and isinstance(outs[0], torch.Tensor)
+        and isinstance(results[0], torch.Tensor)
+        and not torch.can_cast(results[0].dtype, outs[0].dtype)
+        and rest.get("dtype") is None
+        and _computes_in_out_dtype(func, args, rest, outs[0])
+    ):
+        # (sum, prod, mean, cumsum, cumprod, vector_norm: eager's kernel computes in the out= tensor's dtype, its
+        # arguments converted to it first, as with dtype=: a complex sum into a float64 tensor is the real parts')
+        result = handle(func, args, {**rest, "dtype": outs[0].dtype})
+        results = (result,)
     if len(results) != len(outs):
         raise RuntimeError(f"{_name(func)}(): expected {len(results)} out= tensors, got {len(outs)}")
     tensors = all(isinstance(x, torch.Tensor) for x in (*outs, *results))
@@ -263,6 +277,27 @@ def call_with_out(handle, func, args, kwargs):
     if isinstance(out, (tuple, list)):
         return type(result)(outs) if type(result) not in (tuple, list) else type(out)(outs)
     return out
+
+
+def _computes_in_out_dtype(func, args, rest, out: torch.Tensor) -> bool:
+    """Whether ``func`` takes a ``dtype=`` argument and eager runs it into ``out``, of a dtype its result cannot be
+    cast to: its kernel then computes in ``out``'s dtype (PyTorch's reductions and scans read the out= tensor's
+    dtype as ``dtype``). Asked of PyTorch on one-element zeros of the arguments' dtypes."""
+    from thunder.tracing.views import _to_shadows
+
+    def zeros(t):
+        return torch.zeros([min(n, 1) for n in t.shape], dtype=t.dtype) if isinstance(t, torch.Tensor) else t
+
+    with torch._C.DisableTorchFunction():
+        run_args, run_rest = tree_map(zeros, (_to_shadows(args), _to_shadows(rest)))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (casting complex values to real discards the imaginary part)
+                func(*run_args, **run_rest, out=torch.empty(0, dtype=out.dtype))
+                func(*run_args, **{**run_rest, "dtype": out.dtype})
+        except Exception:  # noqa: BLE001 - eager refuses the out= dtype, or the op has no dtype=
+            return False
+    return True
 
 
 # (the run on the real device, see below, reads and writes tensors of the call's sizes: past this many elements the

@@ -123,7 +123,21 @@ def _as_called(signature: inspect.Signature, values: dict, given: set, n_positio
     return tuple(args), kwargs
 
 
-def trace_program(
+class _RepeatedArgumentError(Exception):
+    """Tracing raised with a tensor given twice traced as two stand-ins (see ``trace_program``)."""
+
+
+def trace_program(fn, args: tuple, kwargs: dict, **options) -> TracedProgram:
+    """Traces ``fn(*args, **kwargs)`` (``fn`` is ``module.forward`` for modules) into a computation trace: see
+    ``_trace_program``. Where tracing raises and a tensor was given twice, it is traced once more with one stand-in
+    for that tensor, as eager has one tensor: the error, if any, is that tracing's."""
+    try:
+        return _trace_program(fn, args, kwargs, **options)
+    except _RepeatedArgumentError:
+        return _trace_program(fn, args, kwargs, **{**options, "share_repeated": True})
+
+
+def _trace_program(
     fn,
     args: tuple,
     kwargs: dict,
@@ -225,6 +239,10 @@ def trace_program(
                         raise data_dependent_size_error(e, e.__traceback__) from None
                     if isinstance(e, TypeError) and (refused := runtime_value_argument_error(e)) is not None:
                         raise refused from None
+                    if inputs.repeated and not share_repeated:
+                        # (a tensor given twice, traced as two stand-ins: eager's error may be one the one tensor
+                        # does not raise, x.copy_(y) of an expanded x that y is: traced again with one stand-in)
+                        raise _RepeatedArgumentError from e
                     raise
                 finally:
                     if compiling_flag is not None:
@@ -280,7 +298,7 @@ def trace_program(
     # (a tensor given twice is one object: an update, or a layout change (x.t_()), reaches both names)
     relaid = any(getattr(ti.wrapper, "_tt_original", None) is not None for ti in inputs.tensors)
     if (written or relaid) and inputs.repeated and not share_repeated:
-        return trace_program(
+        return _trace_program(
             fn,
             args,
             kwargs,
@@ -349,16 +367,16 @@ def trace_program(
         for ti, n in zip(tensor_inputs, version_counters.counts_of(ti.wrapper for ti in tensor_inputs))
         if n is not None
     ]
-    # (an argument requiring grad that eager's in-place ops reached but the program neither writes back nor
-    # restrides, x.squeeze_() without a size-1 dim: its version is set before the call, at which the program's
-    # autograd node saves it)
+    # (an argument that eager's in-place ops reached but the program neither writes back nor restrides,
+    # x.squeeze_() without a size-1 dim, x.copy_(x): its version is set before the call, at which the program's
+    # autograd node saves it, as eager's nodes after the update do, whether it requires grad or is only read by a
+    # gradient (y = x * w))
     # (an argument sharing its counter with a written one, a1 = a0[..., :1], gets its bumps from that write)
     written_counters = {id(ti.wrapper._tt_counter) for ti in tensor_inputs if ti.proxy.name in written}
     unwritten = {
         ti.expr
         for ti in tensor_inputs
-        if ti.proxy.requires_grad
-        and ti.proxy.name not in written
+        if ti.proxy.name not in written
         and not layout_steps[ti.expr]
         and (ti.wrapper._tt_counter is None or id(ti.wrapper._tt_counter) not in written_counters)
     }

@@ -29,6 +29,7 @@ from thunder.core import devices, dtypes
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies
 from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.transforms.complex_grads import complex_grad_rule
 
 __all__ = ["get_grad", "put_grad", "put_grads", "needs_grad", "register_grad", "Joint", "build_joint"]
 
@@ -162,6 +163,10 @@ class _Differentiator:
             if impl is not None and impl.grad_transform is not None:
                 if impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs):
                     return impl.grad_transform
+        # (complex numbers: PyTorch's conjugate Wirtinger gradients, not the real rules below)
+        rule = complex_grad_rule(bsym)
+        if rule is not None:
+            return rule
         rule = _grad_rules.get(bsym.sym.id) or getattr(bsym.sym, "grad_rule", None)
         if rule is None and "opaque" in bsym.sym.tags and getattr(bsym.sym, "torch_fn", None) is not None:
             from thunder.transforms.opaque_grads import opaque_grad_rule
