@@ -315,6 +315,17 @@ def test_silu_of_complex_tensor_requiring_grad_is_refused_as_eager(requires_grad
         assert_as_eager(fn, make)
 
 
+def test_inplace_silu_of_complex_tensor_requiring_grad_runs_with_eagers_gradient():
+    # (eager lets the in-place form run and differentiates it by the real formula; campaign 14208, once complex
+    # gradients were PyTorch's: thunder's backward re-ran the functional silu, which autograd refuses)
+    def fn(a):
+        b = a * 1
+        torch.nn.functional.silu(b, inplace=True)
+        return b
+
+    assert_as_eager(fn, lambda: (torch.tensor([0.5 + 1j, -1j, 2 - 0.5j], requires_grad=True),))
+
+
 def _restrided_then_read_through_the_other_name(a, b):  # (campaign 14212: the same tensor given twice)
     b.as_strided_((2, 2), (1, 2), storage_offset=1)
     return a + b.amax(0)

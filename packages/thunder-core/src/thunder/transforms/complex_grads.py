@@ -16,6 +16,10 @@ results stay views the aliasing passes know.
 
 from __future__ import annotations
 
+import functools
+
+import torch
+
 from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, flat_proxies
@@ -36,6 +40,8 @@ def complex_grad_rule(bsym: BoundSymbol):
         return None
     if not any(map(_is_complex, bsym.flat_args)) and not any(map(_is_complex, bsym.flat_outs)):
         return None
+    if _refuses_complex_autograd(fns[0]):
+        return None
     from thunder.tracing.fallback import fallback_symbol
     from thunder.transforms.opaque_grads import opaque_grad_rule
 
@@ -55,3 +61,18 @@ def complex_grad_rule(bsym: BoundSymbol):
         return out if same else NotImplemented
 
     return rule
+
+
+@functools.cache
+def _refuses_complex_autograd(fn) -> bool:
+    """Whether PyTorch's autograd refuses ``fn`` of a complex tensor requiring grad (``silu``: "does not support
+    automatic differentiation for outputs with complex dtype"). Thunder raises that at the call (the dtype probe of
+    ``thunder.tracing.dtype_support``); one reaching autodiff is the in-place form (``F.silu(x, inplace=True)``),
+    which eager lets run, differentiated by the real formula, as the symbol's own rule does."""
+    try:
+        fn(torch.zeros(1, dtype=torch.complex64, requires_grad=True))
+    except RuntimeError as e:
+        return "does not support automatic differentiation for outputs with complex dtype" in str(e)
+    except Exception:  # noqa: BLE001 - another signature: nothing learned
+        return False
+    return False
