@@ -47,20 +47,26 @@ def _identifier(name: str) -> str:
     return short if usable else "thunder_compiled"
 
 
-def _generic(name: str) -> str:
+def _function(name: str, parameters: str, call: str, args: str, kwargs: str) -> str:
+    """The entry point's source: ``call`` passes the arguments to the prologue, ``args`` and ``kwargs`` rebuild them
+    for the slow path."""
     p = _PREFIX
     return (
-        f"def {name}(*args, **kwargs):\n"
+        f"def {name}({parameters}):\n"
         f"    try:\n"
         f"        {p}p = {p}fast[0]\n"
-        f"        {p}r = {p}p(*args, **kwargs)\n"
-        f"        if {p}r is {p}miss: return {p}slow({p}p, args, kwargs)\n"
+        f"        {p}r = {p}p({call})\n"
+        f"        if {p}r is {p}miss: return {p}slow({p}p, {args}, {kwargs})\n"
         f"        return {p}r\n"
         f"    except Exception as {p}e:\n"
         f"        {p}note({p}e)\n"
         f"        raise\n"
         f"{p}entry = {name}\n"
     )
+
+
+def _generic(name: str) -> str:
+    return _function(name, "*args, **kwargs", "*args, **kwargs", "args", "kwargs")
 
 
 def _source(fn: Callable, name: str) -> str:
@@ -101,16 +107,4 @@ def _source(fn: Callable, name: str) -> str:
     call += [f"**{starstar}"] if starstar else []
     args = "(" + "".join(f"{a}, " for a in [*positional, *([f"*{star}"] if star else [])]) + ")"
     kwargs = "{" + ", ".join([*(f"{k!r}: {k}" for k in keyword), *([f"**{starstar}"] if starstar else [])]) + "}"
-    p = _PREFIX
-    return (
-        f"def {name}({', '.join(header)}):\n"
-        f"    try:\n"
-        f"        {p}p = {p}fast[0]\n"
-        f"        {p}r = {p}p({', '.join(call)})\n"
-        f"        if {p}r is {p}miss: return {p}slow({p}p, {args}, {kwargs})\n"
-        f"        return {p}r\n"
-        f"    except Exception as {p}e:\n"
-        f"        {p}note({p}e)\n"
-        f"        raise\n"
-        f"{p}entry = {name}\n"
-    )
+    return _function(name, ", ".join(header), ", ".join(call), args, kwargs)
