@@ -26,9 +26,10 @@ docs/extending.md, "Which regions torch_compile compiles"):
   memory where eager makes a view, so a region of them alone only adds copies);
 - a region whose largest computed tensor has fewer than ``min_region_numel`` elements (default ``MIN_REGION_NUMEL``,
   2**16) is handed back too, unless it has ``always_fuse_ops`` computing operations or more (default
-  ``ALWAYS_FUSE_OPS``, 4): a compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from
-  64 elements (``benchmarks/fusion_payoff.py``); a tiny HF Llama's decode step, one region then, takes 0.72 ms a
-  token against 1.36 unfused (docs/extending.md);
+  ``ALWAYS_FUSE_OPS``, 4), a composite counting the primitives it decomposes to (a batch norm and its ReLU: a
+  dozen): a compiled region's call costs ~7 µs and single-threaded chains of 4+ operations pay from 64 elements
+  (``benchmarks/fusion_payoff.py``); a tiny HF Llama's decode step, one region then, takes 0.72 ms a token against
+  1.36 unfused (docs/extending.md);
 - side effects (in-place updates), random draws and opaque fallback operations stay out (below), except the
   program's write-backs into its arguments of values a region computes (BatchNorm's running statistics), which the
   region does itself (``fuses_write_backs``, :class:`thunder.executors.fusion._WriteBacks`).
@@ -96,8 +97,9 @@ class TorchCompileExecutor(FusionExecutor):
         min_region_numel: a region of fewer than ``always_fuse_ops`` computing operations whose largest computed
             tensor has fewer elements than this goes back to the torch executor (the region rule, in the module
             docstring); 0 compiles every region of 2+ operations.
-        always_fuse_ops: a region of at least this many computing operations is compiled whatever its size (None:
-            no such exception; default ``ALWAYS_FUSE_OPS``).
+        always_fuse_ops: a region of at least this many computing operations (a composite counting the
+            primitives of its decomposition) is compiled whatever its size (None: no such exception; default
+            ``ALWAYS_FUSE_OPS``).
         fuse_matmuls: matrix products (``matmul``, ``linear``, ``bmm``...) join regions (convolutions never do):
             Inductor calls the same GEMM kernels, but the regions on either side of a product merge into one graph,
             with its views and bias additions, which spares a region call and the Python between them per product.
@@ -132,11 +134,14 @@ class TorchCompileExecutor(FusionExecutor):
 
     def worth_fusing(self, bound_symbols) -> bool:
         """At least ``min_region_size`` operations that compute (views and reshapes do not count), and either
-        ``always_fuse_ops`` of them or a computed tensor of at least ``min_region_numel`` elements."""
+        ``always_fuse_ops`` primitive operations among them (a composite counts its decomposition's) or a computed
+        tensor of at least ``min_region_numel`` elements."""
         computing = [b for b in bound_symbols if _computes(b)]
         if len(computing) < self.min_region_size:
             return False
-        if self.min_region_numel == 0 or (self.always_fuse_ops is not None and len(computing) >= self.always_fuse_ops):
+        if self.min_region_numel == 0:
+            return True
+        if self.always_fuse_ops is not None and sum(map(_primitive_operations, computing)) >= self.always_fuse_ops:
             return True
         return _largest_numel(computing) >= self.min_region_numel
 
@@ -588,6 +593,15 @@ def _computes(bsym: BoundSymbol) -> bool:
     if not bsym.subsymbols:
         return OpTags.SHAPE_OP not in bsym.sym.tags
     return any(_computes(s) for s in bsym.subsymbols)
+
+
+def _primitive_operations(bsym: BoundSymbol) -> int:
+    """How many computing operations ``bsym`` stands for: 1 for a primitive, the count of its decomposition's
+    for a composite (a batch norm is ten or so: Inductor fuses them into one pass where eager's kernel makes
+    several over the tensor)."""
+    if not bsym.subsymbols:
+        return 1
+    return max(1, sum(_primitive_operations(s) for s in bsym.subsymbols if _computes(s)))
 
 
 def _largest_numel(bound_symbols) -> int:
