@@ -337,6 +337,10 @@ def _check_program(
     reference = None
     for k, (a, e) in enumerate(zip(t_grads, e_grads)):
         name = f"grad of the leaf of a{[i for i, t in enumerate(e_inputs) if _leaf(t) is not None][k]}"
+        if (a is None) != (e is None):
+            # (a user sees it: .grad stays None, and an optimizer skips the parameter, weight decay included)
+            detail = f"{name}: thunder's is {'None' if a is None else 'a tensor'}, eager's {'None' if e is None else e}"
+            raise Divergence("grad presence", detail, program)
         a = torch.zeros_like(t_leaves[k]) if a is None else a
         e = torch.zeros_like(e_leaves[k]) if e is None else e
         # a float64 gradient may flow through float32 values (mixed_dtype): float32 tolerances then

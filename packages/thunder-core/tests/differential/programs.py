@@ -35,7 +35,7 @@ FEATURES = {
     "view": "transpose, .mT, unsqueeze, reshape, view, indexing with ints and slices, expand, diagonal, and "
     "resolve_neg/resolve_conj/positive (which return their argument itself)",
     "zero_dim_views": "view ops (and in-place through views) on 0-d tensors too",
-    "indexing": "advanced indexing, index_select, gather, masked_fill",
+    "indexing": "advanced indexing, index_select, gather, masked_fill, cat (legacy empty pieces too) and stack",
     "matmul": "matmul between tensors of matching inner size",
     "softmax": "softmax and log_softmax",
     "inplace": "in-place ops (add_, mul_, sigmoid_, clamp_, index_copy_, index assignment ...) on intermediates",
@@ -165,6 +165,11 @@ _INDEX = [
     "{a}.gather({d}, torch.zeros_like({a}, dtype=torch.int64))",
     "{a}.masked_fill({a} > 0, 0.25)",
     "{a}[..., torch.tensor([0, -1, 0])]",
+    # concatenation, with the legacy empty 1-D pieces eager skips when checking shapes (still in autograd's graph)
+    "torch.cat((torch.atleast_1d({a}), torch.atleast_1d({a}) * 2), 0)",
+    "torch.cat([torch.atleast_1d({a}), {a}.reshape(-1)[:0]], -1)",
+    "torch.cat([{a}.reshape(-1)[:0], torch.atleast_1d({a}).exp()])",
+    "torch.stack([{a}, {a} + 1], {d})",
 ]
 _MATMUL = ["{a} @ {b}", "torch.matmul({a}, {b})", "{a} @ {b}.mT"]
 _SOFTMAX = ["torch.softmax({a}, {d})", "F.log_softmax({a}, dim={d})", "{a}.softmax(-1)"]

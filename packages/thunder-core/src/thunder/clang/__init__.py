@@ -375,13 +375,20 @@ def slice_in_dim(a: TensorProxy, start: int, stop: int, step: int = 1, dim: int 
 
 def cat(tensors: Sequence[TensorProxy], dim: int) -> TensorProxy:
     check(len(tensors) > 0, "torch.cat(): expected a non-empty list of Tensors", ValueError)
-    # torch skips legacy empty 1-D tensors
-    nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or [tensors[0]]
-    res = result_dtype(*tensors)  # the skipped empty tensors still take part in type promotion
-    nonempty = [maybe_convert_to_dtype(t, res) for t in nonempty]
-    if len(nonempty) == 1:
-        return nonempty[0]
-    return prims.cat(nonempty, dim)
+    # torch skips legacy empty 1-D tensors when checking shapes; they still take part in type promotion, and in
+    # the autograd graph (their gradient is an empty tensor, not None), so they join the others reshaped to an
+    # empty slice of their shape
+    legacy = [t.ndim == 1 and t.shape[0] == 0 for t in tensors]
+    res = result_dtype(*tensors)
+    if all(legacy):
+        kept = list(tensors)
+    else:
+        like = next(t for t, skip in zip(tensors, legacy) if not skip)
+        empty = list(like.shape)
+        empty[canonicalize_dim(like.ndim, dim)] = 0
+        kept = [reshape(t, empty) if skip else t for t, skip in zip(tensors, legacy)]
+    # (one tensor too: the result is new memory in eager, which a view of it must not share with the input)
+    return prims.cat([maybe_convert_to_dtype(t, res) for t in kept], dim)
 
 
 def flatten(a: TensorProxy, start_dim: int = 0, end_dim: int = -1) -> TensorProxy:

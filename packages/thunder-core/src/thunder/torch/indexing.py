@@ -255,7 +255,10 @@ def index_copy(a, dim: int, index, source):
         "index_copy_(): Source/destination tensor must have same slice shapes",
     )
     if a.ndim == 0:
-        return clang.reshape(source, ())
+        # a scatter into a one-element view, not the source reshaped: a new tensor, which eager's index check and
+        # gradient (zero for ``a``, not None) reach as they do any other index_copy
+        one = clang.reshape(source, (1,))
+        return clang.reshape(prims.scatter(clang.reshape(a, (1,)), clang.reshape(index, (1,)), one, 0), ())
     return prims.scatter(a, _index_along(index, dim, source.shape), source, dim)
 
 
