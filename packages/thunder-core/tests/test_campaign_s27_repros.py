@@ -95,3 +95,40 @@ def test_cat_of_one_tensor_is_new_memory_as_eager(fn):
 
 def test_cat_of_one_tensor_checks_the_dim_as_eager():
     assert_raises_as_eager(lambda a: torch.cat([a], 2), _seeded((2, 3)))
+
+
+# ------------------------------------------ an in-place update through a view saving a tensor it then overwrites
+# (``d.index_add_(-1, i, d[-1:])`` on the diagonal of a rounded tensor): eager's backward raises when it reaches the
+# update's node, after an op whose gradient is zero too; thunder's backward left that chain out and ran (campaign
+# seed 14303)
+
+_STALE = "one of the variables needed for gradient computation has been modified by an inplace operation"
+
+
+def _update_diagonal_from_itself(v):
+    v.diagonal().index_add_(-1, torch.tensor([0]), v.diagonal()[..., -1:], alpha=2)
+    return v
+
+
+@pytest.mark.parametrize(
+    "before",
+    [torch.round, lambda x: torch.div(x, x, rounding_mode="floor"), lambda x: x * 1],
+    ids=["round", "floor_division", "mul"],
+)
+@pytest.mark.parametrize("expanded", [False, True])
+def test_backward_raises_as_eager_after_an_update_through_a_view_overwrites_what_it_saved(before, expanded):
+    def fn(x):
+        return _update_diagonal_from_itself(before(x))
+
+    def make():
+        torch.manual_seed(0)
+        if expanded:
+            return (torch.randn(8, 16, dtype=torch.float64, requires_grad=True) * 1)[:1].expand(5, -1)
+        return torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+
+    with pytest.raises(RuntimeError, match=_STALE):
+        fn(make()).sum().backward()
+    out = thunder.jit(fn)(make())
+    with pytest.raises(RuntimeError, match=_STALE) as raised:
+        out.sum().backward()
+    assert __file__ in str(raised.value)

@@ -21,7 +21,10 @@ import torch
 from thunder.core.symbolic import hint, hints
 from thunder.tracing.tracing_tensor import TracingTensor
 
-__all__ = ["StaleSaves", "note_function_saves", "note_saved", "version_count"]
+__all__ = ["MODIFIED_IN_PLACE", "StaleSaves", "note_function_saves", "note_saved", "version_count"]
+
+# eager's message for a saved tensor updated in place after it was saved (thunder's for it starts alike)
+MODIFIED_IN_PLACE = "one of the variables needed for gradient computation has been modified by an inplace operation"
 
 _RESULT = re.compile(r"_saved_result(\d*)$")
 _MAX_NODES = 64
@@ -66,7 +69,7 @@ class StaleSaves:
             out.append(
                 (
                     node,
-                    "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                    f"{MODIFIED_IN_PLACE}: "
                     f"tensor {stale} that {saver} saved for backward (ctx.save_for_backward) was updated in place "
                     f"after the call (eager's backward raises this too)\n  {describe_location(*where)}",
                     RuntimeError,
@@ -102,7 +105,7 @@ class StaleSaves:
             out.append(
                 (
                     node,
-                    "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                    f"{MODIFIED_IN_PLACE}: "
                     f"the {stale} that {func_name} saved for its gradient was updated in place after the call (eager's "
                     f"backward raises this too)\n  {describe_location(frame, lineno)}",
                     RuntimeError,

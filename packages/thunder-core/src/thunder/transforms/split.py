@@ -22,6 +22,7 @@ from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import BoundSymbol, Symbol, flat_proxies, swap_proxies
 from thunder.core.symbolic import SizeProxy
 from thunder.core.trace import TraceCtx, from_trace, timed_pass, tracectx
+from thunder.tracing.saved_versions import MODIFIED_IN_PLACE
 from thunder.transforms import (
     arithmetic_grads,  # noqa: F401  (registers the reduced-precision arithmetic rules)
     native_grads,  # noqa: F401  (registers the native kernel pairs' rules)
@@ -732,14 +733,31 @@ def _stale_save_error(
     (autograd's zeros, empty ones included) never reach it in eager."""
     errors = []
     for name, message, error in reversed(trace.tags.get("stale_saves", ())):
-        if name not in acc:
+        if name not in acc and not (message.startswith(MODIFIED_IN_PLACE) and name in grad_reach):
+            # (a stale save: eager's engine runs the node of every call that requires grad, after one whose gradient
+            # is zero too, round(x)'s, which thunder's backward leaves out)
             continue
-        reached = {name}
+        reached = {name, *_viewed_bases(trace, name)}
         for b in trace.bound_symbols:
             if any(getattr(a, "name", None) in reached for a in b.flat_args):
                 reached.update(o.name for o in b.flat_outs if getattr(o, "name", None) in grad_reach)
         errors.append((message, tuple(i for i, o in enumerate(outputs) if o.name in reached), error))
     return tuple(errors) or None
+
+
+def _viewed_bases(trace: TraceCtx, name: str) -> list[str]:
+    """The tensors ``name`` is a view of, through the views the trace made (an in-place update through a view,
+    ``v.diagonal().index_add_(...)``: eager's node for it is reached by the gradient of the base it wrote)."""
+    producer = {o.name: b for b in trace.bound_symbols for o in b.flat_outs if isinstance(o, TensorProxy)}
+    bases = []
+    b = producer.get(name)
+    while b is not None and "view" in b.sym.tags:
+        base = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
+        if base is None:
+            break
+        bases.append(base.name)
+        b = producer.get(base.name)
+    return bases
 
 
 def _with_grad_source(forward_fn, backward_fn):
