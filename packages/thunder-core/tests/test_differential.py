@@ -157,7 +157,29 @@ def test_harness_reads_captured_inputs_as_globals_and_checks_their_gradients(mon
     monkeypatch.setattr(thunder, "jit", losing_the_captured_gradient)
     with pytest.raises(Divergence) as info:
         check_program(program)
-    assert info.value.kind == "grad"
+    assert info.value.kind == "grad presence"  # (thunder's None against eager's tensor)
+
+
+def test_harness_reports_a_gradient_that_is_none_where_eagers_is_zeros() -> None:
+    # (x[:0] joins the output only through a zero-size sum: eager's gradient of x is zeros, a compiler pruning
+    # the empty slice would give None, which leaves an optimizer's weight decay off for the parameter)
+    program = Program(
+        inputs=[InputSpec([1.0, -2.0], torch.float64, True), InputSpec([0.5, 3.0], torch.float64, True)],
+        lines=["v0 = a1 * 2 + a0[:0].sum()"],
+        outputs=["v0"],
+    )
+    assert check_program(program)
+
+    jit = thunder.jit
+
+    def pruning_the_empty_slice(fn):
+        return jit(lambda a0, a1: (a1 * 2 + a0.detach()[:0].sum(),))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(thunder, "jit", pruning_the_empty_slice)
+        with pytest.raises(Divergence) as info:
+            check_program(program)
+    assert info.value.kind == "grad presence"
 
 
 def test_harness_reports_an_output_that_is_not_a_view_where_eagers_is() -> None:
