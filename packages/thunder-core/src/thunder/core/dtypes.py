@@ -12,6 +12,7 @@ import torch
 __all__ = [
     "dtype",
     "torch_message_name",
+    "message_name",
     "to_dtype",
     "to_torch_dtype",
     "is_boolean_dtype",
@@ -216,6 +217,13 @@ _TORCH_MESSAGE_NAMES = {
 def torch_message_name(torch_dtype: torch.dtype) -> str | None:
     """PyTorch's name for ``torch_dtype`` in its error messages (``Float``, ``Long``), or None where it is not listed."""
     return _TORCH_MESSAGE_NAMES.get(torch_dtype)
+
+
+def message_name(d) -> str:
+    """PyTorch's name for a dtype (thunder's or ``torch.dtype``) in its error messages, the ``torch.dtype``'s own
+    name where it is not listed."""
+    t = to_torch_dtype(d)
+    return _TORCH_MESSAGE_NAMES.get(t) or str(t)
 
 
 # the C++ type of each dtype, as the messages of PyTorch's matrix-product kernels print it (``float != double``)

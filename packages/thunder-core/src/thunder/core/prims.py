@@ -550,11 +550,6 @@ make_prim("device_put", _device_put_meta)
 # ---------------------------------------------------------------- linear algebra and friends
 
 
-def _title(dtype) -> str:
-    t = dtypes.to_torch_dtype(dtype)
-    return dtypes.torch_message_name(t) or str(t)
-
-
 def _cpp(dtype) -> str:
     return dtypes.cpp_type_name(dtypes.to_torch_dtype(dtype))
 
@@ -562,15 +557,16 @@ def _cpp(dtype) -> str:
 def _matmul_dtype_error(a_ndim: int, b_ndim: int, a_dtype, b_dtype) -> str:
     """Eager's message for a matrix product of operands of two dtypes, which names them as the kernel ``matmul``
     dispatches to does (dot, addmv, mm/bmm)."""
+    name = dtypes.message_name
     if a_ndim == 1 and b_ndim == 1:
-        return f"dot : expected both vectors to have same dtype, but found {_title(a_dtype)} and {_title(b_dtype)}"
+        return f"dot : expected both vectors to have same dtype, but found {name(a_dtype)} and {name(b_dtype)}"
     if b_ndim == 1:
         return (
-            f"addmv input tensors must have the same dtype, but got {_title(b_dtype)}, {_title(a_dtype)}, and "
-            f"{_title(b_dtype)}"
+            f"addmv input tensors must have the same dtype, but got {name(b_dtype)}, {name(a_dtype)}, and "
+            f"{name(b_dtype)}"
         )
     if a_ndim == 1 and b_ndim > 2:
-        return f"expected scalar type {_title(a_dtype)} but found {_title(b_dtype)}"
+        return f"expected scalar type {name(a_dtype)} but found {name(b_dtype)}"
     return f"expected m1 and m2 to have the same dtype, but got: {_cpp(a_dtype)} != {_cpp(b_dtype)}"
 
 
@@ -619,13 +615,14 @@ make_prim("matmul", _matmul_meta, tags=(OpTags.MATMUL,))
 def _linear_meta(a, w, bias):
     # (eager's words: linear runs addmm with a bias, which checks the bias against the weight first)
     if bias is not None and w.ndim == 2:
+        name = dtypes.message_name
         check(
             bias.dtype is w.dtype,
-            lambda: f"self and mat2 must have the same dtype, but got {_title(bias.dtype)} and {_title(w.dtype)}",
+            lambda: f"self and mat2 must have the same dtype, but got {name(bias.dtype)} and {name(w.dtype)}",
         )
         check(
             a.dtype is w.dtype,
-            lambda: f"mat1 and mat2 must have the same dtype, but got {_title(a.dtype)} and {_title(w.dtype)}",
+            lambda: f"mat1 and mat2 must have the same dtype, but got {name(a.dtype)} and {name(w.dtype)}",
         )
     check(a.dtype is w.dtype, lambda: _matmul_dtype_error(a.ndim, w.ndim, a.dtype, w.dtype))
     check(w.ndim in (1, 2), lambda: f"linear: weight must be 1-D or 2-D, got {w.ndim}-D")

@@ -214,16 +214,16 @@ def index_add(a, dim: int, index, source, *, alpha=1):
 @torchsymbol(torch.index_copy, T.index_copy, method_name="index_copy")
 def index_copy(a, dim: int, index, source):
     # (eager's checks come first, whatever the shapes: a 0-d destination is no scatter, which would check them)
-    name = dtypes.torch_message_name
+    name = dtypes.message_name
     check(
         index.dtype is dtypes.int64,
-        lambda: f"index_copy_(): Expected a long tensor for index, but got {name(index.dtype.torch_dtype)}",
+        lambda: f"index_copy_(): Expected a long tensor for index, but got {name(index.dtype)}",
     )
     check(
         a.dtype is source.dtype,
         lambda: (
             "index_copy_(): self and source expected to have the same dtype, but got (self) "
-            f"{name(a.dtype.torch_dtype)} and (source) {name(source.dtype.torch_dtype)}"
+            f"{name(a.dtype)} and (source) {name(source.dtype)}"
         ),
     )
     dim = canonicalize_dim(a.ndim, dim)

@@ -327,8 +327,7 @@ def corrcoef(a):
 
 def _same_dtype_check(a, b) -> None:
     if a.dtype != b.dtype:
-        name = lambda d: dtypes.torch_message_name(d.torch_dtype) or str(d.torch_dtype)  # noqa: E731
-        raise RuntimeError(f"{name(a.dtype)} did not match {name(b.dtype)}")
+        raise RuntimeError(f"{dtypes.message_name(a.dtype)} did not match {dtypes.message_name(b.dtype)}")
 
 
 @torchsymbol(torch.allclose, T.allclose, name="allclose")

@@ -23,8 +23,11 @@ import torch
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbolic import hints
 
-__all__ = ["refuse_unsupported_dtypes"]
+__all__ = ["COMPLEX_AUTOGRAD_REFUSAL", "refuse_unsupported_dtypes"]
 
+# autograd's refusal of an op without a complex derivative ("silu does not support automatic differentiation for
+# outputs with complex dtype"), raised by the call when an argument requires grad
+COMPLEX_AUTOGRAD_REFUSAL = "does not support automatic differentiation for outputs with complex dtype"
 _PLAIN = (bool, int, float, str, type(None), torch.dtype)
 # eager's wording for a kernel without the dtype: the dispatch macro's, and the explicit checks of -, relu, ...
 _REFUSAL = re.compile(
@@ -32,9 +35,8 @@ _REFUSAL = re.compile(
     # (and complex numbers': "In-place abs is not supported for complex tensors.", "floor is not supported for complex
     # inputs", "torch.sign is not intended to support complex numbers", "Sort does not support complex dtypes")
     r"|not (yet )?(supported|implemented) for complex|not intended to support complex|does not support complex"
-    # (and autograd's, for an op without a complex derivative: "silu does not support automatic differentiation for
-    # outputs with complex dtype", raised by the call when an argument requires grad)
-    r"|does not support automatic differentiation for outputs with complex dtype"
+    # (and autograd's, for an op without a complex derivative)
+    rf"|{re.escape(COMPLEX_AUTOGRAD_REFUSAL)}"
 )
 _SKIPPED = re.compile(r"dropout|attention|generator|rand|bernoulli|multinomial|normal|uniform")
 _LIMIT = 4096

@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-from thunder.core.dtypes import torch_message_name
+from thunder.core.dtypes import message_name
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import Symbol
@@ -157,7 +157,7 @@ def check_index_tensor(func, dtype: torch.dtype, ndim: int) -> None:
             raise RuntimeError("start must be an 0-dim integral Tensor.")
         return
     if dtype != torch.int64:
-        name = torch_message_name(dtype) or str(dtype)
+        name = message_name(dtype)
         raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype of long, but got {name}")
     if ndim > 1:
         raise RuntimeError(

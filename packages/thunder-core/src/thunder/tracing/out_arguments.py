@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from thunder.core.dtypes import torch_message_name
+from thunder.core.dtypes import message_name
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbolic import hints, known, same_shape
 from thunder.tracing.errors import describe_location, user_frame
@@ -265,8 +265,7 @@ def call_with_out(handle, func, args, kwargs):
             raise TypeError(f"{_name(func)}(): out= must be a tensor or a tuple of tensors")
         if not torch.can_cast(r.dtype, o.dtype):
             raise RuntimeError(
-                f"result type {torch_message_name(r.dtype) or r.dtype} can't be cast to the desired output type "
-                f"{torch_message_name(o.dtype) or o.dtype}"
+                f"result type {message_name(r.dtype)} can't be cast to the desired output type {message_name(o.dtype)}"
             )
         if not same_shape(o.shape, r.shape):
             if _rebindable(o):

@@ -23,6 +23,7 @@ import torch
 from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, flat_proxies
+from thunder.tracing.dtype_support import COMPLEX_AUTOGRAD_REFUSAL
 
 __all__ = ["complex_grad_rule"]
 
@@ -72,7 +73,7 @@ def _refuses_complex_autograd(fn) -> bool:
     try:
         fn(torch.zeros(1, dtype=torch.complex64, requires_grad=True))
     except RuntimeError as e:
-        return "does not support automatic differentiation for outputs with complex dtype" in str(e)
+        return COMPLEX_AUTOGRAD_REFUSAL in str(e)
     except Exception:  # noqa: BLE001 - another signature: nothing learned
         return False
     return False

@@ -732,12 +732,13 @@ def _stale_save_error(
     can reach (``grad_reach``, the joint's): not through a ``detach`` or an integer result, whose outputs' cotangents
     (autograd's zeros, empty ones included) never reach it in eager."""
     errors = []
+    producer = {o.name: b for b in trace.bound_symbols for o in b.flat_outs if isinstance(o, TensorProxy)}
     for name, message, error in reversed(trace.tags.get("stale_saves", ())):
         if name not in acc and not (message.startswith(MODIFIED_IN_PLACE) and name in grad_reach):
             # (a stale save: eager's engine runs the node of every call that requires grad, after one whose gradient
             # is zero too, round(x)'s, which thunder's backward leaves out)
             continue
-        reached = {name, *_viewed_bases(trace, name)}
+        reached = {name, *_viewed_bases(producer, name)}
         for b in trace.bound_symbols:
             if any(getattr(a, "name", None) in reached for a in b.flat_args):
                 reached.update(o.name for o in b.flat_outs if getattr(o, "name", None) in grad_reach)
@@ -745,10 +746,10 @@ def _stale_save_error(
     return tuple(errors) or None
 
 
-def _viewed_bases(trace: TraceCtx, name: str) -> list[str]:
-    """The tensors ``name`` is a view of, through the views the trace made (an in-place update through a view,
-    ``v.diagonal().index_add_(...)``: eager's node for it is reached by the gradient of the base it wrote)."""
-    producer = {o.name: b for b in trace.bound_symbols for o in b.flat_outs if isinstance(o, TensorProxy)}
+def _viewed_bases(producer: dict[str, BoundSymbol], name: str) -> list[str]:
+    """The tensors ``name`` is a view of, through the views the trace made (``producer``: the bound symbol giving each
+    tensor). An in-place update through a view, ``v.diagonal().index_add_(...)``: eager's node for it is reached by
+    the gradient of the base it wrote."""
     bases = []
     b = producer.get(name)
     while b is not None and "view" in b.sym.tags:
